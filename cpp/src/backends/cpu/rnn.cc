@@ -1,0 +1,9 @@
+#include "backends/cpu/cpu_kernels.h"
+
+namespace kaiwu {
+namespace cpu {
+
+void RegisterRnnKernels(KernelRegistry& r) { (void)r; }
+
+}  // namespace cpu
+}  // namespace kaiwu

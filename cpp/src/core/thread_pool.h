@@ -1,0 +1,48 @@
+// A fixed pool of worker threads with a blocking ParallelFor that many callers
+// may use at once (several Python threads running one session share a pool).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kaiwu {
+
+class ThreadPool {
+ public:
+  /// `num_threads` counts the caller: 1 means no worker threads at all.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  /// Calls fn(begin, end) over disjoint ranges covering [0, n). `cost_per_item`
+  /// is a rough count of scalar operations per item; small totals run inline
+  /// on the caller, since waking workers costs more than the work.
+  void ParallelFor(int64_t n, double cost_per_item,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
+  /// Number of physical cores (falls back to hardware_concurrency).
+  static int PhysicalCores();
+
+ private:
+  struct Job;
+  void WorkerLoop();
+  static void RunChunks(Job* job);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> queue_;
+  bool stop_ = false;
+};
+
+}  // namespace kaiwu
