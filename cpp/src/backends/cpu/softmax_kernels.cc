@@ -44,7 +44,7 @@ void RowOp(SoftmaxKind kind, const T* x, T* y, int64_t n) {
     out *= T(1) / out.sum();
   } else {
     T lse = std::log((in - m).exp().sum());
-    out = in - (m + lse);
+    out = (in - m) - lse;  // x - m is exact-ish; adding m to lse first would round
   }
 }
 
@@ -78,9 +78,9 @@ void ColumnOp(SoftmaxKind kind, const T* x, T* y, int64_t n, int64_t stride, int
     s = s.inverse();
     for (int64_t i = 0; i < n; ++i) Arr<T>(y + i * stride, len) *= s;
   } else {
-    m += s.log();
+    s = s.log();
     for (int64_t i = 0; i < n; ++i)
-      Arr<T>(y + i * stride, len) = ConstArr<T>(x + i * stride, len) - m;
+      Arr<T>(y + i * stride, len) = (ConstArr<T>(x + i * stride, len) - m) - s;
   }
 }
 
