@@ -58,3 +58,22 @@ def check(engine):
         return helpers.check_against_ort(engine, model, feeds, **kw)
 
     return _check
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Per-op pass counts of the ONNX node suite (if it ran), also written to a file."""
+    mod = sys.modules.get("test_onnx_node_suite")
+    if mod is None or not hasattr(mod, "summary_lines"):
+        return
+    lines = mod.summary_lines()
+    terminalreporter.section("ONNX node suite summary")
+    for line in lines:
+        terminalreporter.write_line(line)
+    try:
+        base = config._tmp_path_factory.getbasetemp()  # noqa: SLF001
+        path = os.path.join(str(base), "onnx_node_suite_summary.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        terminalreporter.write_line(f"(written to {path})")
+    except Exception as e:  # noqa: BLE001
+        terminalreporter.write_line(f"(could not write summary file: {e})")
