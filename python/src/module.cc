@@ -1,2 +1,7 @@
-#include <pybind11/pybind11.h>
-PYBIND11_MODULE(_core, m) { m.doc() = "kaiwu_infer core"; }
+#include "bindings.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "kaiwu_infer core: ONNX policy inference with in-place refit";
+  kaiwu::python::BindErrors(m);
+  kaiwu::python::BindSession(m);
+}

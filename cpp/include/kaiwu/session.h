@@ -1,0 +1,87 @@
+// The public C++ API: load an ONNX model, run batches, refit weights.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kaiwu/status.h"
+#include "kaiwu/tensor.h"
+
+namespace kaiwu {
+
+struct SessionOptions {
+  int threads = 0;        ///< 0: the number of physical cores
+  bool optimize = true;   ///< run the graph rewrite passes
+};
+
+/// A graph input or output as declared by the model.
+struct IOInfo {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  bool has_shape = false;
+  std::vector<int64_t> dims;          ///< -1 where not fixed
+  std::vector<std::string> symbols;   ///< symbolic name per dim, "" if none
+};
+
+/// A refittable weight.
+struct WeightInfo {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+/// The outputs of one run: views into one engine-owned block kept alive by `owner`.
+struct RunResult {
+  std::vector<TensorView> outputs;
+  std::shared_ptr<void> owner;
+};
+
+class Session {
+ public:
+  /// Loads from serialized ONNX bytes. `base_dir` resolves external data ("" refuses it).
+  static std::unique_ptr<Session> Load(const void* bytes, size_t size, const std::string& base_dir,
+                                       const SessionOptions& options = {});
+  static std::unique_ptr<Session> LoadFile(const std::string& path,
+                                           const SessionOptions& options = {});
+  ~Session();
+
+  const std::vector<IOInfo>& inputs() const;
+  const std::vector<IOInfo>& outputs() const;
+  int num_threads() const;
+
+  /// Checks feeds (one per input, in order) against the model and returns the
+  /// output dtypes and shapes they produce. Throws kInput naming the input.
+  std::vector<TensorView> OutputShapes(const std::vector<TensorView>& feeds) const;
+
+  /// Runs on feeds (one per input, in order). Thread-safe. With `user_outputs`
+  /// (one pointer per output, sized per OutputShapes) writes there instead.
+  RunResult Run(const std::vector<TensorView>& feeds, void* const* user_outputs = nullptr) const;
+
+  // ---- refit
+  std::vector<WeightInfo> weights_info() const;
+  uint64_t weights_version() const;
+  /// Copies of the current values of the named weights (all when empty).
+  std::map<std::string, Tensor> GetWeights(const std::vector<std::string>& names = {}) const;
+  struct RefitReport {
+    std::vector<std::string> updated;
+    std::vector<std::string> ignored;
+  };
+  /// Replaces weights atomically. strict: every weight given and no unknown
+  /// name. check_finite: refuse NaN/Inf. Throws kRefit and changes nothing on failure.
+  RefitReport Refit(const std::map<std::string, TensorView>& weights, bool strict,
+                    bool check_finite);
+
+  /// Text summary of the graph (op counts before/after optimization, rules fired).
+  std::string Describe() const;
+
+ private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kaiwu

@@ -1,0 +1,229 @@
+#include "plan/execution_plan.h"
+
+#include <cstring>
+
+#include "plan/memory_planner.h"
+
+namespace kaiwu {
+
+struct ExecutionPlan::RunContext {
+  void* arena = nullptr;
+  std::vector<const void*> ptr;  // by value id
+  std::vector<const void*> in_flat;
+  std::vector<void*> out_flat;
+  ~RunContext() { AlignedFree(arena); }
+};
+
+ExecutionPlan::~ExecutionPlan() = default;
+
+ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& input_shapes) {
+  const Graph& g = *in.graph;
+  const size_t nv = g.values.size();
+  std::vector<TensorInfo> info(nv);
+  slot_.assign(nv, Slot::kUnused);
+  arena_offset_.assign(nv, 0);
+  consts_.resize(nv);
+  std::vector<int> root(nv, -1);
+
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    int v = g.inputs[i];
+    info[v] = TensorInfo{true, g.values[v].dtype, input_shapes[i], nullptr};
+    slot_[v] = Slot::kInput;
+    input_values_.push_back(v);
+  }
+  for (size_t v = 0; v < nv; ++v) {
+    if (!(*in.is_static)[v] || !in.weights->values[v]) continue;
+    const Tensor& t = *in.weights->values[v];
+    // Structural constants are visible to Prepare; weights are not (they change on refit).
+    info[v] = TensorInfo{true, t.dtype(), t.shape(),
+                         (*in.depends_on_weight)[v] ? nullptr : t.data()};
+    slot_[v] = Slot::kStatic;
+  }
+  std::vector<bool> is_output(nv, false);
+  for (int v : g.outputs) is_output[v] = true;
+
+  // Prepare each runtime node; fold what is known at plan time.
+  std::vector<BufferRequest> requests;
+  std::vector<int> request_of(nv, -1);
+  std::vector<const void*> fold_in;
+  std::vector<void*> fold_out;
+  for (int n : *in.runtime_nodes) {
+    const Node& node = g.nodes[n];
+    auto kernel = CpuKernels().Find(node.op_type, node.domain)(node);
+    PrepareContext ctx(node);
+    ctx.num_threads = in.num_threads;
+    bool all_known = true;
+    for (int v : node.inputs) {
+      TensorInfo ti;
+      if (v >= 0) {
+        ti = info[v];
+        if (!ti.present) Fail(StatusCode::kInternal, node.Describe(), " reads '", g.values[v].name,
+                              "' before it is computed");
+        all_known = all_known && ti.data != nullptr;
+      }
+      ctx.inputs.push_back(ti);
+    }
+    ctx.outputs.resize(node.outputs.size());
+    ctx.alias.assign(node.outputs.size(), -1);
+    kernel->Prepare(ctx);
+    for (size_t o = 0; o < node.outputs.size(); ++o)
+      if (node.outputs[o] >= 0 && !ctx.outputs[o].present)
+        Fail(StatusCode::kInternal, node.Describe(), " did not set output ", o);
+
+    if (ctx.shape_only || all_known) {
+      // Fold now: the outputs become plan constants.
+      fold_in.clear();
+      fold_out.clear();
+      for (const TensorInfo& ti : ctx.inputs) fold_in.push_back(ti.data);
+      for (size_t o = 0; o < node.outputs.size(); ++o) {
+        int v = node.outputs[o];
+        if (v < 0) {
+          fold_out.push_back(nullptr);
+          continue;
+        }
+        consts_[v] = std::make_shared<Tensor>(ctx.outputs[o].dtype, ctx.outputs[o].shape);
+        fold_out.push_back(consts_[v]->data());
+      }
+      std::vector<char> scratch(ctx.scratch_bytes + 64);
+      ThreadPool inline_pool(1);
+      kernel->Run(KernelIO{fold_in.data(), fold_out.data(), scratch.data(), &inline_pool});
+      for (int v : node.outputs) {
+        if (v < 0) continue;
+        info[v] = TensorInfo{true, consts_[v]->dtype(), consts_[v]->shape(), consts_[v]->data()};
+        slot_[v] = Slot::kConst;
+      }
+      continue;
+    }
+
+    int step_index = static_cast<int>(steps_.size());
+    Step step{kernel.get(), n, static_cast<int>(step_inputs_.size()), node.num_inputs(),
+              static_cast<int>(step_outputs_.size()), static_cast<int>(node.outputs.size()), 0};
+    for (int v : node.inputs) {
+      step_inputs_.push_back(v);
+      if (v >= 0) {
+        int r = slot_[v] == Slot::kAlias ? root[v] : v;
+        if (request_of[r] >= 0) requests[request_of[r]].last_use = step_index;
+        if (slot_[v] == Slot::kStatic) static_values_used_.push_back(v);
+      }
+    }
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      int v = node.outputs[o];
+      step_outputs_.push_back(v);
+      if (v < 0) continue;
+      info[v] = ctx.outputs[o];
+      info[v].data = nullptr;
+      int a = ctx.alias[o];
+      if (is_output[v]) {
+        slot_[v] = Slot::kOutput;
+      } else if (a >= 0 && a < node.num_inputs() && node.inputs[a] >= 0 &&
+                 info[node.inputs[a]].dtype == ctx.outputs[o].dtype) {
+        int src = node.inputs[a];
+        slot_[v] = Slot::kAlias;
+        root[v] = slot_[src] == Slot::kAlias ? root[src] : src;
+        alias_order_.push_back(v);
+      } else {
+        slot_[v] = Slot::kArena;
+        request_of[v] = static_cast<int>(requests.size());
+        size_t bytes = static_cast<size_t>(ctx.outputs[o].size()) * DTypeSize(ctx.outputs[o].dtype);
+        requests.push_back(BufferRequest{bytes, step_index, step_index});
+      }
+    }
+    if (ctx.scratch_bytes > 0) {
+      step.scratch_offset = requests.size();  // request index until placed
+      requests.push_back(BufferRequest{ctx.scratch_bytes, step_index, step_index});
+    } else {
+      step.scratch_offset = SIZE_MAX;
+    }
+    steps_.push_back(step);
+    kernels_.push_back(std::move(kernel));
+  }
+
+  MemoryPlan mem = PlanMemory(requests);
+  arena_bytes_ = mem.total_bytes;
+  for (size_t v = 0; v < nv; ++v)
+    if (slot_[v] == Slot::kArena) arena_offset_[v] = mem.offsets[request_of[v]];
+  for (Step& s : steps_)
+    if (s.scratch_offset != SIZE_MAX) s.scratch_offset = mem.offsets[s.scratch_offset];
+  for (int v : alias_order_) alias_root_.push_back(root[v]);
+
+  // Outputs: computed in place when a step writes them, else copied at the end.
+  std::vector<bool> written(nv, false);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    int v = g.outputs[k];
+    TensorInfo ti = info[v];
+    if (!ti.present) Fail(StatusCode::kInternal, "output '", g.values[v].name, "' never computed");
+    ti.data = nullptr;
+    outputs_.push_back(ti);
+    output_offsets_.push_back(output_block_bytes_);
+    output_block_bytes_ += (static_cast<size_t>(ti.size()) * DTypeSize(ti.dtype) + 63) / 64 * 64;
+    if (slot_[v] == Slot::kOutput && !written[v]) {
+      written[v] = true;
+      output_values_.push_back(v);
+    } else {
+      output_values_.push_back(-1);
+      output_copies_.emplace_back(static_cast<int>(k), v);
+    }
+  }
+}
+
+std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
+  auto ctx = std::make_unique<RunContext>();
+  ctx->arena = AlignedAlloc(arena_bytes_);
+  ctx->ptr.assign(slot_.size(), nullptr);
+  for (size_t v = 0; v < slot_.size(); ++v) {
+    if (slot_[v] == Slot::kArena) ctx->ptr[v] = static_cast<char*>(ctx->arena) + arena_offset_[v];
+    if (slot_[v] == Slot::kConst) ctx->ptr[v] = consts_[v]->data();
+  }
+  ctx->in_flat.assign(step_inputs_.size(), nullptr);
+  ctx->out_flat.assign(step_outputs_.size(), nullptr);
+  return ctx;
+}
+
+void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
+                        ThreadPool* pool) const {
+  std::unique_ptr<RunContext> ctx;
+  {
+    std::lock_guard<std::mutex> lock(contexts_mu_);
+    if (!free_contexts_.empty()) {
+      ctx = std::move(free_contexts_.back());
+      free_contexts_.pop_back();
+    }
+  }
+  if (!ctx) ctx = NewContext();
+  struct Release {
+    const ExecutionPlan* plan;
+    std::unique_ptr<RunContext>* ctx;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(plan->contexts_mu_);
+      plan->free_contexts_.push_back(std::move(*ctx));
+    }
+  } release{this, &ctx};
+
+  std::vector<const void*>& ptr = ctx->ptr;
+  for (size_t i = 0; i < input_values_.size(); ++i) ptr[input_values_[i]] = feeds[i];
+  for (int v : static_values_used_) ptr[v] = weights.pointers[v];
+  for (size_t k = 0; k < output_values_.size(); ++k)
+    if (output_values_[k] >= 0) ptr[output_values_[k]] = outputs[k];
+  for (size_t i = 0; i < alias_order_.size(); ++i) ptr[alias_order_[i]] = ptr[alias_root_[i]];
+
+  char* arena = static_cast<char*>(ctx->arena);
+  for (const Step& s : steps_) {
+    for (int j = 0; j < s.in_count; ++j) {
+      int v = step_inputs_[s.in_begin + j];
+      ctx->in_flat[s.in_begin + j] = v >= 0 ? ptr[v] : nullptr;
+    }
+    for (int j = 0; j < s.out_count; ++j) {
+      int v = step_outputs_[s.out_begin + j];
+      ctx->out_flat[s.out_begin + j] = v >= 0 ? const_cast<void*>(ptr[v]) : nullptr;
+    }
+    KernelIO io{ctx->in_flat.data() + s.in_begin, ctx->out_flat.data() + s.out_begin,
+                s.scratch_offset == SIZE_MAX ? nullptr : arena + s.scratch_offset, pool};
+    s.kernel->Run(io);
+  }
+  for (const auto& [k, v] : output_copies_) {
+    const void* src = slot_[v] == Slot::kStatic ? weights.pointers[v] : ptr[v];
+    std::memcpy(outputs[k], src, static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));
+  }
+}
+
+}  // namespace kaiwu

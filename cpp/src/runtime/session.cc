@@ -1,0 +1,385 @@
+#include "kaiwu/session.h"
+
+#include <cmath>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <sstream>
+
+#include "core/thread_pool.h"
+#include "onnx/loader.h"
+#include "passes/pass_manager.h"
+#include "plan/execution_plan.h"
+#include "runtime/weight_set.h"
+
+namespace kaiwu {
+
+namespace {
+
+std::map<std::string, int> CountOps(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const Node& n : g.nodes) counts[n.op_type]++;
+  return counts;
+}
+
+IOInfo MakeIOInfo(const Value& v) {
+  IOInfo io;
+  io.name = v.name;
+  io.dtype = v.dtype;
+  io.has_shape = v.has_shape;
+  for (const Dim& d : v.dims) {
+    io.dims.push_back(d.value);
+    io.symbols.push_back(d.symbol);
+  }
+  return io;
+}
+
+// Pool of output blocks for one plan: a run's outputs stay alive as long as
+// the caller holds them, then the block is reused.
+struct BlockPool {
+  size_t bytes;
+  std::mutex mu;
+  std::vector<void*> free;
+  explicit BlockPool(size_t b) : bytes(b) {}
+  ~BlockPool() {
+    for (void* p : free) AlignedFree(p);
+  }
+};
+
+std::shared_ptr<void> AcquireBlock(const std::shared_ptr<BlockPool>& pool) {
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool->mu);
+    if (!pool->free.empty()) {
+      p = pool->free.back();
+      pool->free.pop_back();
+    }
+  }
+  if (!p) p = AlignedAlloc(pool->bytes);
+  return std::shared_ptr<void>(p, [pool](void* q) {
+    std::lock_guard<std::mutex> lock(pool->mu);
+    if (pool->free.size() < 16)
+      pool->free.push_back(q);
+    else
+      AlignedFree(q);
+  });
+}
+
+}  // namespace
+
+struct Session::Impl {
+  SessionOptions options;
+  Graph graph;
+  std::map<std::string, int> ops_before, ops_after;
+  PassStats pass_stats;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<StaticProgram> statics;
+  std::vector<bool> is_static, depends_on_weight;
+  std::vector<int> runtime_nodes;
+  std::vector<IOInfo> inputs, outputs;
+  std::vector<int> weight_ids;  // refittable values, in graph order
+
+  mutable std::mutex weights_mu;
+  std::shared_ptr<const WeightSet> weights;
+  std::mutex refit_mu;
+
+  struct CachedPlan {
+    std::shared_ptr<const ExecutionPlan> plan;
+    std::shared_ptr<BlockPool> blocks;
+  };
+  static constexpr size_t kMaxPlans = 64;
+  mutable std::mutex plans_mu;
+  mutable std::list<std::pair<std::vector<int64_t>, CachedPlan>> plans;  // most recent first
+
+  std::shared_ptr<const WeightSet> Snapshot() const {
+    std::lock_guard<std::mutex> lock(weights_mu);
+    return weights;
+  }
+
+  void CheckFeeds(const std::vector<TensorView>& feeds) const;
+  CachedPlan GetPlan(const std::vector<TensorView>& feeds) const;
+};
+
+void Session::Impl::CheckFeeds(const std::vector<TensorView>& feeds) const {
+  if (feeds.size() != inputs.size())
+    Fail(StatusCode::kInput, "expected ", inputs.size(), " inputs, got ", feeds.size());
+  std::map<std::string, std::pair<int64_t, std::string>> symbols;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const IOInfo& io = inputs[i];
+    const TensorView& f = feeds[i];
+    if (f.dtype != io.dtype)
+      Fail(StatusCode::kInput, "input '", io.name, "': expected dtype ", DTypeName(io.dtype),
+           ", got ", DTypeName(f.dtype));
+    if (!io.has_shape) continue;
+    if (f.shape.size() != io.dims.size())
+      Fail(StatusCode::kInput, "input '", io.name, "': expected rank ", io.dims.size(),
+           ", got shape ", ShapeToString(f.shape));
+    for (size_t d = 0; d < io.dims.size(); ++d) {
+      if (io.dims[d] >= 0 && f.shape[d] != io.dims[d])
+        Fail(StatusCode::kInput, "input '", io.name, "': dimension ", d, " must be ", io.dims[d],
+             ", got shape ", ShapeToString(f.shape));
+      if (io.dims[d] < 0 && !io.symbols[d].empty()) {
+        auto it = symbols.find(io.symbols[d]);
+        if (it == symbols.end()) {
+          symbols[io.symbols[d]] = {f.shape[d], io.name};
+        } else if (it->second.first != f.shape[d]) {
+          Fail(StatusCode::kInput, "input '", io.name, "': dimension ", d, " ('", io.symbols[d],
+               "') is ", f.shape[d], ", but input '", it->second.second, "' gives '",
+               io.symbols[d], "' = ", it->second.first);
+        }
+      }
+    }
+  }
+}
+
+Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& feeds) const {
+  std::vector<int64_t> key;
+  for (const TensorView& f : feeds) {
+    key.push_back(static_cast<int64_t>(f.shape.size()));
+    key.insert(key.end(), f.shape.begin(), f.shape.end());
+  }
+  {
+    std::lock_guard<std::mutex> lock(plans_mu);
+    for (auto it = plans.begin(); it != plans.end(); ++it) {
+      if (it->first == key) {
+        if (it != plans.begin()) plans.splice(plans.begin(), plans, it);
+        return plans.front().second;
+      }
+    }
+  }
+  CheckFeeds(feeds);
+  std::vector<Shape> shapes;
+  for (const TensorView& f : feeds) shapes.push_back(f.shape);
+  auto ws = Snapshot();
+  PlanInputs pin{&graph, &runtime_nodes, &is_static, &depends_on_weight, ws.get(),
+                 pool->num_threads()};
+  std::shared_ptr<const ExecutionPlan> plan;
+  try {
+    plan = std::make_shared<ExecutionPlan>(pin, shapes);
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kModel) throw;
+    std::ostringstream os;
+    os << "the input shapes (";
+    for (size_t i = 0; i < feeds.size(); ++i)
+      os << (i ? ", " : "") << inputs[i].name << "=" << ShapeToString(feeds[i].shape);
+    os << ") do not fit the model: " << e.what();
+    throw Error(StatusCode::kInput, os.str());
+  }
+  CachedPlan cached{plan, std::make_shared<BlockPool>(plan->output_block_bytes())};
+  std::lock_guard<std::mutex> lock(plans_mu);
+  plans.emplace_front(key, cached);
+  if (plans.size() > kMaxPlans) plans.pop_back();
+  return cached;
+}
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std::string& base_dir,
+                                       const SessionOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->graph = LoadOnnxModel(bytes, size, base_dir);
+  Graph& g = impl->graph;
+  impl->ops_before = CountOps(g);
+  for (int v : g.inputs) impl->inputs.push_back(MakeIOInfo(g.values[v]));
+  for (int v : g.outputs) impl->outputs.push_back(MakeIOInfo(g.values[v]));
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].kind == ValueKind::kWeight) impl->weight_ids.push_back(static_cast<int>(v));
+  if (options.optimize) Optimize(&g, &impl->pass_stats);
+  g.RemoveDeadNodes();
+  impl->ops_after = CountOps(g);
+  int threads = options.threads > 0 ? options.threads : ThreadPool::PhysicalCores();
+  impl->pool = std::make_unique<ThreadPool>(threads);
+
+  impl->statics = std::make_unique<StaticProgram>(g, &impl->is_static, &impl->depends_on_weight);
+  std::vector<bool> in_static(g.nodes.size(), false);
+  for (int n : impl->statics->nodes()) in_static[n] = true;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!in_static[n]) impl->runtime_nodes.push_back(static_cast<int>(n));
+
+  auto ws = std::make_shared<WeightSet>();
+  ws->values.resize(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].data) ws->values[v] = g.values[v].data;
+  impl->statics->Evaluate(g, ws.get(), nullptr, impl->pool.get());
+  impl->weights = ws;
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+std::unique_ptr<Session> Session::LoadFile(const std::string& path, const SessionOptions& options) {
+  std::string bytes = ReadFileBytes(path);
+  std::string dir = ".";
+  auto slash = path.find_last_of('/');
+  if (slash != std::string::npos) dir = path.substr(0, slash);
+  if (dir.empty()) dir = "/";
+  return Load(bytes.data(), bytes.size(), dir, options);
+}
+
+const std::vector<IOInfo>& Session::inputs() const { return impl_->inputs; }
+const std::vector<IOInfo>& Session::outputs() const { return impl_->outputs; }
+int Session::num_threads() const { return impl_->pool->num_threads(); }
+
+std::vector<TensorView> Session::OutputShapes(const std::vector<TensorView>& feeds) const {
+  auto cached = impl_->GetPlan(feeds);
+  std::vector<TensorView> out;
+  for (const TensorInfo& o : cached.plan->outputs()) out.push_back(TensorView{o.dtype, o.shape, nullptr});
+  return out;
+}
+
+RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_outputs) const {
+  auto cached = impl_->GetPlan(feeds);
+  const ExecutionPlan& plan = *cached.plan;
+  for (size_t i = 0; i < feeds.size(); ++i)
+    if (feeds[i].dtype != impl_->inputs[i].dtype)
+      Fail(StatusCode::kInput, "input '", impl_->inputs[i].name, "': expected dtype ",
+           DTypeName(impl_->inputs[i].dtype), ", got ", DTypeName(feeds[i].dtype));
+  const size_t n_in = feeds.size(), n_out = plan.outputs().size();
+  const void* feed_ptrs[64];
+  std::vector<const void*> feed_heap;
+  const void** fp = feed_ptrs;
+  if (n_in > 64) {
+    feed_heap.resize(n_in);
+    fp = feed_heap.data();
+  }
+  for (size_t i = 0; i < n_in; ++i) fp[i] = feeds[i].data;
+
+  RunResult result;
+  result.outputs.resize(n_out);
+  std::vector<void*> out_ptrs(n_out);
+  if (user_outputs) {
+    for (size_t k = 0; k < n_out; ++k) out_ptrs[k] = user_outputs[k];
+  } else {
+    result.owner = AcquireBlock(cached.blocks);
+    for (size_t k = 0; k < n_out; ++k)
+      out_ptrs[k] = static_cast<char*>(result.owner.get()) + plan.output_offsets()[k];
+  }
+  for (size_t k = 0; k < n_out; ++k)
+    result.outputs[k] = TensorView{plan.outputs()[k].dtype, plan.outputs()[k].shape, out_ptrs[k]};
+  auto ws = impl_->Snapshot();
+  plan.Run(fp, out_ptrs.data(), *ws, impl_->pool.get());
+  return result;
+}
+
+std::vector<WeightInfo> Session::weights_info() const {
+  std::vector<WeightInfo> out;
+  auto ws = impl_->Snapshot();
+  for (int v : impl_->weight_ids) {
+    const Tensor& t = *ws->values[v];
+    out.push_back(WeightInfo{impl_->graph.values[v].name, t.dtype(), t.shape()});
+  }
+  return out;
+}
+
+uint64_t Session::weights_version() const { return impl_->Snapshot()->version; }
+
+std::map<std::string, Tensor> Session::GetWeights(const std::vector<std::string>& names) const {
+  auto ws = impl_->Snapshot();
+  std::map<std::string, int> by_name;
+  for (int v : impl_->weight_ids) by_name[impl_->graph.values[v].name] = v;
+  std::vector<std::string> wanted = names;
+  if (wanted.empty())
+    for (const auto& kv : by_name) wanted.push_back(kv.first);
+  std::map<std::string, Tensor> out;
+  for (const std::string& n : wanted) {
+    auto it = by_name.find(n);
+    if (it == by_name.end()) Fail(StatusCode::kRefit, "unknown weight '", n, "'");
+    const Tensor& src = *ws->values[it->second];
+    Tensor copy(src.dtype(), src.shape());
+    std::memcpy(copy.data(), src.data(), src.bytes());
+    out.emplace(n, std::move(copy));
+  }
+  return out;
+}
+
+Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& weights, bool strict,
+                                    bool check_finite) {
+  std::lock_guard<std::mutex> refit_lock(impl_->refit_mu);
+  auto current = impl_->Snapshot();
+  const Graph& g = impl_->graph;
+  std::map<std::string, int> by_name;
+  for (int v : impl_->weight_ids) by_name[g.values[v].name] = v;
+
+  RefitReport report;
+  std::vector<std::string> problems;
+  std::vector<std::pair<int, const TensorView*>> updates;
+  for (const auto& [name, view] : weights) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      if (strict) problems.push_back("'" + name + "' is not a weight of this model");
+      else report.ignored.push_back(name);
+      continue;
+    }
+    const Tensor& old = *current->values[it->second];
+    if (view.dtype != old.dtype()) {
+      problems.push_back("'" + name + "' has dtype " + DTypeName(view.dtype) + ", expected " +
+                         DTypeName(old.dtype()));
+      continue;
+    }
+    if (view.shape != old.shape()) {
+      problems.push_back("'" + name + "' has shape " + ShapeToString(view.shape) + ", expected " +
+                         ShapeToString(old.shape()));
+      continue;
+    }
+    if (check_finite && view.dtype == DType::kFloat32) {
+      const float* p = view.As<const float>();
+      for (int64_t i = 0; i < view.size(); ++i)
+        if (!std::isfinite(p[i])) {
+          problems.push_back("'" + name + "' holds a non-finite value at flat index " +
+                             std::to_string(i));
+          break;
+        }
+    }
+    updates.emplace_back(it->second, &view);
+  }
+  if (strict) {
+    for (const auto& [name, id] : by_name)
+      if (!weights.count(name)) problems.push_back("'" + name + "' is missing (strict=True)");
+  }
+  if (!problems.empty()) {
+    std::ostringstream os;
+    os << "refit refused, weights unchanged (version " << current->version << "):";
+    for (const auto& p : problems) os << "\n  " << p;
+    throw Error(StatusCode::kRefit, os.str());
+  }
+
+  auto next = std::make_shared<WeightSet>();
+  next->values = current->values;
+  for (const auto& [id, view] : updates) {
+    auto t = std::make_shared<Tensor>(view->dtype, view->shape);
+    std::memcpy(t->data(), view->data, t->bytes());
+    next->values[id] = t;
+    report.updated.push_back(g.values[id].name);
+  }
+  impl_->statics->Evaluate(g, next.get(), current.get(), impl_->pool.get());
+  next->version = current->version + 1;
+  {
+    std::lock_guard<std::mutex> lock(impl_->weights_mu);
+    impl_->weights = next;
+  }
+  return report;
+}
+
+std::string Session::Describe() const {
+  std::ostringstream os;
+  auto total = [](const std::map<std::string, int>& m) {
+    int t = 0;
+    for (const auto& kv : m) t += kv.second;
+    return t;
+  };
+  os << "graph '" << impl_->graph.name << "' (opset " << impl_->graph.opset << ")\n";
+  os << "nodes before optimization: " << total(impl_->ops_before) << "\n";
+  for (const auto& [op, n] : impl_->ops_before) os << "  " << op << ": " << n << "\n";
+  os << "nodes after optimization: " << total(impl_->ops_after) << " ("
+     << impl_->statics->nodes().size() << " computed from weights at load and refit, "
+     << impl_->runtime_nodes.size() << " per run)\n";
+  for (const auto& [op, n] : impl_->ops_after) os << "  " << op << ": " << n << "\n";
+  os << "rewrite rules fired:";
+  if (impl_->pass_stats.fired.empty()) os << " none";
+  os << "\n";
+  for (const auto& [rule, n] : impl_->pass_stats.fired) os << "  " << rule << ": " << n << "\n";
+  os << "threads: " << impl_->pool->num_threads() << "\n";
+  return os.str();
+}
+
+}  // namespace kaiwu

@@ -1,0 +1,102 @@
+"""The Python Session: model loading from paths, bytes or onnx.ModelProto, and refit."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from . import _core
+
+
+@dataclass
+class RefitReport:
+    """What a refit did: engine weight names updated, and given names ignored."""
+
+    updated: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    version: int = 0
+
+
+def _model_bytes(model: Any) -> tuple[bytes, str]:
+    """Returns (serialized model, directory for external data or '')."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model), ""
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise _core.ModelFileNotFoundError(f"model file '{path}' does not exist")
+        with open(path, "rb") as f:
+            data = f.read()
+        return data, os.path.dirname(os.path.abspath(path))
+    if hasattr(model, "SerializeToString"):  # onnx.ModelProto
+        return model.SerializeToString(), ""
+    raise TypeError(
+        f"model must be a file path, bytes or onnx.ModelProto, got {type(model).__name__}"
+    )
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """numpy view of an array-like, torch tensors included (no copy for CPU tensors)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch.Tensor
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class Session(_core._Session):
+    """An ONNX model ready to run batches on the CPU.
+
+    Args:
+        model: a file path, the model's bytes, or an ``onnx.ModelProto``.
+        threads: worker threads for one run (default: the physical cores).
+        optimize: apply graph rewrites (fusions, folding); False runs the graph as imported.
+
+    ``run(feeds)`` returns a dict; ``run(output_names, feeds)`` returns a list as in
+    onnxruntime; ``run(feeds, out={name: array})`` writes into preallocated arrays.
+    Inputs must have the model's dtype; C-contiguous arrays are read in place, other
+    layouts are copied once. Outputs are numpy arrays over engine memory (no copy).
+    The GIL is released while computing, and one session may be used from many threads.
+    """
+
+    def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True):
+        data, base_dir = _model_bytes(model)
+        super().__init__(data, base_dir, threads, optimize)
+        self._name_map: dict[str, str] = {}
+
+    def refit(
+        self,
+        weights: Mapping[str, Any],
+        *,
+        strict: bool = True,
+        check_finite: bool = False,
+        name_map: Mapping[str, str] | Callable[[str], str | None] | None = None,
+    ) -> RefitReport:
+        """Replaces weights atomically; on any problem raises RefitError and changes nothing.
+
+        weights maps names to arrays (numpy, torch tensors, anything with __array__).
+        Names are the model's initializer names, or are translated by ``name_map``
+        (a dict or a callable returning the engine name or None to skip).
+        """
+        if not isinstance(weights, Mapping):
+            raise _core.RefitError("weights must be a mapping of names to arrays")
+        arrays: dict[str, np.ndarray] = {}
+        skipped: list[str] = []
+        for name, value in weights.items():
+            target = name
+            if callable(name_map):
+                target = name_map(name)
+            elif name_map is not None:
+                target = name_map.get(name, name)
+            if target is None:
+                skipped.append(name)
+                continue
+            try:
+                arrays[target] = _as_array(value)
+            except Exception as e:  # noqa: BLE001 - reported as a refit error
+                raise _core.RefitError(f"weight '{name}' cannot be read as an array: {e}") from e
+        updated, ignored = self._refit(arrays, strict, check_finite)
+        return RefitReport(list(updated), list(ignored) + skipped, self.weights_version)

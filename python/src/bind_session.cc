@@ -1,0 +1,323 @@
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "kaiwu/session.h"
+
+namespace kaiwu {
+namespace python {
+
+py::dtype ToNumpyDType(DType t) {
+  switch (t) {
+    case DType::kFloat32: return py::dtype::of<float>();
+    case DType::kFloat64: return py::dtype::of<double>();
+    case DType::kFloat16: return py::dtype("float16");
+    case DType::kInt8: return py::dtype::of<int8_t>();
+    case DType::kUInt8: return py::dtype::of<uint8_t>();
+    case DType::kInt16: return py::dtype::of<int16_t>();
+    case DType::kInt32: return py::dtype::of<int32_t>();
+    case DType::kInt64: return py::dtype::of<int64_t>();
+    case DType::kBool: return py::dtype::of<bool>();
+    default: ThrowPython(StatusCode::kInternal, "no numpy dtype for engine dtype");
+  }
+}
+
+DType FromNumpyDType(const py::dtype& d) {
+  char kind = d.kind();
+  size_t size = d.itemsize();
+  if (kind == 'f') return size == 4 ? DType::kFloat32 : size == 8 ? DType::kFloat64 : size == 2 ? DType::kFloat16 : DType::kUndefined;
+  if (kind == 'i') return size == 1 ? DType::kInt8 : size == 2 ? DType::kInt16 : size == 4 ? DType::kInt32 : size == 8 ? DType::kInt64 : DType::kUndefined;
+  if (kind == 'u') return size == 1 ? DType::kUInt8 : DType::kUndefined;
+  if (kind == 'b') return DType::kBool;
+  return DType::kUndefined;
+}
+
+namespace {
+
+std::string NumpyName(const py::dtype& d) { return py::str(d).cast<std::string>(); }
+
+/// One model input or output, like onnxruntime's NodeArg.
+struct PyIOInfo {
+  std::string name;
+  py::tuple shape;
+  py::dtype dtype;
+};
+
+PyIOInfo MakeInfo(const IOInfo& io) {
+  PyIOInfo out{io.name, py::tuple(), ToNumpyDType(io.dtype)};
+  if (!io.has_shape) {
+    out.shape = py::none();
+    return out;
+  }
+  py::tuple shape(io.dims.size());
+  for (size_t d = 0; d < io.dims.size(); ++d) {
+    if (io.dims[d] >= 0) shape[d] = py::int_(io.dims[d]);
+    else if (!io.symbols[d].empty()) shape[d] = py::str(io.symbols[d]);
+    else shape[d] = py::none();
+  }
+  out.shape = shape;
+  return out;
+}
+
+/// A numpy array viewed as an engine tensor; non-contiguous arrays are copied
+/// (the copy is kept alive in `keep`).
+TensorView ViewOf(const py::handle& obj, const std::string& what, bool writable,
+                  py::array* keep) {
+  py::array arr;
+  if (py::isinstance<py::array>(obj)) {
+    arr = py::reinterpret_borrow<py::array>(obj);
+  } else {
+    try {
+      arr = py::array::ensure(obj);
+    } catch (...) {
+    }
+    if (!arr) ThrowPython(StatusCode::kInput, what + ": expected a numpy array, got " +
+                                                  py::str(py::type::of(obj)).cast<std::string>());
+  }
+  if (!(arr.flags() & py::array::c_style)) {
+    if (writable)
+      ThrowPython(StatusCode::kInput, what + ": the out= array must be C-contiguous");
+    arr = py::array::ensure(arr, py::array::c_style | py::array::forcecast);
+  }
+  if (writable && !arr.writeable()) ThrowPython(StatusCode::kInput, what + ": array is read-only");
+  DType dt = FromNumpyDType(arr.dtype());
+  if (dt == DType::kUndefined)
+    ThrowPython(StatusCode::kInput, what + ": numpy dtype " + NumpyName(arr.dtype()) +
+                                        " is not supported");
+  TensorView v;
+  v.dtype = dt;
+  v.shape.assign(arr.shape(), arr.shape() + arr.ndim());
+  v.data = const_cast<void*>(arr.data());
+  *keep = arr;
+  return v;
+}
+
+py::array WrapOutput(const TensorView& v, const std::shared_ptr<void>& owner) {
+  auto* holder = new std::shared_ptr<void>(owner);
+  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  return py::array(ToNumpyDType(v.dtype), std::vector<py::ssize_t>(v.shape.begin(), v.shape.end()),
+                   v.data, base);
+}
+
+class PySession {
+ public:
+  PySession(py::bytes model, const std::string& base_dir, py::object threads, bool optimize) {
+    SessionOptions opts;
+    opts.optimize = optimize;
+    if (!threads.is_none()) {
+      int t = threads.cast<int>();
+      if (t < 1) ThrowPython(StatusCode::kInput, "threads must be >= 1, got " + std::to_string(t));
+      opts.threads = t;
+    }
+    std::string_view bytes = model;
+    py::gil_scoped_release release;
+    session_ = Session::Load(bytes.data(), bytes.size(), base_dir, opts);
+    for (size_t i = 0; i < session_->inputs().size(); ++i)
+      input_index_[session_->inputs()[i].name] = static_cast<int>(i);
+    for (size_t i = 0; i < session_->outputs().size(); ++i)
+      output_index_[session_->outputs()[i].name] = static_cast<int>(i);
+  }
+
+  std::vector<PyIOInfo> inputs() const {
+    std::vector<PyIOInfo> out;
+    for (const auto& io : session_->inputs()) out.push_back(MakeInfo(io));
+    return out;
+  }
+  std::vector<PyIOInfo> outputs() const {
+    std::vector<PyIOInfo> out;
+    for (const auto& io : session_->outputs()) out.push_back(MakeInfo(io));
+    return out;
+  }
+
+  // run(feeds) -> dict; run(output_names, feeds) -> list; out= writes in place.
+  py::object Run(py::object first, py::object second, py::object out) {
+    bool as_dict = py::isinstance<py::dict>(first) && second.is_none();
+    py::object names_obj = as_dict ? py::object(py::none()) : first;
+    py::object feeds_obj = as_dict ? first : second;
+    if (!py::isinstance<py::dict>(feeds_obj))
+      ThrowPython(StatusCode::kInput, "feeds must be a dict mapping input names to arrays");
+    py::dict feeds = feeds_obj;
+
+    const auto& ins = session_->inputs();
+    std::vector<TensorView> views(ins.size());
+    std::vector<py::array> keep(ins.size());
+    std::vector<bool> seen(ins.size(), false);
+    for (auto item : feeds) {
+      std::string name = py::str(item.first);
+      auto it = input_index_.find(name);
+      if (it == input_index_.end())
+        ThrowPython(StatusCode::kInput, "unknown input '" + name + "'; the model's inputs are: " +
+                                            InputNames());
+      int i = it->second;
+      views[i] = ViewOf(item.second, "input '" + name + "'", false, &keep[i]);
+      seen[i] = true;
+    }
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (!seen[i]) ThrowPython(StatusCode::kInput, "missing input '" + ins[i].name + "'");
+
+    // Which outputs to return.
+    std::vector<int> wanted;
+    if (names_obj.is_none()) {
+      for (size_t k = 0; k < session_->outputs().size(); ++k) wanted.push_back(static_cast<int>(k));
+    } else {
+      for (auto n : names_obj) {
+        std::string name = py::str(n);
+        auto it = output_index_.find(name);
+        if (it == output_index_.end())
+          ThrowPython(StatusCode::kInput, "unknown output '" + name + "'; the model's outputs are: " +
+                                              OutputNames());
+        wanted.push_back(it->second);
+      }
+    }
+
+    RunResult result;
+    std::vector<py::array> out_arrays;
+    if (out.is_none()) {
+      py::gil_scoped_release release;
+      result = session_->Run(views);
+    } else {
+      if (!py::isinstance<py::dict>(out))
+        ThrowPython(StatusCode::kInput, "out must be a dict mapping output names to arrays");
+      std::vector<TensorView> shapes = session_->OutputShapes(views);
+      out_arrays.resize(shapes.size());
+      std::vector<void*> ptrs(shapes.size());
+      py::dict out_dict = out;
+      for (auto item : out_dict) {
+        std::string name = py::str(item.first);
+        auto it = output_index_.find(name);
+        if (it == output_index_.end())
+          ThrowPython(StatusCode::kInput, "out: unknown output '" + name + "'");
+        int k = it->second;
+        py::array arr;
+        TensorView v = ViewOf(item.second, "out['" + name + "']", true, &arr);
+        if (v.dtype != shapes[k].dtype || v.shape != shapes[k].shape)
+          ThrowPython(StatusCode::kInput, "out['" + name + "']: expected " +
+                                              std::string(DTypeName(shapes[k].dtype)) + " " +
+                                              ShapeToString(shapes[k].shape) + ", got " +
+                                              DTypeName(v.dtype) + " " + ShapeToString(v.shape));
+        out_arrays[k] = arr;
+        ptrs[k] = v.data;
+      }
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        if (out_arrays[k]) continue;
+        out_arrays[k] = py::array(ToNumpyDType(shapes[k].dtype),
+                                  std::vector<py::ssize_t>(shapes[k].shape.begin(), shapes[k].shape.end()));
+        ptrs[k] = out_arrays[k].mutable_data();
+      }
+      py::gil_scoped_release release;
+      result = session_->Run(views, ptrs.data());
+    }
+
+    auto get = [&](int k) -> py::object {
+      if (!out_arrays.empty()) return out_arrays[k];
+      return WrapOutput(result.outputs[k], result.owner);
+    };
+    if (as_dict) {
+      py::dict d;
+      for (int k : wanted) d[py::str(session_->outputs()[k].name)] = get(k);
+      return d;
+    }
+    py::list l;
+    for (int k : wanted) l.append(get(k));
+    return l;
+  }
+
+  py::dict WeightsInfo() const {
+    py::dict d;
+    for (const auto& w : session_->weights_info())
+      d[py::str(w.name)] = py::make_tuple(py::tuple(py::cast(w.shape)), ToNumpyDType(w.dtype));
+    return d;
+  }
+
+  py::dict GetWeights(py::object names) const {
+    std::vector<std::string> wanted;
+    if (!names.is_none())
+      for (auto n : names) wanted.push_back(py::str(n));
+    std::map<std::string, Tensor> weights;
+    {
+      py::gil_scoped_release release;
+      weights = session_->GetWeights(wanted);
+    }
+    py::dict d;
+    for (auto& [name, t] : weights) {
+      py::array arr(ToNumpyDType(t.dtype()), std::vector<py::ssize_t>(t.shape().begin(), t.shape().end()));
+      std::memcpy(arr.mutable_data(), t.data(), t.bytes());
+      d[py::str(name)] = arr;
+    }
+    return d;
+  }
+
+  py::tuple Refit(py::dict weights, bool strict, bool check_finite) {
+    std::map<std::string, TensorView> views;
+    std::vector<py::array> keep;
+    keep.reserve(weights.size());
+    for (auto item : weights) {
+      std::string name = py::str(item.first);
+      keep.emplace_back();
+      try {
+        views[name] = ViewOf(item.second, "weight '" + name + "'", false, &keep.back());
+      } catch (py::error_already_set& e) {
+        ThrowPython(StatusCode::kRefit, std::string("refit refused, weights unchanged: ") + e.what());
+      }
+    }
+    Session::RefitReport report;
+    {
+      py::gil_scoped_release release;
+      report = session_->Refit(views, strict, check_finite);
+    }
+    return py::make_tuple(report.updated, report.ignored);
+  }
+
+  std::string InputNames() const {
+    std::string s;
+    for (const auto& io : session_->inputs()) s += (s.empty() ? "'" : ", '") + io.name + "'";
+    return s;
+  }
+  std::string OutputNames() const {
+    std::string s;
+    for (const auto& io : session_->outputs()) s += (s.empty() ? "'" : ", '") + io.name + "'";
+    return s;
+  }
+
+  Session& session() { return *session_; }
+
+ private:
+  std::unique_ptr<Session> session_;
+  std::map<std::string, int> input_index_, output_index_;
+};
+
+}  // namespace
+
+void BindSession(py::module_& m) {
+  py::class_<PyIOInfo>(m, "IOInfo", "A model input or output: name, shape, numpy dtype.")
+      .def_readonly("name", &PyIOInfo::name)
+      .def_readonly("shape", &PyIOInfo::shape)
+      .def_readonly("dtype", &PyIOInfo::dtype)
+      .def("__repr__", [](const PyIOInfo& i) {
+        return "IOInfo(name='" + i.name + "', shape=" + py::repr(i.shape).cast<std::string>() +
+               ", dtype=" + py::str(i.dtype).cast<std::string>() + ")";
+      });
+
+  py::class_<PySession>(m, "_Session")
+      .def(py::init<py::bytes, const std::string&, py::object, bool>(), py::arg("model"),
+           py::arg("base_dir"), py::arg("threads"), py::arg("optimize"))
+      .def_property_readonly("inputs", &PySession::inputs)
+      .def_property_readonly("outputs", &PySession::outputs)
+      .def_property_readonly("threads", [](PySession& s) { return s.session().num_threads(); })
+      .def("run", &PySession::Run, py::arg("output_names_or_feeds"), py::arg("feeds") = py::none(),
+           py::kw_only(), py::arg("out") = py::none())
+      .def_property_readonly("weights_info", &PySession::WeightsInfo)
+      .def_property_readonly("weights_version",
+                             [](PySession& s) { return s.session().weights_version(); })
+      .def("get_weights", &PySession::GetWeights, py::arg("names") = py::none())
+      .def("_refit", &PySession::Refit, py::arg("weights"), py::arg("strict"),
+           py::arg("check_finite"))
+      .def("describe", [](PySession& s) { return s.session().Describe(); });
+}
+
+}  // namespace python
+}  // namespace kaiwu
