@@ -1101,3 +1101,102 @@ def test_mlp_dynamic_batch_multiple_batches(check, rng):
                                  "w2": rand(rng, (6, 64)) * F32(0.2), "b2": rand(rng, (6,))})
     for b in (1, 2, 17):
         check(m, {"x": rand(rng, (b, 32))})
+
+
+# ===================================================================================
+# Randomized shapes / attributes (seeded: each seed is a fixed, reproducible case)
+# ===================================================================================
+FUZZ_SEEDS = list(range(8))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_conv2d(check, seed):
+    r = np.random.default_rng(10_000 + seed)
+    g = int(r.choice([1, 1, 2, 3]))
+    C = g * int(r.integers(1, 5))
+    M = g * int(r.integers(1, 5))
+    k = tuple(int(v) for v in r.integers(1, 5, size=2))
+    d = tuple(int(v) for v in r.integers(1, 3, size=2))
+    s = tuple(int(v) for v in r.integers(1, 4, size=2))
+    p = [int(v) for v in r.integers(0, 3, size=4)]
+    # input big enough for at least one output position
+    H = int(r.integers((k[0] - 1) * d[0] + 1, 20))
+    W = int(r.integers((k[1] - 1) * d[1] + 1, 20))
+    N = int(r.integers(1, 4))
+    m = single_op_model("Conv", [("X", F32, ("N", C, H, W))], input_names=["X", "W", "B"],
+                        initializers={"W": rand(r, (M, C // g) + k), "B": rand(r, (M,))},
+                        kernel_shape=list(k), strides=list(s), dilations=list(d), pads=p, group=g)
+    check(m, {"X": rand(r, (N, C, H, W))}, **contraction_tol(C // g * k[0] * k[1]),
+          context=f"g={g} C={C} M={M} k={k} d={d} s={s} p={p} HW={(H, W)}")
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_fuzz_pool(check, op, seed):
+    r = np.random.default_rng(20_000 + seed)
+    k = [int(v) for v in r.integers(1, 4, size=2)]
+    s = [int(v) for v in r.integers(1, 3, size=2)]
+    p = [int(r.integers(0, k[0])), int(r.integers(0, k[1])), int(r.integers(0, k[0])), int(r.integers(0, k[1]))]
+    H, W = int(r.integers(k[0], 16)), int(r.integers(k[1], 16))
+    cm = int(r.integers(0, 2))
+    m = single_op_model(op, [("X", F32, (2, 3, H, W))], kernel_shape=k, strides=s, pads=p, ceil_mode=cm)
+    check(m, {"X": rand(r, (2, 3, H, W))}, context=f"k={k} s={s} p={p} HW={(H, W)} ceil={cm}")
+
+
+def _rand_bcast_shapes(r):
+    rank = int(r.integers(0, 5))
+    full = [int(v) for v in r.integers(1, 6, size=rank)]
+    def sub():
+        rk = int(r.integers(0, rank + 1))
+        sh = full[rank - rk:]
+        return tuple(1 if r.random() < 0.3 else v for v in sh)
+    a, b = sub(), sub()
+    return (tuple(full), b) if r.random() < 0.5 else (a, tuple(full))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+@pytest.mark.parametrize("op", ["Add", "Mul", "Sub", "Div", "Max", "Pow", "Less", "Equal"])
+def test_fuzz_broadcast(check, op, seed):
+    r = np.random.default_rng(30_000 + seed)
+    sa, sb = _rand_bcast_shapes(r)
+    m = single_op_model(op, [("a", F32, sa), ("b", F32, sb)])
+    if op == "Pow":
+        feeds = {"a": rand(r, sa, positive=True), "b": rand(r, sb, low=-2.0, high=2.0)}
+    elif op == "Equal":
+        feeds = {"a": r.integers(0, 3, sa).astype(F32), "b": r.integers(0, 3, sb).astype(F32)}
+    else:
+        feeds = {"a": rand(r, sa), "b": rand(r, sb, nonzero=True)}
+    check(m, feeds, context=f"{sa} vs {sb}")
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_matmul(check, seed):
+    r = np.random.default_rng(40_000 + seed)
+    M, K, N = (int(v) for v in r.integers(1, 70, size=3))
+    batch = tuple(int(v) for v in r.integers(1, 4, size=int(r.integers(0, 3))))
+    bb = tuple(1 if r.random() < 0.4 else v for v in batch)
+    sa, sb = batch + (M, K), bb + (K, N)
+    m = single_op_model("MatMul", [("a", F32, sa), ("b", F32, sb)])
+    check(m, {"a": rand(r, sa), "b": rand(r, sb)}, **contraction_tol(K), context=f"{sa} x {sb}")
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_fuzz_transpose_slice_reduce(check, seed):
+    r = np.random.default_rng(50_000 + seed)
+    rank = int(r.integers(2, 5))
+    shape = tuple(int(v) for v in r.integers(1, 7, size=rank))
+    perm = [int(v) for v in r.permutation(rank)]
+    tshape = tuple(shape[p] for p in perm)
+    ax = int(r.integers(0, rank))
+    n = tshape[ax]
+    st, en = int(r.integers(-n, n)), int(r.integers(-n - 1, n + 2))
+    step = int(r.choice([1, 2, -1, -2]))
+    raxes = sorted({int(v) for v in r.integers(0, rank, size=int(r.integers(1, rank + 1)))})
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("Slice", ["t", "st", "en", "ax", "sp"], ["s"]),
+             helper.make_node("ReduceSum", ["t", "raxes"], ["rs"], keepdims=int(r.integers(0, 2))),
+             helper.make_node("ReduceMax", ["t", "raxes"], ["rm"], keepdims=1)]
+    m = make_model(nodes, [("x", F32, shape)], ["t", "s", "rs", "rm"], opset=18,
+                   initializers={"st": np.array([st], I64), "en": np.array([en], I64), "ax": np.array([ax], I64),
+                                 "sp": np.array([step], I64), "raxes": np.array(raxes, I64)})
+    check(m, {"x": rand(r, shape)}, context=f"{shape} perm={perm} slice ax{ax} {st}:{en}:{step} reduce {raxes}")
