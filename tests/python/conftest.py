@@ -60,8 +60,72 @@ def check(engine):
     return _check
 
 
+_FAILED: list[tuple[str, str]] = []
+
+
+def _short_error(msg: str) -> str:
+    """First line of an error; for unsupported-op errors, the sorted op names instead of node lists."""
+    import re
+
+    lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
+    if not lines:
+        return "?"
+    first = lines[0]
+    if "does not support" in first or "UnsupportedOp" in first:
+        ops = sorted({m.group(1) for ln in lines[1:] for m in [re.match(r"\s*(?:E\s+)?(\w+) \(node", ln)] if m})
+        if ops:
+            first = re.sub(r"\d+ node\(s\)", "node(s)", first) + " " + ",".join(ops)
+    return first
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        msg = ""
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if crash is not None:
+            msg = crash.message
+        else:
+            msg = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+        _FAILED.append((report.nodeid, msg))
+
+
+def _failure_groups():
+    """Failures grouped by (file::test function) then by first line of the error."""
+    import collections
+    import re
+
+    groups = collections.OrderedDict()
+    for nodeid, msg in _FAILED:
+        fn = nodeid.split("[", 1)[0]
+        first = _short_error(msg)
+        # node-name details vary per case; group on the op list / message head
+        key = re.sub(r"node '[^']*'", "node '...'", first)[:240]
+        groups.setdefault(fn, collections.OrderedDict()).setdefault(key, []).append(nodeid)
+    lines = []
+    for fn, msgs in groups.items():
+        n = sum(len(v) for v in msgs.values())
+        lines.append(f"{fn}: {n} failed")
+        for key, ids in msgs.items():
+            ex = ", ".join(i.split("[", 1)[1].rstrip("]") if "[" in i else i.split("::")[-1] for i in ids[:6])
+            more = f" (+{len(ids) - 6} more)" if len(ids) > 6 else ""
+            lines.append(f"    {len(ids):4d} x {key}")
+            lines.append(f"           e.g. {ex}{more}")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Per-op pass counts of the ONNX node suite (if it ran), also written to a file."""
+    """Failures grouped by test; per-op pass counts of the ONNX node suite (if it ran)."""
+    if _FAILED:
+        lines = _failure_groups()
+        terminalreporter.section("kaiwu failures grouped by test and error")
+        for line in lines:
+            terminalreporter.write_line(line)
+        try:
+            base = config._tmp_path_factory.getbasetemp()  # noqa: SLF001
+            with open(os.path.join(str(base), "failures_grouped.txt"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+        except Exception:  # noqa: BLE001
+            pass
     mod = sys.modules.get("test_onnx_node_suite")
     if mod is None or not hasattr(mod, "summary_lines"):
         return

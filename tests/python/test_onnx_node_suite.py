@@ -235,7 +235,9 @@ def test_node(engine, name, op, mbytes, ins, outs):
         _compare([res[n] for n in out_names], list(outs), name)
         status = "pass"
     except BaseException as e:
-        FAILURES.append((op, name, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"))
+        from conftest import _short_error
+
+        FAILURES.append((op, name, f"{type(e).__name__}: {_short_error(str(e))}"))
         raise
     finally:
         RESULTS[op][status] += 1
