@@ -213,3 +213,36 @@ def test_optimize_false_same_results(engine, rng):
     for opt in (True, False):
         got = engine.Session(m, optimize=opt).run({"x": x})["y"]
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5, err_msg=f"optimize={opt}")
+
+
+def test_unknown_feed_name(engine, rng, mlp):
+    s = engine.Session(mlp)
+    with pytest.raises(engine.InputError):
+        s.run({"x": rand(rng, (2, 16)), "not_an_input": rand(rng, (2, 16))})
+
+
+def test_gather_index_out_of_range_is_execution_error(engine, rng):
+    m = make_model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
+                   [("data", F32, (5, 3)), ("idx", np.int64, (2,))], ["y"])
+    s = engine.Session(m)
+    exc = getattr(engine, "ExecutionError", engine.KaiwuError)
+    with pytest.raises(exc):
+        s.run({"data": rand(rng, (5, 3)), "idx": np.array([1, 5], np.int64)})
+    with pytest.raises(exc):
+        s.run({"data": rand(rng, (5, 3)), "idx": np.array([-6, 0], np.int64)})
+
+
+def test_previous_outputs_not_overwritten(engine, rng, mlp):
+    """Outputs own their memory: a later run must not change an earlier result."""
+    s = engine.Session(mlp)
+    x1, x2 = rand(rng, (4, 16)), rand(rng, (4, 16))
+    r1 = s.run({"x": x1})
+    snap = np.array(r1["logits"], copy=True)
+    s.run({"x": x2})
+    s.run({"x": x2})
+    np.testing.assert_array_equal(r1["logits"], snap)
+
+
+def test_missing_file_is_file_not_found(engine, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        engine.Session(tmp_path / "nope.onnx")
