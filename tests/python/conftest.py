@@ -80,12 +80,14 @@ def _short_error(msg: str) -> str:
 
 def pytest_runtest_logreport(report):
     if report.failed:
-        msg = ""
-        crash = getattr(report.longrepr, "reprcrash", None)
-        if crash is not None:
-            msg = crash.message
-        else:
-            msg = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+        text = getattr(report, "longreprtext", "") or ""
+        elines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+        elines = [ln for ln in elines if ln]
+        if elines and elines[0].rstrip(":").endswith("Error") or (elines and elines[0] in ("AssertionError:",)):
+            pass
+        msg = " | ".join(elines[:4]) if elines else (text.strip().splitlines() or ["?"])[-1]
+        if "does not support" in msg:
+            msg = "\n".join(elines)
         _FAILED.append((report.nodeid, msg))
 
 

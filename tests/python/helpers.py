@@ -306,7 +306,7 @@ def check_against_ort(engine, model: onnx.ModelProto, feeds: Mapping[str, np.nda
                       optimize_modes: Sequence[bool] = (True,), context: str = "",
                       threads=None) -> dict[str, np.ndarray]:
     """Run onnxruntime and kaiwu_infer on the same model + feeds and compare all outputs."""
-    feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+    feeds = {k: np.array(v, order="C") for k, v in feeds.items()}  # (ascontiguousarray would make 0-d arrays 1-d)
     ref = run_ort(model, feeds)
     for opt in optimize_modes:
         got = run_kaiwu(engine, model, {k: v.copy() for k, v in feeds.items()}, optimize=opt,

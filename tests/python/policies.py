@@ -268,7 +268,7 @@ def make_inputs(name: str, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 def torch_forward(module, inputs: dict[str, np.ndarray], input_names) -> list[np.ndarray]:
     with torch.no_grad():
-        outs = module(*[torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in input_names])
+        outs = module(*[torch.from_numpy(np.array(inputs[n], order="C")) for n in input_names])
     return [o.detach().numpy() for o in outs]
 
 
