@@ -181,6 +181,44 @@ def _restamp_old_opset(model: onnx.ModelProto, name: str):
     return model.SerializeToString(), None
 
 
+# Operand positions that determine output shapes.  The node cases feed them as graph
+# inputs; an engine that plans memory per input-shape signature needs them known at plan
+# time.  For every case with such runtime shape operands we also run a "<name>__const"
+# variant where exactly those inputs become initializers (same values, same semantics).
+SHAPE_OPERANDS = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,),
+    "Unsqueeze": (1,), "Split": (1,), "Pad": (1, 3), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),
+}
+
+
+def _const_variant(model: onnx.ModelProto, ins, outs):
+    """Model with runtime shape operands turned into initializers, or None if there are none."""
+    g = model.graph
+    gin = [vi.name for vi in g.input]
+    shape_inputs = set()
+    for n in g.node:
+        for pos in SHAPE_OPERANDS.get(n.op_type, ()):
+            if pos < len(n.input) and n.input[pos] in gin:
+                shape_inputs.add(n.input[pos])
+    if not shape_inputs:
+        return None
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep_vi, keep_in = [], []
+    for vi, arr in zip(model.graph.input, ins):
+        if vi.name in shape_inputs:
+            m.graph.initializer.append(numpy_helper.from_array(np.asarray(arr), vi.name))
+        else:
+            keep_vi.append(vi)
+            keep_in.append(arr)
+    del m.graph.input[:]
+    m.graph.input.extend(keep_vi)
+    if m.ir_version < 4:
+        m.ir_version = 4   # initializers need not be graph inputs from IR 4
+    return m.SerializeToString(), keep_in, outs
+
+
 def _build():
     raw = _collect_raw()
     by_name = {}
@@ -211,6 +249,11 @@ def _build():
         if why:
             XFAIL.setdefault(name, why)
         selected.append((name, op, mbytes, ins, outs))
+        cv = _const_variant(onnx.load_from_string(mbytes), ins, outs)
+        if cv is not None:
+            selected.append((name + "__const", op + "[const]", cv[0], cv[1], cv[2]))
+            if name in XFAIL:
+                XFAIL[name + "__const"] = XFAIL[name]
     selected.sort(key=lambda c: c[0])
     return selected, excluded, excluded_ops
 
