@@ -57,11 +57,15 @@ def test_bad_models(engine, tmp_path):
 
 
 def test_unsupported_op(engine):
-    m = make_model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)],
-                   [("a", F32, (3,)), ("b", F32, (3,))], ["y"])
+    """Two unsupported nodes: both must be listed (README: lists every such node)."""
+    m = make_model([helper.make_node("Det", ["a"], ["d"]), helper.make_node("Relu", ["d"], ["r"]),
+                    helper.make_node("STFT", ["sig", "step"], ["y"], onesided=1)],
+                   [("a", F32, (3, 3)), ("sig", F32, (1, 64, 1))], ["r", "y"],
+                   initializers={"step": np.array(8, np.int64)}, check=False)
     with pytest.raises(engine.UnsupportedOpError) as ei:
         engine.Session(m)
-    assert "Mod" in str(ei.value)
+    assert "Det" in str(ei.value) and "STFT" in str(ei.value)
+    assert isinstance(ei.value, engine.ModelError)
 
 
 def test_io_metadata(engine, mlp):

@@ -1008,9 +1008,19 @@ def test_dropout_inference(check, rng, variant):
 @pytest.mark.parametrize("dtype,start,limit,delta", [(F32, 0.0, 5.0, 1.0), (F32, 1.0, -2.0, -0.5), (F32, 0.5, 3.7, 0.4),
                                                      (I64, 0, 10, 3), (I64, 10, 2, -2), (I32, -3, 4, 1), (I64, 3, 3, 1)],
                          ids=["f_unit", "f_neg", "f_frac", "i64", "i64_neg", "i32", "empty"])
-def test_range(check, rng, dtype, start, limit, delta):
-    m = single_op_model("Range", [("s", dtype, ()), ("l", dtype, ()), ("d", dtype, ())])
-    check(m, {"s": np.array(start, dtype), "l": np.array(limit, dtype), "d": np.array(delta, dtype)})
+@pytest.mark.parametrize("operands", ["inputs", "initializers"])
+def test_range(check, rng, dtype, start, limit, delta, operands):
+    """Range with runtime scalar operands (output length depends on input *values*) and with
+    the operands as initializers (what exporters produce for constant ranges)."""
+    vals = {"s": np.array(start, dtype), "l": np.array(limit, dtype), "d": np.array(delta, dtype)}
+    if operands == "inputs":
+        m = single_op_model("Range", [("s", dtype, ()), ("l", dtype, ()), ("d", dtype, ())])
+        check(m, vals)
+    else:
+        # an Add keeps one graph input so the model is not input-less
+        nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
+        m = make_model(nodes, [("x", dtype, (1,))], ["r", "y"], initializers=vals)
+        check(m, {"x": np.array([1], dtype)})
 
 
 def test_range_from_shape(check, rng):
