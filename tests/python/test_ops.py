@@ -1210,3 +1210,41 @@ def test_fuzz_transpose_slice_reduce(check, seed):
                    initializers={"st": np.array([st], I64), "en": np.array([en], I64), "ax": np.array([ax], I64),
                                  "sp": np.array([step], I64), "raxes": np.array(raxes, I64)})
     check(m, {"x": rand(r, shape)}, context=f"{shape} perm={perm} slice ax{ax} {st}:{en}:{step} reduce {raxes}")
+
+
+# ===================================================================================
+# Rewrite candidates: producer + activation chains, with and without graph optimization
+# ===================================================================================
+FUSE_ACTS = [("Relu", {}), ("Tanh", {}), ("Sigmoid", {}), ("LeakyRelu", {"alpha": 0.1}), ("Clip", None),
+             ("HardSwish", {}), ("Elu", {}), ("HardSigmoid", {})]
+
+
+@pytest.mark.parametrize("producer", ["Gemm", "Conv", "MatMulAdd", "ConvBN"])
+@pytest.mark.parametrize("act,attrs", FUSE_ACTS, ids=[a for a, _ in FUSE_ACTS])
+def test_producer_activation_chain(check, rng, producer, act, attrs):
+    inits = {}
+    if producer == "Gemm":
+        x = ("x", F32, ("B", 12))
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1)]
+        inits.update(w=rand(rng, (9, 12)) * F32(0.5), b=rand(rng, (9,)))
+        xs = (5, 12)
+    elif producer == "MatMulAdd":
+        x = ("x", F32, ("B", 12))
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["h"])]
+        inits.update(w=rand(rng, (12, 9)) * F32(0.5), b=rand(rng, (9,)))
+        xs = (5, 12)
+    else:
+        x = ("x", F32, ("B", 3, 7, 7))
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h" if producer == "Conv" else "c"], pads=[1, 1, 1, 1])]
+        inits.update(w=rand(rng, (4, 3, 3, 3)) * F32(0.4), b=rand(rng, (4,)))
+        if producer == "ConvBN":
+            nodes.append(helper.make_node("BatchNormalization", ["c", "s", "bb", "mu", "var"], ["h"]))
+            inits.update(s=rand(rng, (4,)), bb=rand(rng, (4,)), mu=rand(rng, (4,)), var=rand(rng, (4,), positive=True))
+        xs = (2, 3, 7, 7)
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", ["h", "lo", "hi"], ["y"]))
+        inits.update(lo=np.array(-0.5, F32), hi=np.array(1.5, F32))
+    else:
+        nodes.append(helper.make_node(act, ["h"], ["y"], **attrs))
+    m = make_model(nodes, [x], ["y"], initializers=inits)
+    check(m, {"x": rand(rng, xs)}, optimize_modes=(True, False), atol=3e-5)
