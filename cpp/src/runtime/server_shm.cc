@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 namespace kaiwu {
 
@@ -85,34 +85,50 @@ int64_t ActorId(int slot, uint32_t gen) {
   return (int64_t(1) << 62) | (int64_t(slot) << 24) | int64_t(gen & 0xFFFFFF);
 }
 
+// Text description of the slot layout: one line per array,
+// "in|out dtype axis row_bytes offset ndim d0 d1 ... name". (No iostreams: they
+// are not needed, and number formatting through a locale is one less thing to go wrong.)
 std::string Describe(const std::vector<Field>& ins, const std::vector<Field>& outs) {
-  std::ostringstream os;
+  std::string s;
   auto put = [&](const char* kind, const Field& f) {
-    os << kind << ' ' << int(f.dtype) << ' ' << f.axis << ' ' << f.row_bytes << ' ' << f.offset
-       << ' ' << f.dims.size();
-    for (auto d : f.dims) os << ' ' << d;
-    os << ' ' << f.name << '\n';
+    s += kind;
+    for (int64_t v : {int64_t(f.dtype), int64_t(f.axis), int64_t(f.row_bytes), int64_t(f.offset),
+                      int64_t(f.dims.size())})
+      s += ' ' + std::to_string(v);
+    for (auto d : f.dims) s += ' ' + std::to_string(d);
+    s += ' ' + f.name + '\n';
   };
   for (const auto& f : ins) put("in", f);
   for (const auto& f : outs) put("out", f);
-  return os.str();
+  return s;
 }
 
 void Parse(const std::string& desc, std::vector<Field>* ins, std::vector<Field>* outs) {
-  std::istringstream is(desc);
-  std::string line;
-  while (std::getline(is, line)) {
-    std::istringstream ls(line);
-    std::string kind;
-    int dt, nd;
+  size_t pos = 0;
+  while (pos < desc.size()) {
+    size_t end = desc.find('\n', pos);
+    if (end == std::string::npos) end = desc.size();
+    std::string line = desc.substr(pos, end - pos);
+    pos = end + 1;
+    const char* p = line.c_str();
+    char* q = nullptr;
+    const bool is_in = line.rfind("in ", 0) == 0;
+    p += is_in ? 2 : 3;
+    auto next = [&]() {
+      int64_t v = std::strtoll(p, &q, 10);
+      p = q;
+      return v;
+    };
     Field f;
-    ls >> kind >> dt >> f.axis >> f.row_bytes >> f.offset >> nd;
-    f.dtype = static_cast<DType>(dt);
-    f.dims.resize(nd);
-    for (auto& d : f.dims) ls >> d;
-    ls.get();
-    std::getline(ls, f.name);
-    (kind == "in" ? ins : outs)->push_back(f);
+    f.dtype = static_cast<DType>(next());
+    f.axis = static_cast<int>(next());
+    f.row_bytes = static_cast<size_t>(next());
+    f.offset = static_cast<size_t>(next());
+    int64_t nd = next();
+    for (int64_t i = 0; i < nd; ++i) f.dims.push_back(next());
+    if (*p == ' ') ++p;
+    f.name = p;
+    (is_in ? ins : outs)->push_back(f);
   }
 }
 
@@ -386,8 +402,8 @@ ShmClient::ShmClient(const std::string& name, double timeout_s)
     auto* s = reinterpret_cast<SlotHeader*>(base_ + h->slots_offset + size_t(i) * slot_bytes_);
     uint32_t w = s->word.load();
     if (PhaseOf(w) != kFree) continue;
+    s->heartbeat_ns.store(NowNs());  // before the claim: a fresh slot is not "silent"
     if (s->word.compare_exchange_strong(w, Word(GenOf(w), kIdle))) {
-      s->heartbeat_ns.store(NowNs());
       s->pid.store(getpid());
       slot_ = i;
       gen_ = GenOf(w);

@@ -1,0 +1,388 @@
+"""Self-play stepping throughput and latency: one kaiwu_infer InferenceServer vs
+every actor running onnxruntime itself vs a kaiwu_infer Session per actor.
+
+Actors step a cheap fake environment with an IMPALA-style ResNet+LSTM policy and
+an MLP policy: 64 and 256 in-process actors (threads, one env each) and 4
+processes x 32 envs. All modes run on the same cores in the same run. Also
+measures the MLP-policy queries/s ceiling of one server.
+
+    PYTHONPATH=python python bench/bench_server.py [--seconds 3] [--quick]
+
+Writes bench/results/server.md and server.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+
+IMPALA_OBS = (3, 32, 32)
+MLP_OBS = (64,)
+HID = 128
+ACT = 15
+
+
+# ------------------------------------------------------------------ policies
+
+def build_policies(outdir: str) -> dict:
+    """Exports the two policies to ONNX; returns {name: (path, obs_shape, has_state)}."""
+    import torch
+
+    class ResBlock(torch.nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(c, c, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(c, c, 3, padding=1)
+
+        def forward(self, x):
+            return x + self.c2(torch.relu(self.c1(torch.relu(x))))
+
+    class Impala(torch.nn.Module):  # IMPALA "deep" encoder, one res block per stage
+        def __init__(self):
+            super().__init__()
+            layers, cin = [], IMPALA_OBS[0]
+            for c in (16, 32, 32):
+                layers += [torch.nn.Conv2d(cin, c, 3, padding=1), torch.nn.MaxPool2d(3, 2, 1), ResBlock(c)]
+                cin = c
+            self.enc = torch.nn.Sequential(*layers)
+            self.fc = torch.nn.Linear(32 * 4 * 4, HID)
+            self.lstm = torch.nn.LSTM(HID, HID)
+            self.pi = torch.nn.Linear(HID, ACT)
+            self.v = torch.nn.Linear(HID, 1)
+
+        def forward(self, obs, h0, c0):
+            x = torch.relu(self.enc(obs)).flatten(1)
+            x = torch.relu(self.fc(x)).unsqueeze(0)
+            y, (hn, cn) = self.lstm(x, (h0, c0))
+            y = y.squeeze(0)
+            return self.pi(y), self.v(y), hn, cn
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(MLP_OBS[0], 256), torch.nn.ReLU(),
+                                           torch.nn.Linear(256, 256), torch.nn.ReLU())
+            self.pi = torch.nn.Linear(256, ACT)
+            self.v = torch.nn.Linear(256, 1)
+
+        def forward(self, obs):
+            x = self.net(obs)
+            return self.pi(x), self.v(x)
+
+    torch.manual_seed(0)
+    out = {}
+    b = 2
+    p = os.path.join(outdir, "impala_lstm.onnx")
+    torch.onnx.export(Impala().eval(), (torch.randn(b, *IMPALA_OBS), torch.zeros(1, b, HID), torch.zeros(1, b, HID)),
+                      p, dynamo=False, input_names=["obs", "h0", "c0"],
+                      output_names=["logits", "value", "hn", "cn"], opset_version=17,
+                      dynamic_axes={"obs": {0: "batch"}, "h0": {1: "batch"}, "c0": {1: "batch"},
+                                    "logits": {0: "batch"}, "value": {0: "batch"},
+                                    "hn": {1: "batch"}, "cn": {1: "batch"}})
+    out["impala_lstm"] = (p, IMPALA_OBS, True)
+    p = os.path.join(outdir, "mlp.onnx")
+    torch.onnx.export(MLP().eval(), (torch.randn(b, *MLP_OBS),), p, dynamo=False, input_names=["obs"],
+                      output_names=["logits", "value"], opset_version=17,
+                      dynamic_axes={"obs": {0: "batch"}, "logits": {0: "batch"}, "value": {0: "batch"}})
+    out["mlp"] = (p, MLP_OBS, False)
+    return out
+
+
+# ------------------------------------------------------------------ fake env
+
+class FakeEnv:
+    """n envs; a step costs a few microseconds of numpy."""
+
+    def __init__(self, n, obs_shape, seed):
+        self.rng = np.random.default_rng(seed)
+        self.obs = self.rng.standard_normal((n, *obs_shape)).astype(np.float32)
+        self.t = np.zeros(n, np.int64)
+
+    def step(self, logits):
+        a = logits.argmax(-1).astype(np.float32)
+        self.obs *= 0.9
+        self.obs += 0.01 * a.reshape(-1, *([1] * (self.obs.ndim - 1)))
+        self.t += 1
+        done = self.rng.random(len(self.t)) < 0.01
+        return done
+
+
+# ------------------------------------------------------------------ actors
+
+def _lat_stats(lat):
+    lat = np.asarray(lat) * 1e6
+    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def actor_loop(step_fn, env, seconds, lat, counts, start_evt, stop_at):
+    start_evt.wait()
+    done = np.zeros(len(env.t), bool)
+    n = 0
+    while True:
+        t0 = time.perf_counter()
+        if t0 >= stop_at[0]:
+            break
+        logits = step_fn(env.obs, done)
+        t1 = time.perf_counter()
+        if t0 >= stop_at[1]:  # after warm-up
+            lat.append(t1 - t0)
+            n += len(env.t)
+        done = env.step(logits)
+    counts.append(n)
+
+
+def run_threads(mode, policy, n_actors, seconds, threads):
+    import kaiwu_infer as ki
+
+    path, obs_shape, stateful = policy
+    steps = []
+    if mode == "server":
+        srv = ki.InferenceServer(path, threads=threads, state={"h0": "hn", "c0": "cn"} if stateful else None)
+
+        def make(a):
+            def f(obs, done):
+                return srv.infer(a, {"obs": obs}, done=done)["logits"]
+            return f
+    elif mode == "kaiwu_per_actor":
+        sessions = [ki.Session(path, threads=1) for _ in range(n_actors)]
+        make = lambda a: _session_step(sessions[a].run, stateful, 1)  # noqa: E731
+    else:  # onnxruntime, one session per actor
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        sessions = [ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]) for _ in range(n_actors)]
+        make = lambda a: _session_step(lambda feeds, s=sessions[a]: dict(zip(["logits", "value", "hn", "cn"], s.run(None, feeds))), stateful, 1)  # noqa: E731
+    envs = [FakeEnv(1, obs_shape, a) for a in range(n_actors)]
+    lats = [[] for _ in range(n_actors)]
+    counts = []
+    start = threading.Event()
+    now = time.perf_counter()
+    warm = 0.5
+    stop_at = [0.0, 0.0]
+    ts = [threading.Thread(target=actor_loop, args=(make(a), envs[a], seconds, lats[a], counts, start, stop_at))
+          for a in range(n_actors)]
+    [t.start() for t in ts]
+    now = time.perf_counter()
+    stop_at[1] = now + warm
+    stop_at[0] = now + warm + seconds
+    if mode == "server":
+        srv.reset_stats()
+    start.set()
+    [t.join() for t in ts]
+    res = _summarize(counts, lats, seconds)
+    if mode == "server":
+        st = srv.stats()
+        res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
+                                            "run_mean_us", "batches")}
+        srv.close()
+    return res
+
+
+def _session_step(run, stateful, rows):
+    if not stateful:
+        return lambda obs, done: run({"obs": obs})["logits"]
+    h = np.zeros((1, rows, HID), np.float32)
+    c = np.zeros((1, rows, HID), np.float32)
+    st = [h, c]
+
+    def f(obs, done):
+        if done.any():
+            st[0][:, done] = 0
+            st[1][:, done] = 0
+        r = run({"obs": obs, "h0": st[0], "c0": st[1]})
+        st[0], st[1] = np.ascontiguousarray(r["hn"]), np.ascontiguousarray(r["cn"])
+        return r["logits"]
+    return f
+
+
+def _summarize(counts, lats, seconds):
+    all_lat = [x for l in lats for x in l]
+    p50, p99 = _lat_stats(all_lat) if all_lat else (0.0, 0.0)
+    return {"steps_per_s": sum(counts) / seconds, "p50_us": p50, "p99_us": p99}
+
+
+# ------------------------------------------------------------------ processes
+
+def proc_main(mode, path, obs_shape, stateful, rows, seconds, shm_name, q, go, seed):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import kaiwu_infer as ki
+
+    if mode == "server":
+        c = ki.connect(shm_name, timeout=60)
+        step = lambda obs, done: c.infer({"obs": obs}, done=done, copy=False)["logits"]  # noqa: E731
+    elif mode == "kaiwu_per_actor":
+        s = ki.Session(path, threads=1)
+        step = _session_step(s.run, stateful, rows)
+    else:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in s.get_outputs()]
+        step = _session_step(lambda feeds: dict(zip(names, s.run(None, feeds))), stateful, rows)
+    env = FakeEnv(rows, obs_shape, seed)
+    step(env.obs, np.zeros(rows, bool))  # warm
+    q.put(("ready", None))
+    t_start = go.get()
+    lat, counts = [], []
+    ev = threading.Event()
+    ev.set()
+    actor_loop(step, env, seconds, lat, counts, ev, [t_start + 0.5 + seconds, t_start + 0.5])
+    q.put(("done", (counts[0], lat)))
+
+
+def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
+    import kaiwu_infer as ki
+
+    path, obs_shape, stateful = policy
+    ctx = mp.get_context("spawn")
+    q, gos = ctx.Queue(), [ctx.Queue() for _ in range(n_procs)]
+    srv, name = None, None
+    if mode == "server":
+        srv = ki.InferenceServer(path, threads=threads, state={"h0": "hn", "c0": "cn"} if stateful else None)
+        name = srv.serve_shm(max_clients=n_procs, max_rows=rows)
+    ps = [ctx.Process(target=proc_main, args=(mode, path, obs_shape, stateful, rows, seconds, name, q, gos[i], i))
+          for i in range(n_procs)]
+    [p.start() for p in ps]
+    for _ in ps:
+        assert q.get(timeout=120)[0] == "ready"
+    if srv:
+        srv.reset_stats()
+    t0 = time.perf_counter()
+    # perf_counter is CLOCK_MONOTONIC on Linux: comparable across processes
+    for g in gos:
+        g.put(t0)
+    counts, lats = [], []
+    for _ in ps:
+        kind, (n, lat) = q.get(timeout=120 + seconds)
+        counts.append(n)
+        lats.append(lat)
+    [p.join(30) for p in ps]
+    res = _summarize(counts, lats, seconds)
+    if srv:
+        st = srv.stats()
+        res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
+                                            "run_mean_us", "batches")}
+        srv.close()
+    return res
+
+
+# ------------------------------------------------------------------ main
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--quick", action="store_true", help="MLP only, 64 actors")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = ap.parse_args()
+    import tempfile
+
+    import kaiwu_infer as ki
+
+    cores = os.cpu_count()
+    threads = cores  # server session threads: every core
+    tmp = tempfile.mkdtemp()
+    policies = build_policies(tmp)
+    modes = ["server", "kaiwu_per_actor", "onnxruntime_per_actor"]
+    results = []
+    configs = []
+    for pname in (["mlp"] if args.quick else ["impala_lstm", "mlp"]):
+        for n in ([64] if args.quick else [64, 256]):
+            configs.append((pname, f"{n} threads x 1 env", ("threads", n)))
+        if not args.quick:
+            configs.append((pname, "4 processes x 32 envs", ("procs", 4, 32)))
+    for pname, label, cfg in configs:
+        for mode in modes:
+            t = time.time()
+            if cfg[0] == "threads":
+                r = run_threads(mode, policies[pname], cfg[1], args.seconds, threads)
+            else:
+                r = run_procs(mode, policies[pname], cfg[1], cfg[2], args.seconds, threads)
+            r.update(policy=pname, actors=label, mode=mode, wall_s=time.time() - t)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+
+    # MLP queries/s ceiling: 1-row requests from many shm client processes and from threads.
+    ceiling = []
+    for n_procs in ([4] if args.quick else [4, 8]):
+        r = run_procs("server", policies["mlp"], n_procs, 1, args.seconds, threads)
+        r.update(what=f"{n_procs} processes x 1 row (shm)")
+        ceiling.append(r)
+        print(json.dumps(r), flush=True)
+    r = run_threads("server", policies["mlp"], 64, args.seconds, threads)
+    r.update(what="64 threads x 1 row (in-process)")
+    ceiling.append(r)
+    print(json.dumps(r), flush=True)
+    # Raw engine time per batch of 256 (what batching alone could reach).
+    s = ki.Session(policies["mlp"][0], threads=threads)
+    x = np.random.default_rng(0).standard_normal((256, *MLP_OBS)).astype(np.float32)
+    for _ in range(20):
+        s.run({"obs": x})
+    t0 = time.perf_counter()
+    reps = 200
+    for _ in range(reps):
+        s.run({"obs": x})
+    engine_rows_s = reps * 256 / (time.perf_counter() - t0)
+
+    meta = {
+        "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''} cores={cores}",
+        "python": sys.version.split()[0],
+        "command": "PYTHONPATH=python python bench/bench_server.py " + " ".join(sys.argv[1:]),
+        "server_threads": threads,
+        "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",
+        "seconds_per_run": args.seconds,
+        "server_options": "max_batch=256, max_wait_us=500, workers=1, pad_batches=True",
+        "mlp_engine_rows_per_s_batch256": engine_rows_s,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "server.json"), "w") as f:
+        json.dump({"meta": meta, "results": results, "ceiling": ceiling}, f, indent=1)
+    lines = ["# InferenceServer benchmark", ""]
+    for k, v in meta.items():
+        lines.append(f"- {k}: {v}")
+    lines += ["", "Steps/s = env steps (rows) per second over all actors; latency = one actor's",
+              "policy call (queueing included), p50/p99 over all calls.", "",
+              "| policy | actors | mode | steps/s | p50 us | p99 us | server mean batch | server queue wait p50/p99 us |",
+              "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in results:
+        s = r.get("server")
+        lines.append(f"| {r['policy']} | {r['actors']} | {r['mode']} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | "
+                     f"{r['p99_us']:.0f} | {s['mean_batch_rows']:.1f} |" if s else
+                     f"| {r['policy']} | {r['actors']} | {r['mode']} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | "
+                     f"{r['p99_us']:.0f} | - |")
+        if s:
+            lines[-1] += f" {s['queue_wait_p50_us']:.0f} / {s['queue_wait_p99_us']:.0f} |"
+        else:
+            lines[-1] += " - |"
+    lines += ["", "## MLP queries/s ceiling of one server", "",
+              "| clients | queries/s | p50 us | p99 us | mean batch | batch run mean us |", "|---|---:|---:|---:|---:|---:|"]
+    for r in ceiling:
+        s = r["server"]
+        lines.append(f"| {r['what']} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
+                     f"{s['mean_batch_rows']:.1f} | {s['run_mean_us']:.0f} |")
+    lines.append(f"\nEngine alone, MLP batch 256: {engine_rows_s:.0f} rows/s.")
+    with open(os.path.join(args.out, "server.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
