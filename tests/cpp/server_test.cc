@@ -1,8 +1,11 @@
 // InferenceServer core: batching across actor threads, per-actor state with
 // the batch on axis 1, done flags, versions, bad feeds, close.
 #include "runtime/server.h"
+#include "runtime/server_shm.h"
 
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <thread>
 
@@ -143,6 +146,38 @@ TEST(Server, VersionsBadFeedsAndClose) {
   srv.Close();
   auto rc = Request(4, &obs, 1);
   EXPECT_THROW(srv.Submit(rc), ServerError);
+}
+
+TEST(Server, ShmClientStepsThroughSharedMemory) {
+  ServerOptions o;
+  o.state = {{"h0", "hn"}};
+  auto srv = std::make_shared<InferenceServer>(Accumulator(), o);
+  const std::string name = "kaiwu_server_test_" + std::to_string(::getpid());
+  ShmServer shm(srv, name, 2, 4, 0);
+  ShmClient a(name, 5), b(name, 5);
+  EXPECT_THROW(ShmClient(name, 0.1), Error);  // both slots taken
+  ASSERT_EQ(a.inputs().size(), 1u);
+  ASSERT_EQ(a.outputs().size(), 2u);
+  EXPECT_EQ(a.outputs()[0].axis, 1);
+  for (int t = 1; t <= 3; ++t) {
+    float* in = static_cast<float*>(a.InputData(0));
+    for (int i = 0; i < 2 * kH; ++i) in[i] = 1.0f;
+    auto out = a.Step(2, {}, "");
+    ASSERT_EQ(out[0].shape, Shape({1, 2, kH}));
+    EXPECT_EQ(out[0].As<float>()[kH], float(t));  // state accumulates per row
+  }
+  auto out = a.Step(2, {1}, "");  // done: zeroed before the step
+  EXPECT_EQ(out[0].As<float>()[0], 1.0f);
+  try {
+    a.Step(2, {}, "missing");
+    FAIL() << "unknown version accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), StatusCode::kInput);
+  }
+  b.Close();
+  ShmClient c(name, 5);  // b's slot is free again
+  shm.Close();
+  EXPECT_THROW(c.Step(1, {}, ""), ServerError);
 }
 
 }  // namespace

@@ -158,12 +158,11 @@ def test_submit_future_and_reset(lstm_bytes):
     with ki.InferenceServer(sess, state=STATE, max_wait_us=100) as srv:
         obs = proc.obs_for(1, 0, 2, OBS)
         f = srv.submit(7, {"obs": obs})
-        seen = []
-        f.add_done_callback(lambda fut: seen.append(fut.done()))
+        seen, called = [], threading.Event()
+        f.add_done_callback(lambda fut: (seen.append(fut.done()), called.set()))
         r1 = f.result(timeout=30)
         assert f.done() and f.exception() is None
-        time.sleep(0.05)
-        assert seen == [True]
+        assert called.wait(30) and seen == [True]
         r2 = srv.infer(7, {"obs": obs})
         assert not np.allclose(r1["logits"], r2["logits"])  # state carried
         srv.reset(7)
@@ -430,10 +429,12 @@ def test_killed_client_is_reclaimed(lstm_bytes):
 def test_silent_client_is_reclaimed_and_closed_server_fails_clients(lstm_bytes):
     sess = ki.Session(lstm_bytes, threads=1)
     srv = ki.InferenceServer(sess, state=STATE)
-    name = srv.serve_shm(max_clients=1, client_timeout=0.3)
+    name = srv.serve_shm(max_clients=1, client_timeout=2.0)
     c = ki.connect(name)
     c.infer({"obs": proc.obs_for(5, 0, 1, OBS)})
-    time.sleep(1.0)  # silent longer than client_timeout: reclaimed
+    deadline = time.time() + 30  # silent longer than client_timeout: reclaimed
+    while srv.stats()["shm_clients"] > 0 and time.time() < deadline:
+        time.sleep(0.1)
     assert srv.stats()["shm_clients"] == 0
     with pytest.raises(ki.ServerClosedError, match="reclaimed"):
         c.infer({"obs": proc.obs_for(5, 0, 1, OBS)})

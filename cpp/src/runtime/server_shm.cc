@@ -398,16 +398,20 @@ ShmClient::ShmClient(const std::string& name, double timeout_s)
   max_clients_ = h->max_clients;
   Parse(std::string(h->desc, h->desc_len), &ins_, &outs_);
   KAIWU_CHECK(!h->closed.load(), StatusCode::kInput, "the inference server at '", name_, "' is closed");
-  for (int i = 0; i < max_clients_ && slot_ < 0; ++i) {
-    auto* s = reinterpret_cast<SlotHeader*>(base_ + h->slots_offset + size_t(i) * slot_bytes_);
-    uint32_t w = s->word.load();
-    if (PhaseOf(w) != kFree) continue;
-    s->heartbeat_ns.store(NowNs());  // before the claim: a fresh slot is not "silent"
-    if (s->word.compare_exchange_strong(w, Word(GenOf(w), kIdle))) {
-      s->pid.store(getpid());
-      slot_ = i;
-      gen_ = GenOf(w);
+  for (;;) {  // slots being given back or reclaimed free up within ~0.1 s
+    for (int i = 0; i < max_clients_ && slot_ < 0; ++i) {
+      auto* s = reinterpret_cast<SlotHeader*>(base_ + h->slots_offset + size_t(i) * slot_bytes_);
+      uint32_t w = s->word.load();
+      if (PhaseOf(w) != kFree) continue;
+      s->heartbeat_ns.store(NowNs());  // before the claim: a fresh slot is not "silent"
+      if (s->word.compare_exchange_strong(w, Word(GenOf(w), kIdle))) {
+        s->pid.store(getpid());
+        slot_ = i;
+        gen_ = GenOf(w);
+      }
     }
+    if (slot_ >= 0 || NowNs() > deadline || h->closed.load()) break;
+    usleep(5000);
   }
   if (slot_ < 0) {
     munmap(base_, total_bytes_);
