@@ -247,8 +247,13 @@ def test_version_errors(lstm_bytes):
         srv.add_version("a", {})
         with pytest.raises(ki.InputError, match="exists"):
             srv.add_version("a", {})
-        # A refused refit is not exercised here: raising RefitError currently crashes
-        # Session.refit itself on main (reported), and the server's refit goes the same way.
+        wname = next(iter(sess.weights_info))
+        with pytest.raises(ki.RefitError):  # refused: version 'a' unchanged, others untouched
+            srv.refit({wname: np.zeros((1,), np.float32)}, version="a")
+        with pytest.raises(ki.RefitError, match="not a weight"):
+            srv.refit({"nope": np.zeros((1,), np.float32)}, version="a", strict=True)
+        with pytest.raises(ki.RefitError, match="unknown weight version"):
+            srv.refit({}, version="zzz")
         srv.remove_version("a")
         assert srv.versions == ["base"]
         with pytest.raises(ki.InputError):
