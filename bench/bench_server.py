@@ -292,13 +292,15 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--quick", action="store_true", help="MLP only, 64 actors")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--server-threads", type=int, default=0, help="server session threads (0: all cores)")
+    ap.add_argument("--ceiling-only", action="store_true", help="only the MLP queries/s ceiling")
     args = ap.parse_args()
     import tempfile
 
     import kaiwu_infer as ki
 
     cores = os.cpu_count()
-    threads = cores  # server session threads: every core
+    threads = args.server_threads or cores  # server session threads (default: every core)
     tmp = tempfile.mkdtemp()
     policies = build_policies(tmp)
     modes = ["server", "kaiwu_per_actor", "onnxruntime_per_actor"]
@@ -309,7 +311,7 @@ def main():
             configs.append((pname, f"{n} threads x 1 env", ("threads", n)))
         if not args.quick:
             configs.append((pname, "4 processes x 32 envs", ("procs", 4, 32)))
-    for pname, label, cfg in configs:
+    for pname, label, cfg in ([] if args.ceiling_only else configs):
         for mode in modes:
             t = time.time()
             if cfg[0] == "threads":
@@ -354,7 +356,8 @@ def main():
         "mlp_engine_rows_per_s_batch256": engine_rows_s,
     }
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "server.json"), "w") as f:
+    stem = "server" if not args.ceiling_only else f"server_ceiling_t{threads}"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump({"meta": meta, "results": results, "ceiling": ceiling}, f, indent=1)
     lines = ["# InferenceServer benchmark", ""]
     for k, v in meta.items():
@@ -381,7 +384,7 @@ def main():
         lines.append(f"| {r['what']} | {r['queries_per_s']:.0f} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
                      f"{s['mean_batch_rows']:.1f} | {s['run_mean_us']:.0f} |")
     lines.append(f"\nEngine alone, MLP batch 256: {engine_rows_s:.0f} rows/s.")
-    with open(os.path.join(args.out, "server.md"), "w") as f:
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -101,7 +101,9 @@ class InferenceServer:
         pad_batches: round batch sizes up to a few buckets (1, 2, 4, 8, 12, 16, 24, ...)
             so the session compiles a bounded number of plans; pad rows are zeros
             and are dropped. Turn off for models that mix rows.
-        base_version: tag of the session's own weights in the version pool.
+        base_version: tag of the session's own weights in the version pool (the
+            weights it holds when the server starts; a later ``Session.refit`` does not
+            change the server's versions: use ``server.refit``).
 
     Requests: ``infer(actor_id, feeds, done=False, version=None)`` blocks and returns
     ``{output_name: array}`` for this actor's rows; ``submit`` returns a
@@ -110,7 +112,10 @@ class InferenceServer:
     State outputs are returned too (this actor's slice, batch axis as in the model)
     and are also consumed by the server. ``done`` (a bool or one flag per row) zeroes
     the state of those rows before the step. A recurrent actor has at most one
-    request in flight. Actor ids are ints in ``[0, 2**62)``.
+    request in flight. Actor ids are ints in ``[0, 2**62)``. An actor's recurrent state
+    does not depend on the version it names: switching versions mid-episode carries
+    the state over (``reset`` to start fresh). Requests are grouped into batches per
+    version (and per feature shape); a batch never mixes weights.
     """
 
     def __init__(
