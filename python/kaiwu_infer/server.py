@@ -223,7 +223,7 @@ class InferenceServer:
     def stats(self) -> dict:
         """Throughput (rows_per_s, requests_per_s over elapsed_s), batch_rows_hist
         {rows: batches}, queue_wait_p50_us / _p99_us (recent requests), run_mean_us,
-        per-version request and row counts, connected actors, queued requests."""
+        per-version request and row counts, connected actors, queued and running requests."""
         return self._server.stats()
 
     def reset_stats(self) -> None:

@@ -305,6 +305,7 @@ class PyServer {
     d["versions"] = pv;
     d["connected_actors"] = s.connected;
     d["queued_requests"] = s.queued;
+    d["running_requests"] = s.running;
     int shm_clients = 0;
     for (const auto& sh : shm_) shm_clients += sh->clients();
     d["shm_clients"] = shm_clients;

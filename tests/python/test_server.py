@@ -362,6 +362,36 @@ def test_close_fails_queued_and_later_requests(mlp_bytes):
     assert issubclass(ki.ServerClosedError, ki.KaiwuError)
 
 
+def _slow_bytes(dim=512, layers=6) -> bytes:
+    """A chain of MatMuls: a 256-row run takes a noticeable time."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits, nodes, x = [], [], "obs"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / dim**0.5).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"h{i}"]))
+        x = f"h{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    g = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", dim])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", dim])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_close_finishes_the_running_batch(mlp_bytes):
+    srv = ki.InferenceServer(_slow_bytes(), threads=1, max_batch=256, max_wait_us=30_000_000)
+    srv.infer(999, {"obs": np.zeros((256, 512), np.float32)})  # actor 999: connected, idle
+    big = srv.submit(1, {"obs": np.ones((256, 512), np.float32)})  # a full batch: runs now
+    deadline = time.time() + 30
+    while srv.stats()["running_requests"] == 0 and not big.done() and time.time() < deadline:
+        time.sleep(0.001)
+    queued = [srv.submit(a, {"obs": np.ones((1, 512), np.float32)}) for a in (2, 3)]
+    srv.close()  # the running batch finishes; the queued requests fail
+    assert big.result(timeout=30)["y"].shape == (256, 512)
+    for f in queued:
+        assert isinstance(f.exception(timeout=30), ki.ServerClosedError)
+
+
 # ---------------------------------------------------------------- processes
 
 def _ctx():

@@ -317,10 +317,12 @@ void InferenceServer::WorkerLoop() {
       states.push_back(std::move(st));
     }
     if (q.reqs.empty()) queues_.erase(best);
+    running_requests_ += static_cast<int>(batch.size());
     space_cv_.notify_all();
     lock.unlock();
     RunBatch(batch, states);
     lock.lock();
+    running_requests_ -= static_cast<int>(batch.size());
     for (auto& r : batch) {
       auto ait = actors_.find(r->actor);
       if (ait != actors_.end() && ait->second.serial == r->actor_serial) {
@@ -655,6 +657,7 @@ ServerStats InferenceServer::Stats() const {
   for (const auto& [tag, v] : versions_) s.per_version[tag] = {v.requests, v.rows};
   s.connected = static_cast<int>(actors_.size());
   for (const auto& [k, q] : queues_) s.queued += static_cast<int>(q.reqs.size());
+  s.running = running_requests_;
   return s;
 }
 

@@ -82,7 +82,7 @@ struct ServerStats {
   std::vector<uint64_t> batch_hist;   ///< index: rows in the batch (before padding)
   double wait_p50_us = 0, wait_p99_us = 0, run_mean_us = 0;
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_version;  ///< requests, rows
-  int connected = 0, queued = 0;
+  int connected = 0, queued = 0, running = 0;  ///< actors, queued / running requests
 };
 
 class InferenceServer {
@@ -174,6 +174,7 @@ class InferenceServer {
   std::unordered_map<int64_t, Actor> actors_;
   int queued_actors_ = 0, running_actors_ = 0;
   int64_t queued_rows_ = 0;
+  int running_requests_ = 0;
   std::map<std::string, Version> versions_;
   std::vector<std::string> version_order_;   ///< latest last
   std::atomic<bool> closed_{false};
