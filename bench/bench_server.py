@@ -30,76 +30,31 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
-IMPALA_OBS = (3, 32, 32)
-MLP_OBS = (64,)
-HID = 128
-ACT = 15
 
 
 # ------------------------------------------------------------------ policies
 
 def build_policies(outdir: str) -> dict:
-    """Exports the two policies to ONNX; returns {name: (path, obs_shape, has_state)}."""
-    import torch
+    """Exports the two policies to ONNX; returns {name: Policy}. Uses
+    tests/python/policies.py (impala_lstm: uint8 frames [B, 64, 64, 3] -> IMPALA ResNet
+    -> LSTM 256; mlp: obs [B, 64] -> 256 -> 256 -> 18 actions + value)."""
+    import policies
 
-    class ResBlock(torch.nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.c1 = torch.nn.Conv2d(c, c, 3, padding=1)
-            self.c2 = torch.nn.Conv2d(c, c, 3, padding=1)
-
-        def forward(self, x):
-            return x + self.c2(torch.relu(self.c1(torch.relu(x))))
-
-    class Impala(torch.nn.Module):  # IMPALA "deep" encoder, one res block per stage
-        def __init__(self):
-            super().__init__()
-            layers, cin = [], IMPALA_OBS[0]
-            for c in (16, 32, 32):
-                layers += [torch.nn.Conv2d(cin, c, 3, padding=1), torch.nn.MaxPool2d(3, 2, 1), ResBlock(c)]
-                cin = c
-            self.enc = torch.nn.Sequential(*layers)
-            self.fc = torch.nn.Linear(32 * 4 * 4, HID)
-            self.lstm = torch.nn.LSTM(HID, HID)
-            self.pi = torch.nn.Linear(HID, ACT)
-            self.v = torch.nn.Linear(HID, 1)
-
-        def forward(self, obs, h0, c0):
-            x = torch.relu(self.enc(obs)).flatten(1)
-            x = torch.relu(self.fc(x)).unsqueeze(0)
-            y, (hn, cn) = self.lstm(x, (h0, c0))
-            y = y.squeeze(0)
-            return self.pi(y), self.v(y), hn, cn
-
-    class MLP(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(MLP_OBS[0], 256), torch.nn.ReLU(),
-                                           torch.nn.Linear(256, 256), torch.nn.ReLU())
-            self.pi = torch.nn.Linear(256, ACT)
-            self.v = torch.nn.Linear(256, 1)
-
-        def forward(self, obs):
-            x = self.net(obs)
-            return self.pi(x), self.v(x)
-
-    torch.manual_seed(0)
     out = {}
-    b = 2
-    p = os.path.join(outdir, "impala_lstm.onnx")
-    torch.onnx.export(Impala().eval(), (torch.randn(b, *IMPALA_OBS), torch.zeros(1, b, HID), torch.zeros(1, b, HID)),
-                      p, dynamo=False, input_names=["obs", "h0", "c0"],
-                      output_names=["logits", "value", "hn", "cn"], opset_version=17,
-                      dynamic_axes={"obs": {0: "batch"}, "h0": {1: "batch"}, "c0": {1: "batch"},
-                                    "logits": {0: "batch"}, "value": {0: "batch"},
-                                    "hn": {1: "batch"}, "cn": {1: "batch"}})
-    out["impala_lstm"] = (p, IMPALA_OBS, True)
-    p = os.path.join(outdir, "mlp.onnx")
-    torch.onnx.export(MLP().eval(), (torch.randn(b, *MLP_OBS),), p, dynamo=False, input_names=["obs"],
-                      output_names=["logits", "value"], opset_version=17,
-                      dynamic_axes={"obs": {0: "batch"}, "logits": {0: "batch"}, "value": {0: "batch"}})
-    out["mlp"] = (p, MLP_OBS, False)
+    for name in ("impala_lstm", "mlp"):
+        path = policies.export_onnx(name, os.path.join(outdir, name + ".onnx"))
+        feeds = policies.make_inputs(name, 1)
+        obs_name = "frames" if name == "impala_lstm" else "obs"
+        obs = feeds[obs_name]
+        hid = feeds["h0"].shape[-1] if "h0" in feeds else 0
+        out[name] = Policy(path, obs_name, obs.shape[1:], obs.dtype, hid > 0, hid)
     return out
+
+
+class Policy:
+    def __init__(self, path, obs_name, obs_shape, dtype, stateful, hidden):
+        self.path, self.obs_name, self.obs_shape, self.dtype = path, obs_name, tuple(obs_shape), dtype
+        self.stateful, self.hidden = stateful, hidden
 
 
 # ------------------------------------------------------------------ fake env
@@ -107,18 +62,23 @@ def build_policies(outdir: str) -> dict:
 class FakeEnv:
     """n envs; a step costs a few microseconds of numpy."""
 
-    def __init__(self, n, obs_shape, seed):
+    def __init__(self, n, policy, seed):
         self.rng = np.random.default_rng(seed)
-        self.obs = self.rng.standard_normal((n, *obs_shape)).astype(np.float32)
+        if policy.dtype == np.uint8:
+            self.obs = self.rng.integers(0, 256, (n, *policy.obs_shape)).astype(np.uint8)
+        else:
+            self.obs = self.rng.standard_normal((n, *policy.obs_shape)).astype(policy.dtype)
         self.t = np.zeros(n, np.int64)
 
     def step(self, logits):
-        a = logits.argmax(-1).astype(np.float32)
-        self.obs *= 0.9
-        self.obs += 0.01 * a.reshape(-1, *([1] * (self.obs.ndim - 1)))
+        a = logits.argmax(-1).reshape(-1, *([1] * (self.obs.ndim - 1)))
+        if self.obs.dtype == np.uint8:
+            self.obs[:, :1] += a.astype(np.uint8)  # wraps; touches one image row
+        else:
+            self.obs *= 0.9
+            self.obs += 0.01 * a.astype(self.obs.dtype)
         self.t += 1
-        done = self.rng.random(len(self.t)) < 0.01
-        return done
+        return self.rng.random(len(self.t)) < 0.01
 
 
 # ------------------------------------------------------------------ actors
@@ -145,21 +105,24 @@ def actor_loop(step_fn, env, seconds, lat, counts, start_evt, stop_at):
     counts.append(n)
 
 
+WORKERS = [1]
+
+
 def run_threads(mode, policy, n_actors, seconds, threads):
     import kaiwu_infer as ki
 
-    path, obs_shape, stateful = policy
-    steps = []
+    path, stateful, on = policy.path, policy.stateful, policy.obs_name
     if mode == "server":
-        srv = ki.InferenceServer(path, threads=threads, state={"h0": "hn", "c0": "cn"} if stateful else None)
+        srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0],
+                                 state={"h0": "hn", "c0": "cn"} if stateful else None)
 
         def make(a):
             def f(obs, done):
-                return srv.infer(a, {"obs": obs}, done=done)["logits"]
+                return srv.infer(a, {on: obs}, done=done)["logits"]
             return f
     elif mode == "kaiwu_per_actor":
         sessions = [ki.Session(path, threads=1) for _ in range(n_actors)]
-        make = lambda a: _session_step(sessions[a].run, stateful, 1)  # noqa: E731
+        make = lambda a: _session_step(sessions[a].run, policy, 1)  # noqa: E731
     else:  # onnxruntime, one session per actor
         import onnxruntime as ort
 
@@ -167,8 +130,8 @@ def run_threads(mode, policy, n_actors, seconds, threads):
         so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1
         sessions = [ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]) for _ in range(n_actors)]
-        make = lambda a: _session_step(lambda feeds, s=sessions[a]: dict(zip(["logits", "value", "hn", "cn"], s.run(None, feeds))), stateful, 1)  # noqa: E731
-    envs = [FakeEnv(1, obs_shape, a) for a in range(n_actors)]
+        make = lambda a: _session_step(lambda feeds, s=sessions[a]: dict(zip(["logits", "value", "hn", "cn"], s.run(None, feeds))), policy, 1)  # noqa: E731
+    envs = [FakeEnv(1, policy, a) for a in range(n_actors)]
     lats = [[] for _ in range(n_actors)]
     counts = []
     start = threading.Event()
@@ -194,18 +157,19 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     return res
 
 
-def _session_step(run, stateful, rows):
-    if not stateful:
-        return lambda obs, done: run({"obs": obs})["logits"]
-    h = np.zeros((1, rows, HID), np.float32)
-    c = np.zeros((1, rows, HID), np.float32)
+def _session_step(run, policy, rows):
+    on = policy.obs_name
+    if not policy.stateful:
+        return lambda obs, done: run({on: obs})["logits"]
+    h = np.zeros((1, rows, policy.hidden), np.float32)
+    c = np.zeros((1, rows, policy.hidden), np.float32)
     st = [h, c]
 
     def f(obs, done):
         if done.any():
             st[0][:, done] = 0
             st[1][:, done] = 0
-        r = run({"obs": obs, "h0": st[0], "c0": st[1]})
+        r = run({on: obs, "h0": st[0], "c0": st[1]})
         st[0], st[1] = np.ascontiguousarray(r["hn"]), np.ascontiguousarray(r["cn"])
         return r["logits"]
     return f
@@ -219,16 +183,17 @@ def _summarize(counts, lats, seconds):
 
 # ------------------------------------------------------------------ processes
 
-def proc_main(mode, path, obs_shape, stateful, rows, seconds, shm_name, q, go, seed):
+def proc_main(mode, policy, rows, seconds, shm_name, q, go, seed):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import kaiwu_infer as ki
 
+    path, on = policy.path, policy.obs_name
     if mode == "server":
         c = ki.connect(shm_name, timeout=60)
-        step = lambda obs, done: c.infer({"obs": obs}, done=done, copy=False)["logits"]  # noqa: E731
+        step = lambda obs, done: c.infer({on: obs}, done=done, copy=False)["logits"]  # noqa: E731
     elif mode == "kaiwu_per_actor":
         s = ki.Session(path, threads=1)
-        step = _session_step(s.run, stateful, rows)
+        step = _session_step(s.run, policy, rows)
     else:
         import onnxruntime as ort
 
@@ -237,8 +202,8 @@ def proc_main(mode, path, obs_shape, stateful, rows, seconds, shm_name, q, go, s
         so.inter_op_num_threads = 1
         s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         names = [o.name for o in s.get_outputs()]
-        step = _session_step(lambda feeds: dict(zip(names, s.run(None, feeds))), stateful, rows)
-    env = FakeEnv(rows, obs_shape, seed)
+        step = _session_step(lambda feeds: dict(zip(names, s.run(None, feeds))), policy, rows)
+    env = FakeEnv(rows, policy, seed)
     step(env.obs, np.zeros(rows, bool))  # warm
     q.put(("ready", None))
     t_start = go.get()
@@ -252,14 +217,15 @@ def proc_main(mode, path, obs_shape, stateful, rows, seconds, shm_name, q, go, s
 def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     import kaiwu_infer as ki
 
-    path, obs_shape, stateful = policy
+    path, stateful = policy.path, policy.stateful
     ctx = mp.get_context("spawn")
     q, gos = ctx.Queue(), [ctx.Queue() for _ in range(n_procs)]
     srv, name = None, None
     if mode == "server":
-        srv = ki.InferenceServer(path, threads=threads, state={"h0": "hn", "c0": "cn"} if stateful else None)
+        srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0],
+                                 state={"h0": "hn", "c0": "cn"} if stateful else None)
         name = srv.serve_shm(max_clients=n_procs, max_rows=rows)
-    ps = [ctx.Process(target=proc_main, args=(mode, path, obs_shape, stateful, rows, seconds, name, q, gos[i], i))
+    ps = [ctx.Process(target=proc_main, args=(mode, policy, rows, seconds, name, q, gos[i], i))
           for i in range(n_procs)]
     [p.start() for p in ps]
     for _ in ps:
@@ -294,6 +260,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--server-threads", type=int, default=0, help="server session threads (0: all cores)")
     ap.add_argument("--ceiling-only", action="store_true", help="only the MLP queries/s ceiling")
+    ap.add_argument("--workers", type=int, default=1, help="server batch workers")
+    ap.add_argument("--sweep", action="store_true", help="server only: impala_lstm 64 threads and 4x32")
     args = ap.parse_args()
     import tempfile
 
@@ -301,6 +269,15 @@ def main():
 
     cores = os.cpu_count()
     threads = args.server_threads or cores  # server session threads (default: every core)
+    WORKERS[0] = args.workers
+    if args.sweep:
+        policies = build_policies(tempfile.mkdtemp())
+        for n in (64,):
+            r = run_threads("server", policies["impala_lstm"], n, args.seconds, threads)
+            print(f"SWEEP threads={threads} workers={args.workers} impala {n} threads: {r}", flush=True)
+        r = run_procs("server", policies["impala_lstm"], 4, 32, args.seconds, threads)
+        print(f"SWEEP threads={threads} workers={args.workers} impala 4x32: {r}", flush=True)
+        return
     tmp = tempfile.mkdtemp()
     policies = build_policies(tmp)
     modes = ["server", "kaiwu_per_actor", "onnxruntime_per_actor"]
@@ -335,8 +312,8 @@ def main():
     ceiling.append(r)
     print(json.dumps(r), flush=True)
     # Raw engine time per batch of 256 (what batching alone could reach).
-    s = ki.Session(policies["mlp"][0], threads=threads)
-    x = np.random.default_rng(0).standard_normal((256, *MLP_OBS)).astype(np.float32)
+    s = ki.Session(policies["mlp"].path, threads=threads)
+    x = np.random.default_rng(0).standard_normal((256, *policies["mlp"].obs_shape)).astype(np.float32)
     for _ in range(20):
         s.run({"obs": x})
     t0 = time.perf_counter()
@@ -352,7 +329,7 @@ def main():
         "server_threads": threads,
         "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",
         "seconds_per_run": args.seconds,
-        "server_options": "max_batch=256, max_wait_us=500, workers=1, pad_batches=True",
+        "server_options": f"max_batch=256, max_wait_us=500, workers={args.workers}, pad_batches=True",
         "mlp_engine_rows_per_s_batch256": engine_rows_s,
     }
     os.makedirs(args.out, exist_ok=True)
