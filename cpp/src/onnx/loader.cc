@@ -59,7 +59,7 @@ class Importer {
     for (const auto& out : g.output()) {
       int id = graph_.Find(out.name());
       if (id < 0) Fail(StatusCode::kModel, "graph output '", out.name(), "' has no producer");
-      ApplyType(out, &graph_.values[id]);
+      if (out.has_type()) ApplyType(out, &graph_.values[id]);
       graph_.outputs.push_back(id);
     }
     for (const auto& vi : g.value_info()) {

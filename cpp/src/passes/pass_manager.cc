@@ -1,9 +1,33 @@
 #include "passes/pass_manager.h"
 
+#include "passes/rules.h"
+
 namespace kaiwu {
 
+namespace {
+struct Rule {
+  const char* name;
+  int (*apply)(Graph*);
+};
+// Order matters within a sweep: BatchNorm folds before activations fuse into Conv.
+constexpr Rule kRules[] = {
+    {"eliminate_identity", EliminateIdentity},
+    {"fold_conv_batchnorm", FoldConvBatchNorm},
+    {"fuse_activation", FuseActivation},
+};
+}  // namespace
+
 void Optimize(Graph* graph, PassStats* stats) {
-  (void)stats;
+  graph->RemoveDeadNodes();
+  for (int sweep = 0; sweep < 8; ++sweep) {
+    int changed = 0;
+    for (const Rule& rule : kRules) {
+      int n = rule.apply(graph);
+      if (n) stats->fired[rule.name] += n;
+      changed += n;
+    }
+    if (!changed) break;
+  }
   graph->RemoveDeadNodes();
 }
 

@@ -1,0 +1,29 @@
+// Small graph-surgery helpers shared by rewrite rules.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kaiwu {
+
+/// Adds a structural constant and returns its value id.
+int AddConstant(Graph* g, Tensor t, const std::string& name_hint);
+/// Adds an empty runtime value (its producer is added by the caller).
+int AddIntermediate(Graph* g, const std::string& name_hint);
+/// Adds a node computing `op_type` over `inputs`, returning its single output id.
+int AddOp(Graph* g, const std::string& op_type, std::vector<int> inputs, const std::string& name_hint);
+/// Makes every reader of `from` (and the graph outputs) read `to` instead.
+void ReplaceUses(Graph* g, int from, int to);
+/// How many node inputs and graph outputs read each value.
+std::vector<int> UseCounts(const Graph& g);
+/// Values known without any graph input: weights, constants and nodes over them.
+std::vector<bool> StaticValues(const Graph& g);
+bool IsGraphOutput(const Graph& g, int v);
+/// Marks a node for removal (it reads and writes nothing from now on).
+void MarkRemoved(Node* n);
+/// Drops marked nodes and re-verifies the graph.
+void RemoveMarkedNodes(Graph* g);
+
+}  // namespace kaiwu
