@@ -37,6 +37,7 @@ import kaiwu_infer
 import kaiwu_infer.torch as kt
 
 SOLVED = 475.0
+GAMMA = 0.98
 
 
 class Policy(nn.Module):
@@ -177,8 +178,8 @@ def collect(sess, actors: Actors, horizon: int, gamma: float, rng, t: Timers) ->
     return buf
 
 
-def ppo_update(policy: Policy, opt, buf: Rollout, *, gamma=0.99, lam=0.95, epochs=4,
-               minibatch=512, clip=0.2, vf_coef=0.5, ent_coef=0.01, rng=None):
+def ppo_update(policy: Policy, opt, buf: Rollout, *, gamma=0.98, lam=0.8, epochs=20,
+               minibatch=256, clip=0.2, vf_coef=0.5, ent_coef=0.0, rng=None):
     """GAE advantages, then PPO-clip epochs over shuffled minibatches."""
     horizon, n = buf.rewards.shape
     adv = np.zeros((horizon, n), np.float32)
@@ -224,7 +225,7 @@ def mean_last(episodes, k=20) -> float:
 
 
 def train(*, n_envs=16, horizon=32, max_seconds=180.0, max_iters=2000, seed=0, lr=1e-3,
-          anneal_steps=400_000, minibatch=128, epochs=4, threads=1, progress=True, log=print):
+          anneal_steps=150_000, minibatch=256, epochs=20, threads=1, progress=True, log=print):
     """Runs the loop; returns a dict with the episodes, timers and iteration records."""
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -250,12 +251,12 @@ def train(*, n_envs=16, horizon=32, max_seconds=180.0, max_iters=2000, seed=0, l
     it = 0
     try:
         for it in range(1, max_iters + 1):
-            buf = collect(sess, actors, horizon, 0.99, rng, t)
+            buf = collect(sess, actors, horizon, GAMMA, rng, t)
             t0 = time.perf_counter()
             frac = max(0.0, 1.0 - actors.steps / anneal_steps)
             for g in opt.param_groups:
                 g["lr"] = lr * max(frac, 0.05)
-            ppo_update(policy, opt, buf, rng=rng, minibatch=minibatch, epochs=epochs)
+            ppo_update(policy, opt, buf, rng=rng, gamma=GAMMA, minibatch=minibatch, epochs=epochs)
             t.learn += time.perf_counter() - t0
             t0 = time.perf_counter()
             sess.refit(policy.state_dict())
@@ -326,8 +327,8 @@ def main(argv=None):
     p.add_argument("--envs", type=int, default=16)
     p.add_argument("--horizon", type=int, default=32, help="env steps per actor per update")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--minibatch", type=int, default=128)
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--minibatch", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--max-seconds", type=float, default=180.0)
     p.add_argument("--max-iters", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)

@@ -39,6 +39,7 @@ import io
 import itertools
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -356,6 +357,18 @@ def _export_bytes(module, args, *, input_names, output_names, dynamic_axes, opse
     import torch
 
     buf = io.BytesIO()
+    with warnings.catch_warnings():
+        # the TorchScript exporter is chosen on purpose (initializers keep their names)
+        warnings.filterwarnings("ignore", message="You are using the legacy TorchScript")
+        warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+        _torch_onnx_export(torch, module, args, buf, input_names, output_names, dynamic_axes,
+                           opset, constant_folding, export_kwargs)
+    return buf.getvalue()
+
+
+def _torch_onnx_export(torch, module, args, buf, input_names, output_names, dynamic_axes,
+                       opset, constant_folding, export_kwargs):
     torch.onnx.export(
         module,
         args,
@@ -369,7 +382,6 @@ def _export_bytes(module, args, *, input_names, output_names, dynamic_axes, opse
         dynamo=False,
         **export_kwargs,
     )
-    return buf.getvalue()
 
 
 def _rnn_note(mod, key_leaf: str) -> str | None:
