@@ -295,8 +295,9 @@ class Refitter:
         self.refit_map = refit_map if refit_map is not None else (
             RefitMap.from_model(model) if model is not None else None
         )
+        self._engine_names = frozenset(sess.weights_info)
         if self.refit_map is not None:
-            info = sess.weights_info
+            info = self._engine_names
             missing = [n for n in self.refit_map.onnx_names if n not in info]
             if missing:
                 raise RefitError(
@@ -313,7 +314,7 @@ class Refitter:
 
         m = self.refit_map
         if m is None or name_map is not None or not m.looks_like_state_dict(
-            weights.keys() if isinstance(weights, Mapping) else (), self.session.weights_info
+            weights.keys() if isinstance(weights, Mapping) else (), self._engine_names
         ):
             return self.session.refit(weights, strict=strict, check_finite=check_finite,
                                       name_map=name_map)
