@@ -168,6 +168,16 @@ class RefitMap:
             s = self.__dict__["_ign"] = set(self.ignorable)
         return s
 
+    @property
+    def _expected(self) -> dict:
+        """key -> (numpy dtype, shape tuple), computed once."""
+        e = self.__dict__.get("_exp")
+        if e is None:
+            e = self.__dict__["_exp"] = {
+                k: (np.dtype(v["dtype"]), tuple(v["shape"])) for k, v in self.keys.items()
+            }
+        return e
+
     def looks_like_state_dict(self, names: Iterable[str], engine_names: Iterable[str] = ()) -> bool:
         """True when `names` should be translated by this map rather than used as ONNX names:
         all are state_dict keys, or more of them are state_dict keys than engine names."""
@@ -215,12 +225,12 @@ class RefitMap:
             except Exception as e:  # noqa: BLE001
                 problems.append(f"'{name}' cannot be read as an array: {e}")
                 continue
-            want = self.keys[key]
-            if a.dtype != np.dtype(want["dtype"]):
-                problems.append(f"'{name}' has dtype {a.dtype}, expected {want['dtype']}")
+            dtype, shape = self._expected[key]
+            if a.dtype != dtype:
+                problems.append(f"'{name}' has dtype {a.dtype}, expected {dtype}")
                 continue
-            if list(a.shape) != list(want["shape"]):
-                problems.append(f"'{name}' has shape {list(a.shape)}, expected {want['shape']}")
+            if a.shape != shape:
+                problems.append(f"'{name}' has shape {list(a.shape)}, expected {list(shape)}")
                 continue
             arrays[key] = a
         if strict:
