@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
-pytest.importorskip("kaiwu_infer")
+kaiwu_infer = pytest.importorskip("kaiwu_infer")
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NOTEBOOK = os.path.join(ROOT, "notebooks", "selfplay.ipynb")
@@ -19,7 +19,9 @@ NOTEBOOK = os.path.join(ROOT, "notebooks", "selfplay.ipynb")
 
 def test_selfplay_notebook_runs():
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    env_path = os.pathsep.join([os.path.join(ROOT, "python")] + sys.path)
+    # the kernel imports the same kaiwu_infer as this process (installed or a checkout)
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(kaiwu_infer.__file__)))
+    env_path = os.pathsep.join([pkg_parent] + [p for p in sys.path if p])
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = env_path  # the kernel is a subprocess
     try:
