@@ -342,11 +342,11 @@ def load(model: Any, **session_kwargs) -> Any:
     when it reads the refit map natively, else wrapped in a Refitter."""
     from .session import Session
 
-    proto = _load_model(model)
-    sess = Session(proto, **session_kwargs)
+    # a path goes to Session as a path, so that external data resolves next to it
+    sess = Session(model, **session_kwargs)
     if getattr(sess, "refit_map", None) is not None:
         return sess
-    return Refitter(sess, proto)
+    return Refitter(sess, model)
 
 
 # --------------------------------------------------------------------------- export

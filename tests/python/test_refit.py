@@ -523,3 +523,23 @@ def test_refit_while_running_is_atomic():
     assert not bad, bad[:5]
     assert counts[0] > 0 and counts[1] > 0, counts
     assert sum(counts) >= 200
+
+
+def test_export_writes_file_with_map(tmp_path):
+    """export(f=path) writes the model with its map; a session opened from the path
+    refits from a state_dict like one opened from the ModelProto."""
+    rng = np.random.default_rng(31)
+    torch.manual_seed(9)
+    module = MLP().eval()
+    path = tmp_path / "mlp.onnx"
+    proto = kt.export(module, (torch.zeros(2, 16),), path, input_names=["obs"],
+                      output_names=["logits", "value"])
+    assert path.is_file() and kt.RefitMap.from_model(str(path)).entries == \
+        kt.RefitMap.from_model(proto).entries
+    sess = kt.load(str(path))
+    sgd_steps(module, SPECS["mlp"][4], rng)
+    sess.refit(module.state_dict())
+    x = SPECS["mlp"][4](rng, 3)
+    for o, g, w in zip(["logits", "value"], run(sess, ["obs"], ["logits", "value"], x),
+                       torch_forward(module, x)):
+        assert_close(g, w, RTOL, ATOL, o)
