@@ -184,7 +184,7 @@ class PySession {
         ThrowPython(StatusCode::kInput, "out must be a dict mapping output names to arrays");
       std::vector<TensorView> shapes = session_->OutputShapes(views);
       out_arrays.resize(shapes.size());
-      std::vector<void*> ptrs(shapes.size());
+      std::vector<void*> ptrs(shapes.size(), nullptr);
       py::dict out_dict = out;
       for (auto item : out_dict) {
         std::string name = py::str(item.first);
@@ -203,7 +203,7 @@ class PySession {
         ptrs[k] = v.data;
       }
       for (size_t k = 0; k < shapes.size(); ++k) {
-        if (out_arrays[k]) continue;
+        if (ptrs[k]) continue;  // given by the caller
         out_arrays[k] = py::array(ToNumpyDType(shapes[k].dtype),
                                   std::vector<py::ssize_t>(shapes[k].shape.begin(), shapes[k].shape.end()));
         ptrs[k] = out_arrays[k].mutable_data();

@@ -170,8 +170,8 @@ class Importer {
     Node n;
     n.op_type = np.op_type();
     n.domain = IsDefaultDomain(np.domain()) ? "" : np.domain();
-    n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(graph_.nodes.size())
-                               : np.name();
+    n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(node_index_) : np.name();
+    ++node_index_;
     auto opset_it = opsets_.find(n.domain);
     n.opset = opset_it == opsets_.end() ? 0 : opset_it->second;
     std::string desc = n.Describe();
@@ -257,6 +257,7 @@ class Importer {
   std::string base_dir_;
   std::map<std::string, int> opsets_;
   Graph graph_;
+  int node_index_ = 0;  // position in the model's node list, for unnamed nodes
 };
 
 }  // namespace

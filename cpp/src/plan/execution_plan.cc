@@ -27,7 +27,8 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
 
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     int v = g.inputs[i];
-    info[v] = TensorInfo{true, g.values[v].dtype, input_shapes[i], nullptr};
+    const void* known = in.input_values ? (*in.input_values)[i] : nullptr;
+    info[v] = TensorInfo{true, g.values[v].dtype, input_shapes[i], known};
     slot_[v] = Slot::kInput;
     input_values_.push_back(v);
   }

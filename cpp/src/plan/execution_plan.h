@@ -21,6 +21,9 @@ struct PlanInputs {
   const std::vector<bool>* depends_on_weight;
   const WeightSet* weights;                // any version: shapes never change on refit
   int num_threads = 1;
+  /// Per graph input: its data when the plan depends on its values (inputs that
+  /// feed shape operands, keyed by value in the plan cache), else null.
+  const std::vector<const void*>* input_values = nullptr;
 };
 
 class ExecutionPlan {

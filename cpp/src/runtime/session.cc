@@ -1,5 +1,6 @@
 #include "kaiwu/session.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <list>
@@ -78,6 +79,9 @@ struct Session::Impl {
   std::vector<int> runtime_nodes;
   std::vector<IOInfo> inputs, outputs;
   std::vector<int> weight_ids;  // refittable values, in graph order
+  // Graph inputs whose values (not just shapes) the plan needs: they feed a
+  // shape operand. Their values join the plan-cache key.
+  std::vector<bool> value_keyed_input;
 
   mutable std::mutex weights_mu;
   std::shared_ptr<const WeightSet> weights;
@@ -134,9 +138,21 @@ void Session::Impl::CheckFeeds(const std::vector<TensorView>& feeds) const {
 
 Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& feeds) const {
   std::vector<int64_t> key;
-  for (const TensorView& f : feeds) {
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const TensorView& f = feeds[i];
     key.push_back(static_cast<int64_t>(f.shape.size()));
     key.insert(key.end(), f.shape.begin(), f.shape.end());
+    if (value_keyed_input[i]) {
+      if (f.dtype != inputs[i].dtype) CheckFeeds(feeds);  // raises the dtype error
+      // The raw bytes, 8 at a time, so any dtype keys exactly.
+      const size_t bytes = f.bytes();
+      key.push_back(static_cast<int64_t>(bytes));
+      for (size_t off = 0; off < bytes; off += 8) {
+        int64_t chunk = 0;
+        std::memcpy(&chunk, static_cast<const char*>(f.data) + off, std::min<size_t>(8, bytes - off));
+        key.push_back(chunk);
+      }
+    }
   }
   {
     std::lock_guard<std::mutex> lock(plans_mu);
@@ -151,8 +167,11 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
   std::vector<Shape> shapes;
   for (const TensorView& f : feeds) shapes.push_back(f.shape);
   auto ws = Snapshot();
+  std::vector<const void*> input_values(feeds.size(), nullptr);
+  for (size_t i = 0; i < feeds.size(); ++i)
+    if (value_keyed_input[i]) input_values[i] = feeds[i].data;
   PlanInputs pin{&graph, &runtime_nodes, &is_static, &depends_on_weight, ws.get(),
-                 pool->num_threads()};
+                 pool->num_threads(), &input_values};
   std::shared_ptr<const ExecutionPlan> plan;
   try {
     plan = std::make_shared<ExecutionPlan>(pin, shapes);
@@ -197,6 +216,24 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   for (int n : impl->statics->nodes()) in_static[n] = true;
   for (size_t n = 0; n < g.nodes.size(); ++n)
     if (!in_static[n]) impl->runtime_nodes.push_back(static_cast<int>(n));
+
+  // Walk back from shape operands to find the graph inputs whose values shape the plan.
+  std::vector<bool> needs_value(g.values.size(), false);
+  for (auto it = impl->runtime_nodes.rbegin(); it != impl->runtime_nodes.rend(); ++it) {
+    const Node& n = g.nodes[*it];
+    bool out_needed = false;
+    for (int o : n.outputs) out_needed = out_needed || (o >= 0 && needs_value[o]);
+    const bool reads_shapes_only = n.op_type == "Shape" || n.op_type == "Size";
+    for (int i = 0; i < n.num_inputs(); ++i)
+      if (n.inputs[i] >= 0 && (IsShapeOperand(n.op_type, i) || (out_needed && !reads_shapes_only)))
+        needs_value[n.inputs[i]] = true;
+  }
+  for (int v : g.inputs) {
+    const Value& val = g.values[v];
+    // Small tensors only: shape operands are short vectors and scalars.
+    bool small = val.has_shape && val.dims.size() <= 1;
+    impl->value_keyed_input.push_back(needs_value[v] && small);
+  }
 
   auto ws = std::make_shared<WeightSet>();
   ws->values.resize(g.values.size());
@@ -249,7 +286,11 @@ RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_o
   result.outputs.resize(n_out);
   std::vector<void*> out_ptrs(n_out);
   if (user_outputs) {
-    for (size_t k = 0; k < n_out; ++k) out_ptrs[k] = user_outputs[k];
+    for (size_t k = 0; k < n_out; ++k) {
+      if (!user_outputs[k] && plan.outputs()[k].size() > 0)
+        Fail(StatusCode::kInput, "no buffer given for output '", impl_->outputs[k].name, "'");
+      out_ptrs[k] = user_outputs[k];
+    }
   } else {
     result.owner = AcquireBlock(cached.blocks);
     for (size_t k = 0; k < n_out; ++k)
