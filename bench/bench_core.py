@@ -1,0 +1,542 @@
+#!/usr/bin/env python
+"""Core benchmark: kaiwu_infer vs onnxruntime on the five test policies.
+
+For every (policy, threads, batch) config it
+  1. builds one kaiwu_infer Session and one onnxruntime InferenceSession with the
+     same thread count (sessions are shared by the batches of a policy/threads pair),
+  2. draws a small pool of fresh random inputs of the right dtypes
+     (``policies.make_inputs(name, batch, seed)``) and cycles through it,
+  3. checks once that kaiwu_infer (both ``run(feeds)`` and ``run(feeds, out=...)``)
+     agrees with onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported instead
+     of a timing,
+  4. warms each engine up, then times R repeats; in each repeat the three engines
+     (kaiwu ``run``, kaiwu ``run(out=)``, ort ``run``) each run a block of calls, in
+     an order rotated per repeat, so machine noise hits all of them alike,
+  5. reports per engine the median over repeats of the per-call median and p90 wall
+     time (µs), and the median over repeats of throughput (samples/s).
+
+Outputs (in --out-dir, default bench/results): core.json (everything, incl. per-repeat
+numbers and the graph summaries), core.md (table), core.png (ort/kaiwu speedup).
+--quick writes core_quick.* instead so that it never overwrites a full run.
+
+    PYTHONPATH=python python bench/bench_core.py                 # full (~10-15 min on 2 cores)
+    PYTHONPATH=python python bench/bench_core.py --quick         # < 2 min
+    PYTHONPATH=python python bench/bench_core.py --policies mlp,gru --batch 1,32 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_POLICIES_FILE = os.path.join(ROOT, "tests", "python", "policies.py")
+
+POLICY_ORDER = ("mlp", "atari_cnn", "impala_lstm", "gru_seq", "multi_input")
+ALIASES = {"gru": "gru_seq", "cnn": "atari_cnn", "atari": "atari_cnn", "impala": "impala_lstm",
+           "multi": "multi_input", "lstm": "impala_lstm"}
+ENGINES = ("kaiwu", "kaiwu_out", "ort")
+ENGINE_LABEL = {"kaiwu": "kaiwu_infer run()", "kaiwu_out": "kaiwu_infer run(out=)",
+                "ort": "onnxruntime"}
+
+# Run-size presets: repeats, seconds per timed block, warmup seconds, batches, time budget.
+PRESETS = {
+    "full": dict(repeats=5, block_s=0.25, warmup_s=0.2, batches=[1, 32, 256, 1024], budget_s=14 * 60),
+    "quick": dict(repeats=3, block_s=0.06, warmup_s=0.05, batches=[1, 32], budget_s=75),
+}
+MAX_CALLS_PER_BLOCK = 2000
+POOL_BYTES = 48 << 20  # input pool: at most this much memory per config (but >= 2 sets)
+
+
+# ------------------------------------------------------------------ helpers
+def load_policies(path: str):
+    if not os.path.isfile(path):
+        sys.exit(f"bench_core: policies file not found: {path} "
+                 "(it comes with tests/python; merge main, or pass --policies-file)")
+    spec = importlib.util.spec_from_file_location("kaiwu_bench_policies", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.pop(0)
+    return mod
+
+
+def parse_list(text: str, conv=str):
+    return [conv(t.strip()) for t in text.split(",") if t.strip()]
+
+
+def parse_threads(text: str) -> list[int]:
+    ncpu = os.cpu_count() or 1
+    out = []
+    for t in parse_list(text):
+        n = ncpu if t.lower() in ("all", "max") else int(t)
+        if n < 1:
+            raise SystemExit(f"bad thread count {t!r}")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def lscpu_info() -> dict:
+    info = {"model_name": platform.processor() or platform.machine(), "logical_cpus": os.cpu_count()}
+    try:
+        txt = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        kv = {}
+        for line in txt.splitlines():
+            if ":" in line:
+                k, v = line.split(":", 1)
+                kv[k.strip()] = v.strip()
+        info["model_name"] = kv.get("Model name", info["model_name"])
+        cores = int(kv.get("Core(s) per socket", 0)) * int(kv.get("Socket(s)", 0))
+        if cores:
+            info["physical_cores"] = cores
+        for key in ("Thread(s) per core", "Hypervisor vendor", "L2 cache", "L3 cache"):
+            if key in kv:
+                info[key.lower().replace("(s)", "s").replace(" ", "_")] = kv[key]
+        flags = kv.get("Flags", "").split()
+        info["simd"] = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile") if f in flags]
+    except Exception:  # noqa: BLE001 - machine info is best effort
+        pass
+    return info
+
+
+def versions(kaiwu_infer, ort) -> dict:
+    v = {"python": platform.python_version(), "kaiwu_infer": getattr(kaiwu_infer, "__version__", "?"),
+         "onnxruntime": ort.__version__, "numpy": np.__version__}
+    try:
+        import torch
+        v["torch"] = torch.__version__
+    except Exception:  # noqa: BLE001
+        v["torch"] = None
+    try:
+        v["kaiwu_infer_git"] = subprocess.run(
+            ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True,
+            timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        pass
+    return v
+
+
+def pct(a: np.ndarray, q: float) -> float:
+    return float(np.percentile(a, q))
+
+
+def compare(name: str, ref: dict, got: dict, rtol: float, atol: float) -> str | None:
+    """None when every output agrees, else a description of the first disagreement."""
+    for k, r in ref.items():
+        if k not in got:
+            return f"{name}: output '{k}' missing"
+        g = np.asarray(got[k])
+        if g.shape != r.shape:
+            return f"{name}: output '{k}' shape {g.shape} != ort {r.shape}"
+        if g.dtype != r.dtype:
+            return f"{name}: output '{k}' dtype {g.dtype} != ort {r.dtype}"
+        if not np.allclose(g, r, rtol=rtol, atol=atol, equal_nan=True):
+            rr, gg = r.astype(np.float64), g.astype(np.float64)
+            fin = np.isfinite(rr) & np.isfinite(gg)
+            err = np.abs(gg - rr)
+            bad = ~np.isclose(gg, rr, rtol=rtol, atol=atol, equal_nan=True)
+            max_abs = float(err[fin].max()) if fin.any() else float("nan")
+            return (f"{name}: output '{k}' differs at {int(bad.sum())}/{bad.size} elements, "
+                    f"max abs err {max_abs:.3g} (max |ref| {float(np.abs(rr[fin]).max()) if fin.any() else 0:.3g})")
+    return None
+
+
+def max_errors(ref: dict, got: dict) -> dict:
+    out = {}
+    for k, r in ref.items():
+        g = np.asarray(got[k]).astype(np.float64)
+        rr = r.astype(np.float64)
+        fin = np.isfinite(rr) & np.isfinite(g)
+        if fin.any():
+            d = np.abs(g[fin] - rr[fin])
+            out[k] = {"max_abs": float(d.max()),
+                      "max_rel": float((d / np.maximum(np.abs(rr[fin]), 1e-6)).max())}
+    return out
+
+
+# ------------------------------------------------------------------ the engines
+class Runner:
+    """One engine's call for a pool of feeds: call(i) runs on pool[i % len(pool)]."""
+
+    def __init__(self, name, fn, pool):
+        self.name, self.fn, self.pool, self.i = name, fn, pool, 0
+
+    def block(self, n: int) -> tuple[np.ndarray, float]:
+        """n calls; per-call ns and the block's wall seconds."""
+        fn, pool, k = self.fn, self.pool, len(self.pool)
+        ts = np.empty(n, dtype=np.int64)
+        clock = time.perf_counter_ns
+        i = self.i
+        t_start = clock()
+        for j in range(n):
+            feeds = pool[i % k]
+            i += 1
+            t0 = clock()
+            fn(feeds)
+            ts[j] = clock() - t0
+        wall = (clock() - t_start) * 1e-9
+        self.i = i
+        return ts, wall
+
+
+def make_runners(ksess, osess, pool, ort_outputs, out_bufs):
+    ort_names = list(ort_outputs)
+
+    def kaiwu(feeds):
+        return ksess.run(feeds)
+
+    def kaiwu_out(feeds):
+        return ksess.run(feeds, out=out_bufs)
+
+    def ort_run(feeds):
+        return osess.run(ort_names, feeds)
+
+    return {"kaiwu": Runner("kaiwu", kaiwu, pool), "kaiwu_out": Runner("kaiwu_out", kaiwu_out, pool),
+            "ort": Runner("ort", ort_run, pool)}
+
+
+def time_config(runners: dict, batch: int, preset: dict, deadline: float, gap_s: float) -> dict:
+    """Warmup then interleaved repeats. Returns per-engine stats."""
+    # warmup: >= 2 calls and >= warmup_s per engine; also estimates the per-call cost
+    est = {}
+    for name, r in runners.items():
+        t_end = time.perf_counter() + preset["warmup_s"]
+        wt = []
+        # (the correctness check already ran each engine once, building its plan)
+        while not wt or (len(wt) < 2 and wt[0] < 0.5) or (time.perf_counter() < t_end and len(wt) < 200):
+            wt.append(r.block(1)[1])
+        # the later half of the warmup estimates the cost (the first call builds the plan)
+        est[name] = max(float(np.median(wt[len(wt) // 2:])), 1e-7)
+    allowance_s = max(deadline - time.perf_counter(), 0.0)
+    per_round = sum(est.values())
+    repeats = preset["repeats"]
+    block_s = preset["block_s"]
+    # shrink to the allowance: each repeat costs >= one call per engine
+    if repeats * max(per_round, block_s * len(runners)) > allowance_s:
+        block_s = max(allowance_s / (repeats * len(runners)), 0.0)
+        if repeats * per_round > allowance_s:
+            repeats = max(3, int(allowance_s // max(per_round, 1e-9)))
+    ncalls = {n: int(min(MAX_CALLS_PER_BLOCK, max(1, round(block_s / est[n])))) for n in runners}
+
+    samples = {n: [] for n in runners}
+    walls = {n: [] for n in runners}
+    names = list(runners)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for rep in range(repeats):
+            order = names[rep % len(names):] + names[:rep % len(names)]
+            for n in order:
+                if gap_s:
+                    time.sleep(gap_s)  # lets the other engine's pool threads stop spinning
+                ts, wall = runners[n].block(ncalls[n])
+                samples[n].append(ts)
+                walls[n].append(wall)
+    finally:
+        if gc_was:
+            gc.enable()
+
+    stats = {}
+    for n in runners:
+        med = [float(np.median(s)) * 1e-3 for s in samples[n]]
+        p90 = [pct(s, 90) * 1e-3 for s in samples[n]]
+        thr = [batch * len(s) / w for s, w in zip(samples[n], walls[n])]
+        allv = np.concatenate(samples[n]) * 1e-3
+        stats[n] = {
+            "median_us": float(np.median(med)),
+            "p90_us": float(np.median(p90)),
+            "min_us": float(allv.min()),
+            "throughput": float(np.median(thr)),
+            "repeat_median_us": med,
+            "calls_per_repeat": ncalls[n],
+            "repeats": repeats,
+        }
+    return stats
+
+
+# ------------------------------------------------------------------ main loop
+def run(args) -> dict:
+    import onnxruntime as ort
+    import kaiwu_infer
+
+    preset = dict(PRESETS["quick" if args.quick else "full"])
+    if args.repeats:
+        preset["repeats"] = args.repeats
+    if args.block_s:
+        preset["block_s"] = args.block_s
+    batches = parse_list(args.batch, int) if args.batch else preset["batches"]
+    threads = parse_threads(args.threads)
+    budget_s = args.budget_s if args.budget_s else preset["budget_s"]
+
+    policies = load_policies(args.policies_file)
+    known = list(getattr(policies, "NAMES", POLICY_ORDER))
+    names = []
+    for p in parse_list(args.policies) if args.policies else known:
+        p = ALIASES.get(p, p)
+        if p not in known:
+            sys.exit(f"unknown policy {p!r}; known: {', '.join(known)}")
+        if p not in names:
+            names.append(p)
+
+    try:  # torch is only needed to export; keep it from competing for cores afterwards
+        import torch
+        torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001
+        pass
+
+    result = {
+        "command": "PYTHONPATH=python python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "machine": lscpu_info(),
+        "versions": versions(kaiwu_infer, ort),
+        "settings": {"threads": threads, "batches": batches, "policies": names,
+                     "repeats": preset["repeats"], "block_s": preset["block_s"],
+                     "warmup_s": preset["warmup_s"], "rtol": args.rtol, "atol": args.atol,
+                     "budget_s": budget_s, "gap_s": args.gap_s,
+                     "ort_graph_optimization": "ORT_ENABLE_ALL", "ort_inter_op_threads": 1,
+                     "kaiwu_optimize": True},
+        "loadavg_start": list(os.getloadavg()),
+        "describe": {},
+        "results": [],
+    }
+
+    tmp = tempfile.mkdtemp(prefix="kaiwu_bench_")
+    paths = {}
+    for p in names:
+        t0 = time.perf_counter()
+        paths[p] = policies.export_onnx(p, os.path.join(tmp, f"{p}.onnx")) or os.path.join(tmp, f"{p}.onnx")
+        log(args, f"exported {p} ({time.perf_counter() - t0:.1f}s, {os.path.getsize(paths[p]) / 1e6:.2f} MB)")
+    gc.collect()
+
+    n_configs = len(names) * len(threads) * len(batches)
+    t_begin = time.perf_counter()
+    done = 0
+    for p in names:
+        for nt in threads:
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = nt
+            so.inter_op_num_threads = 1
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            osess = ort.InferenceSession(paths[p], so, providers=["CPUExecutionProvider"])
+            ksess, kerr = None, None
+            try:
+                ksess = kaiwu_infer.Session(paths[p], threads=nt, optimize=True)
+                if p not in result["describe"]:
+                    try:
+                        result["describe"][p] = ksess.describe()
+                    except Exception as e:  # noqa: BLE001
+                        result["describe"][p] = f"describe() failed: {e}"
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                kerr = f"{type(e).__name__}: {e}"
+            for b in batches:
+                rec = {"policy": p, "batch": b, "threads": nt, "status": "ok"}
+                elapsed = time.perf_counter() - t_begin
+                left = n_configs - done
+                allowance = max((budget_s - elapsed) / max(left, 1), 0.5)
+                try:
+                    if kerr:
+                        raise RuntimeError(kerr)
+                    rec.update(bench_one(args, policies, p, b, ksess, osess, preset, allowance))
+                except Exception as e:  # noqa: BLE001
+                    rec["status"] = "error"
+                    rec["error"] = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                    if args.verbose:
+                        traceback.print_exc()
+                done += 1
+                result["results"].append(rec)
+                log(args, fmt_row(rec) + f"   [{done}/{n_configs}, {time.perf_counter() - t_begin:.0f}s]")
+                write_outputs(result, args, final=False)
+            del ksess, osess
+            gc.collect()
+    result["loadavg_end"] = list(os.getloadavg())
+    result["elapsed_s"] = round(time.perf_counter() - t_begin, 1)
+    return result
+
+
+def bench_one(args, policies, p, batch, ksess, osess, preset, allowance) -> dict:
+    deadline = time.perf_counter() + allowance
+    # input pool: fresh random inputs, several sets so that caches see new data
+    one = policies.make_inputs(p, batch, seed=0)
+    set_bytes = sum(a.nbytes for a in one.values())
+    npool = int(min(8, max(2, POOL_BYTES // max(set_bytes, 1))))
+    pool = [one] + [policies.make_inputs(p, batch, seed=s) for s in range(1, npool)]
+    for feeds in pool:  # the engines get exactly the C-contiguous arrays they expect
+        for k in feeds:
+            feeds[k] = np.ascontiguousarray(feeds[k])
+
+    # correctness, once per config, before timing
+    onames = [o.name for o in osess.get_outputs()]
+    ref = dict(zip(onames, osess.run(onames, pool[0])))
+    got = {k: np.array(v) for k, v in ksess.run(pool[0]).items()}
+    out_bufs = {k: np.empty_like(v) for k, v in ref.items()}
+    for v in out_bufs.values():
+        v.fill(np.nan) if v.dtype.kind == "f" else None
+    ksess.run(pool[0], out=out_bufs)
+    rec = {"pool": npool, "input_bytes": set_bytes, "max_err": max_errors(ref, got)}
+    bad = compare("run()", ref, got, args.rtol, args.atol) or \
+        compare("run(out=)", ref, out_bufs, args.rtol, args.atol)
+    if bad:
+        rec["status"] = "mismatch"
+        rec["error"] = bad
+        return rec
+
+    runners = make_runners(ksess, osess, pool, onames, out_bufs)
+    stats = time_config(runners, batch, preset, deadline, args.gap_s)
+    rec["engines"] = stats
+    k, ko, o = stats["kaiwu"]["median_us"], stats["kaiwu_out"]["median_us"], stats["ort"]["median_us"]
+    rec["ratio"] = o / k
+    rec["ratio_out"] = o / ko
+    return rec
+
+
+# ------------------------------------------------------------------ output
+def log(args, msg):
+    if not args.silent:
+        print(msg, flush=True)
+
+
+def fmt_us(x: float) -> str:
+    if x >= 1000:
+        return f"{x:,.0f}"
+    if x >= 100:
+        return f"{x:.0f}"
+    return f"{x:.1f}"
+
+
+def fmt_thr(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def fmt_row(r: dict) -> str:
+    head = f"{r['policy']:<12} b={r['batch']:<5} t={r['threads']}"
+    if r["status"] != "ok":
+        return f"{head}  {r['status'].upper()}: {r.get('error', '')}"
+    e = r["engines"]
+    return (f"{head}  kaiwu {fmt_us(e['kaiwu']['median_us']):>7}us  out= {fmt_us(e['kaiwu_out']['median_us']):>7}us"
+            f"  ort {fmt_us(e['ort']['median_us']):>7}us  ort/kaiwu {r['ratio']:.2f}x")
+
+
+def markdown(result: dict) -> str:
+    m, v, s = result["machine"], result["versions"], result["settings"]
+    lines = [
+        f"# kaiwu_infer vs onnxruntime: core benchmark ({result['mode']})",
+        "",
+        f"- date: {result['date']}",
+        f"- machine: {m.get('model_name')}, {m.get('physical_cores', '?')} cores / "
+        f"{m.get('logical_cpus')} logical CPUs{', ' + m['hypervisor_vendor'] + ' VM' if m.get('hypervisor_vendor') else ''}"
+        f"{', SIMD ' + ' '.join(m['simd']) if m.get('simd') else ''}",
+        f"- versions: kaiwu_infer {v.get('kaiwu_infer')} ({v.get('kaiwu_infer_git', '?')}), onnxruntime "
+        f"{v.get('onnxruntime')}, numpy {v.get('numpy')}, torch {v.get('torch')}, python {v.get('python')}",
+        f"- command: `{result['command']}`",
+        f"- method: per config {s['repeats']} interleaved repeats x ~{s['block_s']}s blocks per engine after "
+        f"warmup; µs = median over repeats of the per-call median (p90 likewise); samples/s = batch x "
+        f"calls / block wall time (median over repeats). Outputs checked against onnxruntime first "
+        f"(rtol {s['rtol']}, atol {s['atol']}).",
+        f"- load average at start/end: {fmt_load(result.get('loadavg_start'))} / {fmt_load(result.get('loadavg_end'))}"
+        + (f"; elapsed {result['elapsed_s']} s" if "elapsed_s" in result else ""),
+        "",
+        "ratio = ort µs / kaiwu µs (> 1: kaiwu_infer is faster). `out=` is kaiwu_infer writing into "
+        "preallocated outputs.",
+        "",
+        "| policy | batch | threads | kaiwu µs | kaiwu p90 | kaiwu out= µs | ort µs | ort p90 | ratio ort/kaiwu "
+        "| ratio ort/kaiwu(out=) | kaiwu samples/s | ort samples/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["results"]:
+        if r["status"] != "ok":
+            lines.append(f"| {r['policy']} | {r['batch']} | {r['threads']} | **{r['status']}** | "
+                         f"{md_escape(r.get('error', ''))} | | | | | | | |")
+            continue
+        e = r["engines"]
+        k, ko, o = e["kaiwu"], e["kaiwu_out"], e["ort"]
+        lines.append(
+            f"| {r['policy']} | {r['batch']} | {r['threads']} | {fmt_us(k['median_us'])} | {fmt_us(k['p90_us'])} | "
+            f"{fmt_us(ko['median_us'])} | {fmt_us(o['median_us'])} | {fmt_us(o['p90_us'])} | "
+            f"**{r['ratio']:.2f}** | {r['ratio_out']:.2f} | {fmt_thr(k['throughput'])} | {fmt_thr(o['throughput'])} |")
+    ok = [r for r in result["results"] if r["status"] == "ok"]
+    if ok:
+        g = float(np.exp(np.mean([np.log(r["ratio"]) for r in ok])))
+        lines += ["", f"Geometric mean of ort/kaiwu over {len(ok)} configs: **{g:.2f}x**."]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def fmt_load(x) -> str:
+    return "?" if not x else ", ".join(f"{v:.2f}" for v in x)
+
+
+def write_outputs(result: dict, args, final: bool):
+    os.makedirs(args.out_dir, exist_ok=True)
+    stem = os.path.join(args.out_dir, args.name or ("core_quick" if args.quick else "core"))
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(markdown(result))
+    if final and not args.no_plot:
+        try:
+            sys.path.insert(0, HERE)
+            from plot_core import plot
+            plot(result, stem + ".png")
+        except Exception as e:  # noqa: BLE001 - the numbers matter more than the picture
+            print(f"plot failed: {e}", file=sys.stderr)
+    return stem
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policies", default="", help="comma list (default all five): "
+                    + ",".join(POLICY_ORDER) + " (gru = gru_seq)")
+    ap.add_argument("--batch", "--batches", dest="batch", default="",
+                    help="comma list of batch sizes (default 1,32,256,1024; --quick: 1,32)")
+    ap.add_argument("--threads", default="1,2,all", help="comma list; 'all' = every logical CPU (default 1,2,all)")
+    ap.add_argument("--quick", action="store_true", help="short run (< 2 min): batches 1,32, 3 short repeats, writes core_quick.*")
+    ap.add_argument("--repeats", type=int, default=0, help="interleaved repeats per config (default 5, quick 3)")
+    ap.add_argument("--block-s", type=float, default=0.0, help="seconds per timed block per engine")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="whole-run time budget; slow configs get fewer/shorter repeats (default 840, quick 75)")
+    ap.add_argument("--gap-s", type=float, default=0.01, help="pause before each block (default 0.01)")
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--policies-file", default=DEFAULT_POLICIES_FILE)
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--name", default="", help="output file stem (default core, or core_quick with --quick)")
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--silent", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing configs")
+    args = ap.parse_args(argv)
+    result = run(args)
+    stem = write_outputs(result, args, final=True)
+    log(args, f"\nwrote {stem}.json, {stem}.md" + ("" if args.no_plot else f", {stem}.png")
+        + f" ({result['elapsed_s']} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()
