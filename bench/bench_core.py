@@ -276,6 +276,7 @@ def run(args) -> dict:
     import onnxruntime as ort
     import kaiwu_infer
 
+    ort.set_default_logger_severity(3)
     preset = dict(PRESETS["quick" if args.quick else "full"])
     if args.repeats:
         preset["repeats"] = args.repeats
@@ -408,6 +409,139 @@ def bench_one(args, policies, p, batch, ksess, osess, preset, allowance) -> dict
     return rec
 
 
+# ------------------------------------------------------------------ per-op breakdown
+def op_breakdown(args) -> dict:
+    """Times every node of each policy as a one-node model on both engines.
+
+    Intermediate values come from one onnxruntime run of the unoptimized graph with every
+    tensor exposed as an output; each node is then a model whose inputs are its activations
+    and whose initializers are its weights. Sums by op type show where each engine spends its
+    time (fusions across nodes are not captured; each node also pays one call's overhead).
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+    import onnxruntime as ort
+    import kaiwu_infer
+
+    ort.set_default_logger_severity(3)
+    policies = load_policies(args.policies_file)
+    names = [ALIASES.get(p, p) for p in (parse_list(args.policies) if args.policies else POLICY_ORDER)]
+    batch = (parse_list(args.batch, int) if args.batch else [32])[0]
+    nt = parse_threads(args.threads)[0]
+    tmp = tempfile.mkdtemp(prefix="kaiwu_ops_")
+    out = {"command": "PYTHONPATH=python python " + " ".join(shlex.quote(a) for a in sys.argv),
+           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "batch": batch, "threads": nt, "machine": lscpu_info(),
+           "loadavg_start": list(os.getloadavg()), "policies": {}}
+    preset = dict(repeats=args.repeats or 3, block_s=args.block_s or 0.05, warmup_s=0.03)
+
+    def sess_pair(model_bytes):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = nt
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        o = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        return kaiwu_infer.Session(model_bytes, threads=nt), o
+
+    for p in names:
+        path = policies.export_onnx(p, os.path.join(tmp, f"{p}.onnx"))
+        model = onnx.load(path)
+        g = model.graph
+        inits = {t.name: t for t in g.initializer}
+        feeds = policies.make_inputs(p, batch, seed=0)
+        # every intermediate as an output of an unoptimized ort session
+        full = onnx.ModelProto()
+        full.CopyFrom(model)
+        have = {o.name for o in full.graph.output}
+        for node in full.graph.node:
+            for t in node.output:
+                if t and t not in have:
+                    full.graph.output.append(onnx.ValueInfoProto(name=t))
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        fs = ort.InferenceSession(full.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        onames = [o.name for o in fs.get_outputs()]
+        values = dict(feeds)
+        values.update(zip(onames, fs.run(onames, feeds)))
+        rows = []
+        for i, node in enumerate(g.node):
+            if node.op_type == "Constant":
+                continue
+            ins, inis, nfeeds = [], [], {}
+            for t in node.input:
+                if not t:
+                    continue
+                if t in inits:
+                    inis.append(inits[t])
+                elif t in values and t not in nfeeds:
+                    v = np.ascontiguousarray(values[t])
+                    if t not in feeds and v.dtype.kind in "iu" and v.ndim <= 1 and v.size <= 8:
+                        inis.append(numpy_helper.from_array(v, t))  # computed shapes/axes stay constant
+                        continue
+                    nfeeds[t] = v
+                    ins.append(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+            outs = [helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.asarray(values[t]).dtype),
+                                                  np.asarray(values[t]).shape) for t in node.output if t]
+            sub = helper.make_model(helper.make_graph([node], f"n{i}", ins, outs, inis),
+                                    opset_imports=model.opset_import, ir_version=model.ir_version)
+            row = {"node": node.name or f"#{i}", "op": node.op_type,
+                   "in_shapes": [list(v.shape) for v in nfeeds.values()]}
+            try:
+                ks, os_ = sess_pair(sub.SerializeToString())
+                onm = [o.name for o in os_.get_outputs()]
+                bufs = {k: np.empty_like(v) for k, v in zip(onm, os_.run(onm, nfeeds))}
+                runners = make_runners(ks, os_, [nfeeds], onm, bufs)
+                del runners["kaiwu_out"]
+                st = time_config(runners, batch, preset, time.perf_counter() + 2.0, 0.002)
+                row["kaiwu_us"] = st["kaiwu"]["median_us"]
+                row["ort_us"] = st["ort"]["median_us"]
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            rows.append(row)
+        by_op = {}
+        for r in rows:
+            if "error" in r:
+                continue
+            d = by_op.setdefault(r["op"], {"count": 0, "kaiwu_us": 0.0, "ort_us": 0.0})
+            d["count"] += 1
+            d["kaiwu_us"] += r["kaiwu_us"]
+            d["ort_us"] += r["ort_us"]
+        out["policies"][p] = {"nodes": rows, "by_op": by_op}
+        tk = sum(d["kaiwu_us"] for d in by_op.values())
+        to = sum(d["ort_us"] for d in by_op.values())
+        log(args, f"\n{p} (batch {batch}, {nt} thread(s)): sum of nodes kaiwu {fmt_us(tk)}us, ort {fmt_us(to)}us")
+        for op, d in sorted(by_op.items(), key=lambda kv: -kv[1]["kaiwu_us"]):
+            log(args, f"  {op:<20} x{d['count']:<3} kaiwu {fmt_us(d['kaiwu_us']):>9}us ({100 * d['kaiwu_us'] / max(tk, 1e-9):4.1f}%)"
+                      f"  ort {fmt_us(d['ort_us']):>9}us  ort/kaiwu {d['ort_us'] / max(d['kaiwu_us'], 1e-9):.2f}")
+        for r in rows:
+            if "error" in r:
+                log(args, f"  node {r['node']} ({r['op']}): {r['error']}")
+    out["loadavg_end"] = list(os.getloadavg())
+    return out
+
+
+def ops_markdown(res: dict) -> str:
+    lines = [f"# Per-op breakdown: kaiwu_infer vs onnxruntime (batch {res['batch']}, {res['threads']} thread(s))", "",
+             f"- date: {res['date']}; machine: {res['machine'].get('model_name')}; load average "
+             f"{fmt_load(res.get('loadavg_start'))} / {fmt_load(res.get('loadavg_end'))}",
+             f"- command: `{res['command']}`",
+             "- each node timed alone as a one-node model (median µs per call, including one call's "
+             "overhead); fusions are not captured.", ""]
+    for p, d in res["policies"].items():
+        tk = sum(v["kaiwu_us"] for v in d["by_op"].values())
+        to = sum(v["ort_us"] for v in d["by_op"].values())
+        lines += [f"## {p}: sum kaiwu {fmt_us(tk)} µs, ort {fmt_us(to)} µs", "",
+                  "| op | nodes | kaiwu µs | kaiwu share | ort µs | ratio ort/kaiwu |", "|---|---:|---:|---:|---:|---:|"]
+        for op, v in sorted(d["by_op"].items(), key=lambda kv: -kv[1]["kaiwu_us"]):
+            lines.append(f"| {op} | {v['count']} | {fmt_us(v['kaiwu_us'])} | {100 * v['kaiwu_us'] / max(tk, 1e-9):.0f}% | "
+                         f"{fmt_us(v['ort_us'])} | {v['ort_us'] / max(v['kaiwu_us'], 1e-9):.2f} |")
+        errs = [r for r in d["nodes"] if "error" in r]
+        for r in errs:
+            lines.append(f"\n- node {r['node']} ({r['op']}) not timed: {md_escape(r['error'])}")
+        lines.append("")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ output
 def log(args, msg):
     if not args.silent:
@@ -530,7 +664,20 @@ def main(argv=None):
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--silent", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing configs")
+    ap.add_argument("--op-breakdown", action="store_true",
+                    help="instead: time every node alone on both engines at the first --batch (default 32) "
+                         "and --threads value; writes <out-dir>/core_ops_b<batch>_t<threads>.{json,md}")
     args = ap.parse_args(argv)
+    if args.op_breakdown:
+        res = op_breakdown(args)
+        os.makedirs(args.out_dir, exist_ok=True)
+        stem = os.path.join(args.out_dir, args.name or f"core_ops_b{res['batch']}_t{res['threads']}")
+        with open(stem + ".json", "w") as f:
+            json.dump(res, f, indent=1)
+        with open(stem + ".md", "w") as f:
+            f.write(ops_markdown(res))
+        log(args, f"\nwrote {stem}.json, {stem}.md")
+        return res
     result = run(args)
     stem = write_outputs(result, args, final=True)
     log(args, f"\nwrote {stem}.json, {stem}.md" + ("" if args.no_plot else f", {stem}.png")
