@@ -34,6 +34,10 @@ struct WeightInfo {
   Shape shape;
 };
 
+/// One immutable version of every weight (opaque). Runs pin the version they
+/// start with; a refit publishes a new one.
+struct WeightSet;
+
 /// The outputs of one run: views into one engine-owned block kept alive by `owner`.
 struct RunResult {
   std::vector<TensorView> outputs;
@@ -59,7 +63,9 @@ class Session {
 
   /// Runs on feeds (one per input, in order). Thread-safe. With `user_outputs`
   /// (one pointer per output, sized per OutputShapes) writes there instead.
-  RunResult Run(const std::vector<TensorView>& feeds, void* const* user_outputs = nullptr) const;
+  /// `weights` selects a weight version (default: the current one).
+  RunResult Run(const std::vector<TensorView>& feeds, void* const* user_outputs = nullptr,
+                const WeightSet* weights = nullptr) const;
 
   // ---- refit
   std::vector<WeightInfo> weights_info() const;
@@ -74,6 +80,17 @@ class Session {
   /// name. check_finite: refuse NaN/Inf. Throws kRefit and changes nothing on failure.
   RefitReport Refit(const std::map<std::string, TensorView>& weights, bool strict,
                     bool check_finite);
+
+  /// Builds a weight version from `base` (default: the current one) with the
+  /// given weights replaced and derived weights recomputed, without publishing
+  /// it: a server keeps several versions that share one graph and its plans.
+  /// Validation as in Refit; `report` (optional) receives what was used.
+  std::shared_ptr<const WeightSet> BuildWeights(const std::map<std::string, TensorView>& weights,
+                                                bool strict, bool check_finite,
+                                                RefitReport* report = nullptr,
+                                                const WeightSet* base = nullptr) const;
+  /// The version runs use by default.
+  std::shared_ptr<const WeightSet> CurrentWeights() const;
 
   /// Text summary of the graph (op counts before/after optimization, rules fired).
   std::string Describe() const;

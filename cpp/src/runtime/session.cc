@@ -227,7 +227,8 @@ std::vector<TensorView> Session::OutputShapes(const std::vector<TensorView>& fee
   return out;
 }
 
-RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_outputs) const {
+RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_outputs,
+                       const WeightSet* weights) const {
   auto cached = impl_->GetPlan(feeds);
   const ExecutionPlan& plan = *cached.plan;
   for (size_t i = 0; i < feeds.size(); ++i)
@@ -256,8 +257,12 @@ RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_o
   }
   for (size_t k = 0; k < n_out; ++k)
     result.outputs[k] = TensorView{plan.outputs()[k].dtype, plan.outputs()[k].shape, out_ptrs[k]};
-  auto ws = impl_->Snapshot();
-  plan.Run(fp, out_ptrs.data(), *ws, impl_->pool.get());
+  std::shared_ptr<const WeightSet> pinned;
+  if (!weights) {
+    pinned = impl_->Snapshot();
+    weights = pinned.get();
+  }
+  plan.Run(fp, out_ptrs.data(), *weights, impl_->pool.get());
   return result;
 }
 
@@ -292,10 +297,16 @@ std::map<std::string, Tensor> Session::GetWeights(const std::vector<std::string>
   return out;
 }
 
-Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& weights, bool strict,
-                                    bool check_finite) {
-  std::lock_guard<std::mutex> refit_lock(impl_->refit_mu);
-  auto current = impl_->Snapshot();
+std::shared_ptr<const WeightSet> Session::CurrentWeights() const { return impl_->Snapshot(); }
+
+std::shared_ptr<const WeightSet> Session::BuildWeights(
+    const std::map<std::string, TensorView>& weights, bool strict, bool check_finite,
+    RefitReport* report_out, const WeightSet* base) const {
+  std::shared_ptr<const WeightSet> holder;
+  if (!base) {
+    holder = impl_->Snapshot();
+    base = holder.get();
+  }
   const Graph& g = impl_->graph;
   std::map<std::string, int> by_name;
   for (int v : impl_->weight_ids) by_name[g.values[v].name] = v;
@@ -310,7 +321,7 @@ Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& wei
       else report.ignored.push_back(name);
       continue;
     }
-    const Tensor& old = *current->values[it->second];
+    const Tensor& old = *base->values[it->second];
     if (view.dtype != old.dtype()) {
       problems.push_back("'" + name + "' has dtype " + DTypeName(view.dtype) + ", expected " +
                          DTypeName(old.dtype()));
@@ -338,25 +349,35 @@ Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& wei
   }
   if (!problems.empty()) {
     std::ostringstream os;
-    os << "refit refused, weights unchanged (version " << current->version << "):";
+    os << "refit refused, weights unchanged (version " << base->version << "):";
     for (const auto& p : problems) os << "\n  " << p;
     throw Error(StatusCode::kRefit, os.str());
   }
 
   auto next = std::make_shared<WeightSet>();
-  next->values = current->values;
+  next->values = base->values;
   for (const auto& [id, view] : updates) {
     auto t = std::make_shared<Tensor>(view->dtype, view->shape);
     std::memcpy(t->data(), view->data, t->bytes());
     next->values[id] = t;
     report.updated.push_back(g.values[id].name);
   }
-  impl_->statics->Evaluate(g, next.get(), current.get(), impl_->pool.get());
-  next->version = current->version + 1;
-  {
-    std::lock_guard<std::mutex> lock(impl_->weights_mu);
-    impl_->weights = next;
-  }
+  static_cast<const StaticProgram&>(*impl_->statics).Evaluate(g, next.get(), base,
+                                                              impl_->pool.get());
+  next->version = base->version + 1;
+  if (report_out) *report_out = std::move(report);
+  return next;
+}
+
+Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& weights, bool strict,
+                                    bool check_finite) {
+  // Refits are serialized so that versions rise by one and none is lost.
+  std::lock_guard<std::mutex> refit_lock(impl_->refit_mu);
+  RefitReport report;
+  auto current = impl_->Snapshot();
+  auto next = BuildWeights(weights, strict, check_finite, &report, current.get());
+  std::lock_guard<std::mutex> lock(impl_->weights_mu);
+  impl_->weights = std::move(next);
   return report;
 }
 

@@ -31,12 +31,25 @@ StaticProgram::StaticProgram(const Graph& graph, std::vector<bool>* is_static,
 
 void StaticProgram::Evaluate(const Graph& graph, WeightSet* next, const WeightSet* prev,
                              ThreadPool* pool) {
-  bool first = kernels_.empty();
-  if (first) {
+  if (kernels_.empty()) {
     kernels_.resize(nodes_.size());
     output_info_.resize(nodes_.size());
     scratch_bytes_.resize(nodes_.size());
+    Run(graph, next, prev, pool, /*prepare=*/true);
+    return;
   }
+  Run(graph, next, prev, pool, false);
+}
+
+void StaticProgram::Evaluate(const Graph& graph, WeightSet* next, const WeightSet* prev,
+                             ThreadPool* pool) const {
+  KAIWU_CHECK(kernels_.size() == nodes_.size(), StatusCode::kInternal,
+              "static program evaluated before it was prepared");
+  const_cast<StaticProgram*>(this)->Run(graph, next, prev, pool, false);
+}
+
+void StaticProgram::Run(const Graph& graph, WeightSet* next, const WeightSet* prev,
+                        ThreadPool* pool, bool first) {
   std::vector<const void*> ins;
   std::vector<void*> outs;
   std::vector<char> scratch;

@@ -30,11 +30,17 @@ class StaticProgram {
 
   /// Computes derived values into `next`, whose weights are set. When `prev`
   /// is given, nodes whose inputs are unchanged from `prev` reuse its outputs.
+  /// The first call prepares the kernels; later calls may run concurrently.
   void Evaluate(const Graph& graph, WeightSet* next, const WeightSet* prev, ThreadPool* pool);
+  void Evaluate(const Graph& graph, WeightSet* next, const WeightSet* prev,
+                ThreadPool* pool) const;
 
   const std::vector<int>& nodes() const { return nodes_; }
 
  private:
+  // With `first`, prepares each kernel (writing the members below); otherwise only reads them.
+  void Run(const Graph& graph, WeightSet* next, const WeightSet* prev, ThreadPool* pool, bool first);
+
   std::vector<int> nodes_;
   std::vector<std::unique_ptr<Kernel>> kernels_;  // prepared on first Evaluate
   std::vector<std::vector<TensorInfo>> output_info_;

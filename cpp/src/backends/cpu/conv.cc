@@ -1,9 +1,134 @@
+// Conv (1-D to 3-D, groups, dilations, auto_pad): im2col + one GEMM per group,
+// a direct GEMM for pointwise (1x1, stride 1, unpadded) kernels and a direct
+// loop for depthwise ones. Large batches run in parallel, one im2col buffer
+// per thread; small ones run image by image with the GEMM split across the pool.
+#include <algorithm>
+
+#include "backends/cpu/conv_geometry.h"
+#include "backends/cpu/conv_im2col.h"
 #include "backends/cpu/cpu_kernels.h"
 
 namespace kaiwu {
 namespace cpu {
+namespace {
 
-void RegisterConvKernels(KernelRegistry& r) { (void)r; }
+class ConvKernel : public Kernel {
+ public:
+  void Prepare(PrepareContext& ctx) override {
+    ctx.ExpectDType(0, {DType::kFloat32});
+    ctx.ExpectDType(1, {DType::kFloat32});
+    const Shape& x = ctx.in(0).shape;
+    const Shape& w = ctx.in(1).shape;
+    if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
+    if (w.size() != x.size())
+      ctx.Error("W ", ShapeToString(w), " must have the rank of X ", ShapeToString(x));
+    n_ = x[0];
+    c_ = x[1];
+    m_ = w[0];
+    group_ = ctx.node.GetInt("group", 1);
+    if (group_ < 1 || c_ % group_ != 0 || m_ % group_ != 0 || w[1] * group_ != c_)
+      ctx.Error("group ", group_, " does not fit X ", ShapeToString(x), " and W ",
+                ShapeToString(w));
+    std::vector<int64_t> kernel(w.begin() + 2, w.end());
+    if (ctx.node.Has("kernel_shape") && ctx.node.GetInts("kernel_shape") != kernel)
+      ctx.Error("kernel_shape does not match W ", ShapeToString(w));
+    geo_ = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
+    has_bias_ = ctx.HasInput(2);
+    if (has_bias_) {
+      ctx.ExpectDType(2, {DType::kFloat32});
+      if (ctx.in(2).shape != Shape{m_}) ctx.Error("B must have shape [", m_, "]");
+    }
+    Shape out = {n_, m_};
+    for (int64_t d : geo_.OutShape()) out.push_back(d);
+    ctx.SetOutput(0, DType::kFloat32, out);
+
+    cg_ = c_ / group_;
+    mg_ = m_ / group_;
+    depthwise_ = cg_ == 1 && group_ > 1;
+    pointwise_ = geo_.IsPointwise();
+    col_floats_ = depthwise_ || pointwise_ ? 0 : cg_ * geo_.kernel_size() * geo_.out_size();
+    slots_ = std::max<int64_t>(1, std::min<int64_t>(ctx.num_threads, n_));
+    batch_parallel_ = !depthwise_ && n_ >= ctx.num_threads && ctx.num_threads > 1;
+    ctx.scratch_bytes = (batch_parallel_ ? slots_ : 1) * col_floats_ * sizeof(float);
+  }
+
+  void Run(const KernelIO& io) const override {
+    const float* x = static_cast<const float*>(io.inputs[0]);
+    const float* w = static_cast<const float*>(io.inputs[1]);
+    const float* bias = has_bias_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
+    float* y = static_cast<float*>(io.outputs[0]);
+    float* scratch = static_cast<float*>(io.scratch);
+    const int64_t P = geo_.out_size(), K = geo_.kernel_size();
+    if (n_ == 0 || m_ == 0 || P == 0) return;
+    if (depthwise_) {
+      const int64_t mult = m_ / c_;
+      io.pool->ParallelFor(n_ * m_, 2.0 * P * K, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          int64_t n = i / m_, m = i % m_;
+          DepthwisePlane(geo_, x + (n * c_ + m / mult) * geo_.in_size(), w + m * K,
+                         bias ? bias[m] : 0.f, y + i * P);
+        }
+      });
+      return;
+    }
+    if (batch_parallel_) {
+      const int64_t slots = std::min<int64_t>(slots_, io.pool->num_threads());
+      const double cost = 2.0 * static_cast<double>(m_ * cg_ * K * P) * n_ / slots;
+      io.pool->ParallelFor(slots, cost, [&](int64_t s0, int64_t s1) {
+        for (int64_t s = s0; s < s1; ++s) {
+          float* col = scratch + s * col_floats_;
+          for (int64_t n = n_ * s / slots; n < n_ * (s + 1) / slots; ++n)
+            Image(x, w, bias, y, n, col, nullptr);
+        }
+      });
+    } else {
+      for (int64_t n = 0; n < n_; ++n) Image(x, w, bias, y, n, scratch, io.pool);
+    }
+  }
+
+ private:
+  // Convolves image n; `pool` may be null (already inside a parallel loop).
+  void Image(const float* x, const float* w, const float* bias, float* y, int64_t n, float* col,
+             ThreadPool* pool) const {
+    const int64_t P = geo_.out_size(), K = geo_.kernel_size(), kc = cg_ * K;
+    for (int64_t g = 0; g < group_; ++g) {
+      const float* xg = x + (n * c_ + g * cg_) * geo_.in_size();
+      const float* wg = w + g * mg_ * kc;
+      float* yg = y + (n * m_ + g * mg_) * P;
+      const float* b = xg;
+      if (!pointwise_) {
+        if (pool) {
+          pool->ParallelFor(cg_, static_cast<double>(K * P), [&](int64_t c0, int64_t c1) {
+            Im2Col(geo_, xg, c0, c1, col);
+          });
+        } else {
+          Im2Col(geo_, xg, 0, cg_, col);
+        }
+        b = col;
+      }
+      Sgemm(false, false, mg_, P, kc, 1.f, wg, kc, b, P, 0.f, yg, P, pool);
+      if (bias) {
+        for (int64_t m = 0; m < mg_; ++m) {
+          const float bv = bias[g * mg_ + m];
+          float* row = yg + m * P;
+          for (int64_t p = 0; p < P; ++p) row[p] += bv;
+        }
+      }
+    }
+  }
+
+  SpatialGeometry geo_;
+  int64_t n_ = 0, c_ = 0, m_ = 0, group_ = 1, cg_ = 0, mg_ = 0;
+  bool has_bias_ = false, depthwise_ = false, pointwise_ = false, batch_parallel_ = false;
+  int64_t col_floats_ = 0, slots_ = 1;
+};
+
+}  // namespace
+
+void RegisterConvKernels(KernelRegistry& r) {
+  r.Register("Conv", &MakeKernel<ConvKernel>);
+  RegisterPoolKernels(r);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

@@ -1,9 +1,14 @@
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/linalg_util.h"
 
 namespace kaiwu {
 namespace cpu {
 
-void RegisterLinalgKernels(KernelRegistry& r) { (void)r; }
+void RegisterLinalgKernels(KernelRegistry& r) {
+  RegisterGemmKernel(r);
+  RegisterMatMulKernel(r);
+  RegisterEinsumKernel(r);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

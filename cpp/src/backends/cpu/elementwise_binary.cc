@@ -1,0 +1,309 @@
+// Broadcasting arithmetic: Add Sub Mul Div Mod (binary), Min Max Sum Mean
+// (variadic), Pow (base and exponent of different dtypes) and PRelu.
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "backends/cpu/elementwise_util.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+enum class ArithOp { kAdd, kSub, kMul, kDiv, kMod, kFmod, kMin, kMax, kSum, kMean };
+
+// a / b for integers: b == -1 is handled apart so that INT_MIN / -1 wraps
+// instead of trapping; b == 0 is rejected before the loop.
+template <typename T>
+inline T IntDiv(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    if (b == T(-1)) return static_cast<T>(U(0) - static_cast<U>(a));
+  }
+  return static_cast<T>(a / b);
+}
+
+template <typename T>
+inline T IntRem(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+  }
+  return static_cast<T>(a % b);
+}
+
+// Python-style modulus: the result takes the divisor's sign.
+template <typename T>
+inline T IntMod(T a, T b) {
+  T r = IntRem(a, b);
+  if constexpr (std::is_signed_v<T>) {
+    if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+  }
+  return r;
+}
+
+class ArithKernel : public Kernel {
+ public:
+  ArithKernel(ArithOp op, bool variadic, std::string name)
+      : op_(op), variadic_(variadic), name_(std::move(name)) {}
+
+  void Prepare(PrepareContext& ctx) override {
+    const int n = ctx.num_inputs();
+    if (variadic_ ? n < 1 : n != 2) ctx.Error("expected ", variadic_ ? "at least 1" : "2",
+                                              " inputs, got ", n);
+    dtype_ = ctx.in(0).dtype;
+    if (op_ == ArithOp::kSum || op_ == ArithOp::kMean) {
+      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    } else {
+      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
+                          DType::kInt16, DType::kInt32, DType::kInt64});
+    }
+    std::vector<Shape> shapes;
+    for (int i = 0; i < n; ++i) {
+      if (ctx.in(i).dtype != dtype_)
+        ctx.Error("input ", i, " has dtype ", DTypeName(ctx.in(i).dtype), ", input 0 has ",
+                  DTypeName(dtype_));
+      shapes.push_back(ctx.in(i).shape);
+    }
+    if (op_ == ArithOp::kMod || op_ == ArithOp::kFmod) {
+      int64_t fmod = ctx.node.GetInt("fmod", 0);
+      if (fmod != 0 && fmod != 1) ctx.Error("fmod must be 0 or 1, got ", fmod);
+      if (fmod == 0 && IsFloat(dtype_)) ctx.Error("fmod must be 1 for floating-point inputs");
+      op_ = fmod ? ArithOp::kFmod : ArithOp::kMod;
+    }
+    Shape out = BroadcastAll(ctx, shapes);
+    plans_.clear();
+    for (int i = 1; i < n; ++i)
+      plans_.push_back(MakeBroadcastPlan(ctx, {i == 1 ? shapes[0] : out, shapes[i]}, out));
+    num_inputs_ = n;
+    out_size_ = NumElements(out);
+    input_sizes_.clear();
+    for (const Shape& s : shapes) input_sizes_.push_back(NumElements(s));
+    ctx.SetOutput(0, dtype_, out);
+  }
+
+  void Run(const KernelIO& io) const override {
+    KAIWU_DISPATCH_NUMERIC(dtype_, RunTyped<T>(io));
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    T* out = static_cast<T*>(io.outputs[0]);
+    const T* in0 = static_cast<const T*>(io.inputs[0]);
+    if (num_inputs_ == 1) {
+      if (out != in0) std::memcpy(out, in0, sizeof(T) * out_size_);
+      return;
+    }
+    if constexpr (std::is_integral_v<T>) {
+      if (op_ == ArithOp::kDiv || op_ == ArithOp::kMod || op_ == ArithOp::kFmod) {
+        const T* b = static_cast<const T*>(io.inputs[1]);
+        for (int64_t i = 0; i < input_sizes_[1]; ++i)
+          if (b[i] == 0)
+            Fail(StatusCode::kRuntime, name_, ": integer division by zero");
+      }
+    }
+    for (int i = 1; i < num_inputs_; ++i) {
+      const T* a = i == 1 ? in0 : out;
+      const T* b = static_cast<const T*>(io.inputs[i]);
+      Apply<T>(plans_[i - 1], a, b, out, io.pool);
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (op_ == ArithOp::kMean) {
+        const T scale = T(1) / static_cast<T>(num_inputs_);
+        ParallelElements(io.pool, out_size_, 1.0, [&](int64_t b, int64_t e) {
+          for (int64_t j = b; j < e; ++j) out[j] *= scale;
+        });
+      }
+    }
+  }
+
+  template <typename T>
+  void Apply(const BroadcastPlan& p, const T* a, const T* b, T* o, ThreadPool* pool) const {
+    switch (op_) {
+      case ArithOp::kAdd:
+      case ArithOp::kSum:
+      case ArithOp::kMean:
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return static_cast<T>(x + y); }, pool);
+      case ArithOp::kSub:
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return static_cast<T>(x - y); }, pool);
+      case ArithOp::kMul:
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return static_cast<T>(x * y); }, pool);
+      case ArithOp::kDiv:
+        if constexpr (std::is_integral_v<T>) {
+          return BinaryLoop(p, a, b, o, [](T x, T y) { return IntDiv(x, y); }, pool, 4.0);
+        } else {
+          return BinaryLoop(p, a, b, o, [](T x, T y) { return x / y; }, pool);
+        }
+      case ArithOp::kMin:
+        // NaN in either operand propagates (y != y only for NaN).
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return (y < x || y != y) ? y : x; }, pool);
+      case ArithOp::kMax:
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return (y > x || y != y) ? y : x; }, pool);
+      case ArithOp::kMod:
+        if constexpr (std::is_integral_v<T>) {
+          return BinaryLoop(p, a, b, o, [](T x, T y) { return IntMod(x, y); }, pool, 4.0);
+        }
+        break;
+      case ArithOp::kFmod:
+        if constexpr (std::is_integral_v<T>) {
+          return BinaryLoop(p, a, b, o, [](T x, T y) { return IntRem(x, y); }, pool, 4.0);
+        } else {
+          return BinaryLoop(p, a, b, o, [](T x, T y) { return std::fmod(x, y); }, pool, 8.0);
+        }
+    }
+  }
+
+  ArithOp op_;
+  bool variadic_;
+  std::string name_;
+  DType dtype_ = DType::kUndefined;
+  int num_inputs_ = 0;
+  int64_t out_size_ = 0;
+  std::vector<int64_t> input_sizes_;
+  std::vector<BroadcastPlan> plans_;
+};
+
+// Integer power by squaring, wrapping on overflow; negative exponents give the
+// truncated result (0 unless the base is 1 or -1).
+template <typename T, typename E>
+inline T IntPow(T base, E exp) {
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp % 2) ? T(-1) : T(1);
+    return 0;
+  }
+  using U = std::make_unsigned_t<T>;
+  U result = 1, b = static_cast<U>(base);
+  uint64_t e = static_cast<uint64_t>(exp);
+  while (e) {
+    if (e & 1) result = static_cast<U>(result * b);
+    b = static_cast<U>(b * b);
+    e >>= 1;
+  }
+  return static_cast<T>(result);
+}
+
+class PowKernel : public Kernel {
+ public:
+  void Prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+    ctx.ExpectDType(1, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
+                        DType::kInt16, DType::kInt32, DType::kInt64});
+    base_ = ctx.in(0).dtype;
+    exp_ = ctx.in(1).dtype;
+    Shape out = BroadcastShapes(ctx, ctx.in(0).shape, ctx.in(1).shape);
+    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, out);
+    scalar_exp_ = ctx.in(1).size() == 1;
+    ctx.SetOutput(0, base_, out);
+  }
+
+  void Run(const KernelIO& io) const override {
+    switch (base_) {
+      case DType::kFloat32: return RunBase<float>(io);
+      case DType::kFloat64: return RunBase<double>(io);
+      case DType::kInt32: return RunBase<int32_t>(io);
+      case DType::kInt64: return RunBase<int64_t>(io);
+      default: Fail(StatusCode::kInternal, "Pow: unsupported base dtype");
+    }
+  }
+
+ private:
+  template <typename B>
+  void RunBase(const KernelIO& io) const {
+    const B* a = static_cast<const B*>(io.inputs[0]);
+    B* o = static_cast<B*>(io.outputs[0]);
+    KAIWU_DISPATCH_NUMERIC(exp_, RunTyped<B, T>(a, io.inputs[1], o, io.pool));
+  }
+
+  template <typename T, typename E>
+  void RunTyped(const T* a, const void* exp_data, T* o, ThreadPool* pool) const {
+    const E* b = static_cast<const E*>(exp_data);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (scalar_exp_) {
+        // Common fixed exponents without calling pow().
+        const double e = static_cast<double>(b[0]);
+        auto run = [&](auto f) {
+          ParallelElements(pool, plan_.total, 1.0, [&](int64_t s, int64_t t) {
+            for (int64_t i = s; i < t; ++i) o[i] = f(a[i]);
+          });
+        };
+        // A one-element exponent leaves the base's elements in output order.
+        if (e == 2.0) return run([](T x) { return x * x; });
+        if (e == 3.0) return run([](T x) { return x * x * x; });
+        if (e == 1.0) return run([](T x) { return x; });
+        if (e == 0.5) return run([](T x) { return std::sqrt(x); });
+      }
+      return BinaryLoop(plan_, a, b, o, [](T x, E y) { return std::pow(x, static_cast<T>(y)); },
+                        pool, 10.0);
+    } else if constexpr (std::is_integral_v<E>) {
+      return BinaryLoop(plan_, a, b, o, [](T x, E y) { return IntPow(x, y); }, pool, 10.0);
+    } else {
+      return BinaryLoop(plan_, a, b, o, [](T x, E y) {
+        return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      }, pool, 10.0);
+    }
+  }
+
+  DType base_ = DType::kUndefined, exp_ = DType::kUndefined;
+  bool scalar_exp_ = false;
+  BroadcastPlan plan_;
+};
+
+// PRelu: y = x < 0 ? slope * x : x, the slope broadcasting to x's shape.
+class PReluKernel : public Kernel {
+ public:
+  void Prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+    dtype_ = ctx.in(0).dtype;
+    if (ctx.in(1).dtype != dtype_) ctx.Error("slope dtype differs from X's");
+    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, ctx.in(0).shape);
+    ctx.SetOutput(0, dtype_, ctx.in(0).shape);
+  }
+
+  void Run(const KernelIO& io) const override {
+    switch (dtype_) {
+      case DType::kFloat32: return RunTyped<float>(io);
+      case DType::kFloat64: return RunTyped<double>(io);
+      case DType::kInt32: return RunTyped<int32_t>(io);
+      case DType::kInt64: return RunTyped<int64_t>(io);
+      default: Fail(StatusCode::kInternal, "PRelu: unsupported dtype");
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    BinaryLoop(plan_, static_cast<const T*>(io.inputs[0]), static_cast<const T*>(io.inputs[1]),
+               static_cast<T*>(io.outputs[0]),
+               [](T x, T s) { return x < T(0) ? static_cast<T>(x * s) : x; }, io.pool);
+  }
+
+  DType dtype_ = DType::kUndefined;
+  BroadcastPlan plan_;
+};
+
+template <ArithOp kOp, bool kVariadic>
+std::unique_ptr<Kernel> MakeArith(const Node& node) {
+  return std::make_unique<ArithKernel>(kOp, kVariadic, node.Describe());
+}
+
+}  // namespace
+
+void RegisterArithmeticKernels(KernelRegistry& r) {
+  r.Register("Add", &MakeArith<ArithOp::kAdd, false>);
+  r.Register("Sub", &MakeArith<ArithOp::kSub, false>);
+  r.Register("Mul", &MakeArith<ArithOp::kMul, false>);
+  r.Register("Div", &MakeArith<ArithOp::kDiv, false>);
+  r.Register("Mod", &MakeArith<ArithOp::kMod, false>);
+  r.Register("Min", &MakeArith<ArithOp::kMin, true>);
+  r.Register("Max", &MakeArith<ArithOp::kMax, true>);
+  r.Register("Sum", &MakeArith<ArithOp::kSum, true>);
+  r.Register("Mean", &MakeArith<ArithOp::kMean, true>);
+  r.Register("Pow", &MakeKernel<PowKernel>);
+  r.Register("PRelu", &MakeKernel<PReluKernel>);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu

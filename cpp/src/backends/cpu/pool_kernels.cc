@@ -1,0 +1,202 @@
+// MaxPool, AveragePool (1-D to 3-D, pads/auto_pad, dilations, ceil_mode,
+// count_include_pad) and GlobalAveragePool / GlobalMaxPool. Planes (n, c) run
+// in parallel; within a plane each output row accumulates tap by tap over the
+// valid output range, so the inner loop is a unit-stride vectorizable loop.
+#include <Eigen/Core>
+#include <algorithm>
+#include <limits>
+
+#include "backends/cpu/conv_geometry.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+template <typename T, bool kMax>
+void PoolPlane(const SpatialGeometry& g, const T* x, T* y) {
+  const int64_t OH = g.out[1], OW = g.out[2], H = g.in[1], W = g.in[2];
+  const int64_t sw = g.stride[2];
+  std::fill(y, y + g.out_size(), kMax ? std::numeric_limits<T>::lowest() : T(0));
+  for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+    int64_t d_lo, d_hi;
+    g.ValidRange(0, kd, &d_lo, &d_hi);
+    for (int64_t od = d_lo; od < d_hi; ++od) {
+      const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+        int64_t h_lo, h_hi;
+        g.ValidRange(1, kh, &h_lo, &h_hi);
+        for (int64_t oh = h_lo; oh < h_hi; ++oh) {
+          const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
+          const T* xrow = x + (id * H + ih) * W;
+          T* yrow = y + (od * OH + oh) * OW;
+          for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+            int64_t lo, hi;
+            g.ValidRange(2, kw, &lo, &hi);
+            const T* src = xrow + kw * g.dilation[2] - g.pad_begin[2];
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              T v = src[ow * sw];
+              if (kMax) {
+                yrow[ow] = std::max(yrow[ow], v);
+              } else {
+                yrow[ow] += v;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+class PoolKernel : public Kernel {
+ public:
+  explicit PoolKernel(bool is_max) : max_(is_max) {}
+
+  void Prepare(PrepareContext& ctx) override {
+    if (max_) {
+      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8});
+      if (ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0)
+        ctx.Error("the Indices output is not supported");
+    } else {
+      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    }
+    dtype_ = ctx.in(0).dtype;
+    const Shape& x = ctx.in(0).shape;
+    if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
+    if (!ctx.node.Has("kernel_shape")) ctx.Error("missing attribute 'kernel_shape'");
+    geo_ = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), ctx.node.GetInts("kernel_shape"),
+                        /*allow_ceil=*/true);
+    planes_ = x[0] * x[1];
+    Shape out = {x[0], x[1]};
+    for (int64_t d : geo_.OutShape()) out.push_back(d);
+    ctx.SetOutput(0, dtype_, out);
+    if (!max_) {
+      // Window sizes factor per dim: taps inside the input, or inside the
+      // padded input when count_include_pad (never the ceil_mode overhang).
+      const bool include_pad = ctx.node.GetInt("count_include_pad", 0) != 0;
+      for (int d = 0; d < 3; ++d) {
+        counts_[d].assign(geo_.out[d], 0);
+        int64_t lo_bound = include_pad ? -geo_.pad_begin[d] : 0;
+        int64_t hi_bound = geo_.in[d] + (include_pad ? geo_.pad_end[d] : 0);
+        for (int64_t o = 0; o < geo_.out[d]; ++o)
+          for (int64_t k = 0; k < geo_.kernel[d]; ++k) {
+            int64_t pos = o * geo_.stride[d] - geo_.pad_begin[d] + k * geo_.dilation[d];
+            counts_[d][o] += pos >= lo_bound && pos < hi_bound;
+          }
+      }
+    }
+  }
+
+  void Run(const KernelIO& io) const override {
+    switch (dtype_) {
+      case DType::kFloat32: RunTyped<float>(io); break;
+      case DType::kFloat64: RunTyped<double>(io); break;
+      case DType::kInt8: RunTyped<int8_t>(io); break;
+      default: RunTyped<uint8_t>(io); break;
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
+    const int64_t P = geo_.out_size(), in = geo_.in_size();
+    io.pool->ParallelFor(planes_, static_cast<double>(P * geo_.kernel_size()),
+                         [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (max_) {
+          PoolPlane<T, true>(geo_, x + i * in, y + i * P);
+        } else {
+          PoolPlane<T, false>(geo_, x + i * in, y + i * P);
+          if constexpr (std::is_floating_point_v<T>) Average(y + i * P);
+        }
+      }
+    });
+  }
+
+  template <typename T>
+  void Average(T* y) const {
+    for (int64_t od = 0; od < geo_.out[0]; ++od)
+      for (int64_t oh = 0; oh < geo_.out[1]; ++oh) {
+        T* row = y + (od * geo_.out[1] + oh) * geo_.out[2];
+        const int64_t dh = counts_[0][od] * counts_[1][oh];
+        for (int64_t ow = 0; ow < geo_.out[2]; ++ow) {
+          int64_t n = dh * counts_[2][ow];
+          row[ow] = n > 0 ? row[ow] / static_cast<T>(n) : T(0);
+        }
+      }
+  }
+
+  bool max_;
+  DType dtype_ = DType::kFloat32;
+  SpatialGeometry geo_;
+  int64_t planes_ = 0;
+  std::vector<int64_t> counts_[3];
+};
+
+class GlobalPoolKernel : public Kernel {
+ public:
+  explicit GlobalPoolKernel(bool is_max) : max_(is_max) {}
+
+  void Prepare(PrepareContext& ctx) override {
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    dtype_ = ctx.in(0).dtype;
+    const Shape& x = ctx.in(0).shape;
+    if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
+    planes_ = x[0] * x[1];
+    plane_size_ = NumElements(Shape(x.begin() + 2, x.end()));
+    if (max_ && plane_size_ == 0) ctx.Error("GlobalMaxPool of an empty plane");
+    Shape out = {x[0], x[1]};
+    out.resize(x.size(), 1);
+    ctx.SetOutput(0, dtype_, out);
+  }
+
+  void Run(const KernelIO& io) const override {
+    if (dtype_ == DType::kFloat32) {
+      RunTyped<float>(io);
+    } else {
+      RunTyped<double>(io);
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
+    const int64_t n = plane_size_;
+    io.pool->ParallelFor(planes_, static_cast<double>(n), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> plane(x + i * n, n);
+        if (max_) {
+          y[i] = plane.maxCoeff();
+        } else {
+          y[i] = n > 0 ? plane.sum() / static_cast<T>(n) : T(0);
+        }
+      }
+    });
+  }
+
+  bool max_;
+  DType dtype_ = DType::kFloat32;
+  int64_t planes_ = 0, plane_size_ = 0;
+};
+
+template <typename K, bool kMax>
+std::unique_ptr<Kernel> MakePool(const Node&) {
+  return std::make_unique<K>(kMax);
+}
+
+}  // namespace
+
+void RegisterPoolKernels(KernelRegistry& r) {
+  r.Register("MaxPool", &MakePool<PoolKernel, true>);
+  r.Register("AveragePool", &MakePool<PoolKernel, false>);
+  r.Register("GlobalMaxPool", &MakePool<GlobalPoolKernel, true>);
+  r.Register("GlobalAveragePool", &MakePool<GlobalPoolKernel, false>);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu

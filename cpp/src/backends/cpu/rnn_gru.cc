@@ -1,0 +1,156 @@
+// GRU (ONNX, opsets 7-22 semantics; gate order z, r, h).
+//
+// Per direction: one Sgemm computes X*W^T for every time step into scratch.
+// Each step then runs, with linear_before_reset = 1, one Sgemm H*R^T and the
+// fused gate math; with linear_before_reset = 0, one Sgemm for the z and r
+// gates, the gate math producing r.H, a second Sgemm (r.H)*Rh^T, and the
+// final update. Gate math runs in parallel over the batch.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/rnn_common.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+using Arr = Eigen::Map<Eigen::ArrayXf>;
+using ConstArr = Eigen::Map<const Eigen::ArrayXf>;
+
+int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+class GruKernel : public Kernel {
+ public:
+  explicit GruKernel(const Node& node) : node_(node) {}
+
+  void Prepare(PrepareContext& ctx) override {
+    d_ = PrepareRnn(ctx, 3);
+    linear_before_reset_ = ctx.node.GetInt("linear_before_reset", 0) != 0;
+    acts_ = ParseActivations(ctx, {"Sigmoid", "Tanh"}, d_.dirs);
+    num_outputs_ = static_cast<int>(ctx.outputs.size());
+    const int64_t h = d_.hidden;
+    // Scratch: X*W^T, gates, h, r.h, bias (z, r, Wbh, Rbh), lengths.
+    xw_floats_ = Align16(d_.seq * d_.batch * 3 * h);
+    gates_floats_ = Align16(d_.batch * 3 * h);
+    state_floats_ = Align16(d_.batch * h);
+    bias_floats_ = Align16(4 * h);
+    ctx.scratch_bytes = sizeof(float) * static_cast<size_t>(xw_floats_ + gates_floats_ +
+                                                            2 * state_floats_ + bias_floats_) +
+                        sizeof(int32_t) * static_cast<size_t>(d_.batch);
+  }
+
+  void Run(const KernelIO& io) const override {
+    const int64_t H = d_.hidden, G = 3 * H, batch = d_.batch;
+    float* xw = static_cast<float*>(io.scratch);
+    float* gates = xw + xw_floats_;
+    float* h = gates + gates_floats_;
+    float* rh = h + state_floats_;
+    float* bias = rh + state_floats_;
+    int32_t* lens = reinterpret_cast<int32_t*>(bias + bias_floats_);
+    ReadSequenceLens(node_, d_, d_.has_lens ? io.inputs[4] : nullptr, lens);
+    bool padded = false;
+    for (int64_t b = 0; b < batch; ++b) padded |= lens[b] != d_.seq;
+
+    const float* x = static_cast<const float*>(io.inputs[0]);
+    const float* w = static_cast<const float*>(io.inputs[1]);
+    const float* r = static_cast<const float*>(io.inputs[2]);
+    const float* bsrc = d_.has_bias ? static_cast<const float*>(io.inputs[3]) : nullptr;
+    const float* init_h = d_.has_init_h ? static_cast<const float*>(io.inputs[5]) : nullptr;
+    float* y = static_cast<float*>(io.outputs[0]);
+    float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
+    if (y && padded) std::memset(y, 0, sizeof(float) * d_.seq * d_.dirs * batch * H);
+
+    for (int64_t d = 0; d < d_.dirs; ++d) {
+      Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
+            d_.input, 0.f, xw, G, io.pool);
+      // bias = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]
+      for (int64_t j = 0; j < 4 * H; ++j) {
+        float v = 0.f;
+        if (bsrc) {
+          const float* bd = bsrc + d * 2 * G;
+          v = j < 2 * H ? bd[j] + bd[G + j] : j < 3 * H ? bd[j] : bd[G + j - H];
+        }
+        bias[j] = v;
+      }
+      std::fill(rh, rh + batch * H, 0.f);  // rows of finished sequences stay defined
+      for (int64_t b = 0; b < batch; ++b) {
+        if (init_h) std::memcpy(h + b * H, init_h + d_.StateOffset(d, b), sizeof(float) * H);
+        else std::fill(h + b * H, h + (b + 1) * H, 0.f);
+      }
+      const float* rd = r + d * G * H;
+      const Activation* acts = &acts_[d * 2];
+      const bool backward = d_.Backward(d);
+      auto time_of = [&](int64_t s, int64_t b) { return backward ? lens[b] - 1 - s : s; };
+      for (int64_t s = 0; s < d_.seq; ++s) {
+        if (linear_before_reset_) {
+          Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+        } else {
+          Sgemm(false, true, batch, 2 * H, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+          io.pool->ParallelFor(batch, 20.0 * H, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b) {
+              if (s >= lens[b]) continue;
+              const float* xr = xw + d_.XRow(time_of(s, b), b) * G;
+              ZrGates(gates + b * G, xr, bias, acts[0]);
+              Arr(rh + b * H, H) = ConstArr(gates + b * G + H, H) * ConstArr(h + b * H, H);
+            }
+          });
+          Sgemm(false, true, batch, H, H, 1.f, rh, H, rd + 2 * H * H, H, 0.f, gates + 2 * H, G,
+                io.pool);
+        }
+        io.pool->ParallelFor(batch, 30.0 * H, [&](int64_t b0, int64_t b1) {
+          for (int64_t b = b0; b < b1; ++b) {
+            if (s >= lens[b]) continue;
+            int64_t t = time_of(s, b);
+            Update(gates + b * G, xw + d_.XRow(t, b) * G, bias, acts, h + b * H);
+            if (y) std::memcpy(y + d_.YOffset(t, d, b), h + b * H, sizeof(float) * H);
+          }
+        });
+      }
+      if (y_h)
+        for (int64_t b = 0; b < batch; ++b)
+          std::memcpy(y_h + d_.StateOffset(d, b), h + b * H, sizeof(float) * H);
+    }
+  }
+
+ private:
+  // z and r gates of one row in place: g[0, 2H) = f(g + xw + bias).
+  void ZrGates(float* g, const float* xw, const float* bias, const Activation& f) const {
+    const int64_t n = 2 * d_.hidden;
+    Arr(g, n) += ConstArr(xw, n) + ConstArr(bias, n);
+    if (d_.has_clip) ClipInPlace(g, n, d_.clip);
+    ApplyActivation(f, g, n);
+  }
+
+  // The rest of one row's step; g[2H, 3H) holds H*Rh^T (linear_before_reset)
+  // or (r.H)*Rh^T. Updates h.
+  void Update(float* g, const float* xw, const float* bias, const Activation* acts,
+              float* h) const {
+    const int64_t H = d_.hidden;
+    if (linear_before_reset_) ZrGates(g, xw, bias, acts[0]);
+    Arr z(g, H), r(g + H, H), hh(g + 2 * H, H), state(h, H);
+    ConstArr xh(xw + 2 * H, H), wbh(bias + 2 * H, H), rbh(bias + 3 * H, H);
+    if (linear_before_reset_) hh = xh + wbh + r * (hh + rbh);
+    else hh += xh + wbh + rbh;
+    if (d_.has_clip) ClipInPlace(g + 2 * H, H, d_.clip);
+    ApplyActivation(acts[1], g + 2 * H, H);
+    state = (1.f - z) * hh + z * state;
+  }
+
+  Node node_;
+  RnnDims d_;
+  bool linear_before_reset_ = false;
+  int num_outputs_ = 0;
+  std::vector<Activation> acts_;
+  int64_t xw_floats_ = 0, gates_floats_ = 0, state_floats_ = 0, bias_floats_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeGruKernel(const Node& node) {
+  return std::make_unique<GruKernel>(node);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu

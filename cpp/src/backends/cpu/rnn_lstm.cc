@@ -1,0 +1,170 @@
+// LSTM (ONNX, opsets 7-22 semantics; gate order i, o, f, c).
+//
+// Per direction: one Sgemm computes X*W^T for every time step into scratch,
+// then each step does one Sgemm for H*R^T and the fused gate math per batch
+// row (parallel over the batch). Supports peepholes, clip, input_forget, all
+// ONNX activations, per-batch sequence_lens, both layouts and directions.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/rnn_common.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+using Arr = Eigen::Map<Eigen::ArrayXf>;
+using ConstArr = Eigen::Map<const Eigen::ArrayXf>;
+
+int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+class LstmKernel : public Kernel {
+ public:
+  explicit LstmKernel(const Node& node) : node_(node) {}
+
+  void Prepare(PrepareContext& ctx) override {
+    d_ = PrepareRnn(ctx, 4);
+    const int64_t h = d_.hidden;
+    const Shape state = ctx.outputs.size() > 1 ? ctx.outputs[1].shape : Shape{};
+    has_init_c_ = ctx.HasInput(6);
+    if (has_init_c_) {
+      ctx.ExpectDType(6, {DType::kFloat32});
+      if (ctx.in(6).shape != (d_.layout == 0 ? Shape{d_.dirs, d_.batch, h}
+                                             : Shape{d_.batch, d_.dirs, h}))
+        ctx.Error("initial_c has shape ", ShapeToString(ctx.in(6).shape));
+    }
+    has_peep_ = ctx.HasInput(7);
+    if (has_peep_) {
+      ctx.ExpectDType(7, {DType::kFloat32});
+      if (ctx.in(7).shape != Shape{d_.dirs, 3 * h})
+        ctx.Error("P has shape ", ShapeToString(ctx.in(7).shape), ", expected ",
+                  ShapeToString({d_.dirs, 3 * h}));
+    }
+    input_forget_ = ctx.node.GetInt("input_forget", 0) != 0;
+    acts_ = ParseActivations(ctx, {"Sigmoid", "Tanh", "Tanh"}, d_.dirs);
+    if (ctx.outputs.size() > 2) ctx.SetOutput(2, DType::kFloat32, state);
+    num_outputs_ = static_cast<int>(ctx.outputs.size());
+    // Scratch: X*W^T, gates, h, c, bias, lengths.
+    xw_floats_ = Align16(d_.seq * d_.batch * 4 * h);
+    gates_floats_ = Align16(d_.batch * 4 * h);
+    state_floats_ = Align16(d_.batch * h);
+    bias_floats_ = Align16(4 * h);
+    ctx.scratch_bytes = sizeof(float) * static_cast<size_t>(xw_floats_ + gates_floats_ +
+                                                            2 * state_floats_ + bias_floats_) +
+                        sizeof(int32_t) * static_cast<size_t>(d_.batch);
+  }
+
+  void Run(const KernelIO& io) const override {
+    const int64_t H = d_.hidden, G = 4 * H, batch = d_.batch;
+    float* xw = static_cast<float*>(io.scratch);
+    float* gates = xw + xw_floats_;
+    float* h = gates + gates_floats_;
+    float* c = h + state_floats_;
+    float* bias = c + state_floats_;
+    int32_t* lens = reinterpret_cast<int32_t*>(bias + bias_floats_);
+    ReadSequenceLens(node_, d_, d_.has_lens ? io.inputs[4] : nullptr, lens);
+    bool padded = false;
+    for (int64_t b = 0; b < batch; ++b) padded |= lens[b] != d_.seq;
+
+    const float* x = static_cast<const float*>(io.inputs[0]);
+    const float* w = static_cast<const float*>(io.inputs[1]);
+    const float* r = static_cast<const float*>(io.inputs[2]);
+    const float* bsrc = d_.has_bias ? static_cast<const float*>(io.inputs[3]) : nullptr;
+    const float* init_h = d_.has_init_h ? static_cast<const float*>(io.inputs[5]) : nullptr;
+    const float* init_c = has_init_c_ ? static_cast<const float*>(io.inputs[6]) : nullptr;
+    const float* peep = has_peep_ ? static_cast<const float*>(io.inputs[7]) : nullptr;
+    float* y = static_cast<float*>(io.outputs[0]);
+    float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
+    float* y_c = num_outputs_ > 2 ? static_cast<float*>(io.outputs[2]) : nullptr;
+    if (y && padded) std::memset(y, 0, sizeof(float) * d_.seq * d_.dirs * batch * H);
+
+    for (int64_t d = 0; d < d_.dirs; ++d) {
+      Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
+            d_.input, 0.f, xw, G, io.pool);
+      for (int64_t j = 0; j < G; ++j)
+        bias[j] = bsrc ? bsrc[d * 2 * G + j] + bsrc[d * 2 * G + G + j] : 0.f;
+      for (int64_t b = 0; b < batch; ++b) {
+        int64_t off = d_.StateOffset(d, b);
+        if (init_h) std::memcpy(h + b * H, init_h + off, sizeof(float) * H);
+        else std::fill(h + b * H, h + (b + 1) * H, 0.f);
+        if (init_c) std::memcpy(c + b * H, init_c + off, sizeof(float) * H);
+        else std::fill(c + b * H, c + (b + 1) * H, 0.f);
+      }
+      const float* rd = r + d * G * H;
+      const float* pd = peep ? peep + d * 3 * H : nullptr;
+      const Activation* acts = &acts_[d * 3];
+      const bool backward = d_.Backward(d);
+      for (int64_t s = 0; s < d_.seq; ++s) {
+        Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+        io.pool->ParallelFor(batch, 40.0 * H, [&](int64_t b0, int64_t b1) {
+          for (int64_t b = b0; b < b1; ++b) {
+            if (s >= lens[b]) continue;
+            int64_t t = backward ? lens[b] - 1 - s : s;
+            Cell(gates + b * G, xw + d_.XRow(t, b) * G, bias, pd, acts, c + b * H, h + b * H);
+            if (y) std::memcpy(y + d_.YOffset(t, d, b), h + b * H, sizeof(float) * H);
+          }
+        });
+      }
+      for (int64_t b = 0; b < batch; ++b) {
+        int64_t off = d_.StateOffset(d, b);
+        if (y_h) std::memcpy(y_h + off, h + b * H, sizeof(float) * H);
+        if (y_c) std::memcpy(y_c + off, c + b * H, sizeof(float) * H);
+      }
+    }
+  }
+
+ private:
+  // One batch row: g holds H*R^T for gates [i, o, f, c]; updates c and h.
+  void Cell(float* g, const float* xw, const float* bias, const float* peep,
+            const Activation* acts, float* c, float* h) const {
+    const int64_t H = d_.hidden;
+    Arr all(g, 4 * H);
+    all += ConstArr(xw, 4 * H) + ConstArr(bias, 4 * H);
+    float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
+    Arr i(gi, H), o(go, H), f(gf, H), cand(gc, H), cell(c, H);
+    if (peep) {
+      i += ConstArr(peep, H) * cell;
+      f += ConstArr(peep + 2 * H, H) * cell;
+      if (d_.has_clip) {
+        ClipInPlace(gi, H, d_.clip);
+        ClipInPlace(gf, 2 * H, d_.clip);
+      }
+      ApplyActivation(acts[0], gi, H);
+      ApplyActivation(acts[0], gf, H);
+    } else {
+      if (d_.has_clip) ClipInPlace(g, 4 * H, d_.clip);
+      ApplyActivation(acts[0], g, 3 * H);  // i, o, f
+    }
+    ApplyActivation(acts[1], gc, H);
+    if (input_forget_) f = 1.f - i;
+    cell = f * cell + i * cand;
+    if (peep) {
+      o += ConstArr(peep + H, H) * cell;
+      if (d_.has_clip) ClipInPlace(go, H, d_.clip);
+      ApplyActivation(acts[0], go, H);
+    }
+    cand = cell;
+    ApplyActivation(acts[2], gc, H);
+    Arr(h, H) = o * cand;
+  }
+
+  Node node_;
+  RnnDims d_;
+  bool has_init_c_ = false;
+  bool has_peep_ = false;
+  bool input_forget_ = false;
+  int num_outputs_ = 0;
+  std::vector<Activation> acts_;
+  int64_t xw_floats_ = 0, gates_floats_ = 0, state_floats_ = 0, bias_floats_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> MakeLstmKernel(const Node& node) {
+  return std::make_unique<LstmKernel>(node);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu
