@@ -313,7 +313,7 @@ def run(args) -> dict:
                      "warmup_s": preset["warmup_s"], "rtol": args.rtol, "atol": args.atol,
                      "budget_s": budget_s, "gap_s": args.gap_s,
                      "ort_graph_optimization": "ORT_ENABLE_ALL", "ort_inter_op_threads": 1,
-                     "kaiwu_optimize": True},
+                     "kaiwu_optimize": not args.no_optimize},
         "loadavg_start": list(os.getloadavg()),
         "describe": {},
         "results": [],
@@ -340,7 +340,7 @@ def run(args) -> dict:
             osess = ort.InferenceSession(paths[p], so, providers=["CPUExecutionProvider"])
             ksess, kerr = None, None
             try:
-                ksess = kaiwu_infer.Session(paths[p], threads=nt, optimize=True)
+                ksess = kaiwu_infer.Session(paths[p], threads=nt, optimize=not args.no_optimize)
                 if p not in result["describe"]:
                     try:
                         result["describe"][p] = ksess.describe()
@@ -585,6 +585,7 @@ def markdown(result: dict) -> str:
         f"- versions: kaiwu_infer {v.get('kaiwu_infer')} ({v.get('kaiwu_infer_git', '?')}), onnxruntime "
         f"{v.get('onnxruntime')}, numpy {v.get('numpy')}, torch {v.get('torch')}, python {v.get('python')}",
         f"- command: `{result['command']}`",
+        *([f"- **kaiwu_infer ran with optimize=False** (graph as imported)"] if not s.get("kaiwu_optimize", True) else []),
         f"- method: per config {s['repeats']} interleaved repeats x ~{s['block_s']}s blocks per engine after "
         f"warmup; µs = median over repeats of the per-call median (p90 likewise); samples/s = batch x "
         f"calls / block wall time (median over repeats). Outputs checked against onnxruntime first "
@@ -661,6 +662,8 @@ def main(argv=None):
     ap.add_argument("--policies-file", default=DEFAULT_POLICIES_FILE)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--name", default="", help="output file stem (default core, or core_quick with --quick)")
+    ap.add_argument("--no-optimize", action="store_true",
+                    help="kaiwu_infer Session(optimize=False): the graph as imported (diagnostics)")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--silent", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of failing configs")
