@@ -19,11 +19,6 @@ int64_t FloorDiv(int64_t a, int64_t b) {  // b > 0
 
 Shape SpatialGeometry::OutShape() const { return Shape(out + 3 - nd, out + 3); }
 
-void SpatialGeometry::ValidRange(int d, int64_t k, int64_t* lo, int64_t* hi) const {
-  int64_t off = k * dilation[d] - pad_begin[d];  // input coord = o * stride + off
-  *lo = std::clamp<int64_t>(CeilDiv(-off, stride[d]), 0, out[d]);
-  *hi = std::clamp<int64_t>(CeilDiv(in[d] - off, stride[d]), *lo, out[d]);
-}
 
 bool SpatialGeometry::IsPointwise() const {
   for (int d = 0; d < 3; ++d)
@@ -89,6 +84,13 @@ SpatialGeometry MakeGeometry(const PrepareContext& ctx, const Shape& in,
     }
     if (g.out[d] < 0) ctx.Error("negative output size");
   }
+  for (int d = 0; d < 3; ++d)
+    for (int64_t k = 0; k < g.kernel[d]; ++k) {
+      int64_t off = k * g.dilation[d] - g.pad_begin[d];  // input coord = o * stride + off
+      int64_t lo = std::clamp<int64_t>(CeilDiv(-off, g.stride[d]), 0, g.out[d]);
+      g.valid_lo[d].push_back(lo);
+      g.valid_hi[d].push_back(std::clamp<int64_t>(CeilDiv(g.in[d] - off, g.stride[d]), lo, g.out[d]));
+    }
   return g;
 }
 

@@ -19,6 +19,7 @@ struct SpatialGeometry {
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, kernel[3] = {1, 1, 1};
   int64_t stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1};
   int64_t pad_begin[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};
+  std::vector<int64_t> valid_lo[3], valid_hi[3];  // per dim, per tap: see ValidRange
 
   int64_t in_size() const { return in[0] * in[1] * in[2]; }
   int64_t out_size() const { return out[0] * out[1] * out[2]; }
@@ -27,7 +28,10 @@ struct SpatialGeometry {
   Shape OutShape() const;
   /// Output indices o of dim d (0..2) whose tap k reads inside the input:
   /// 0 <= o * stride - pad_begin + k * dilation < in, as [*lo, *hi).
-  void ValidRange(int d, int64_t k, int64_t* lo, int64_t* hi) const;
+  void ValidRange(int d, int64_t k, int64_t* lo, int64_t* hi) const {
+    *lo = valid_lo[d][k];
+    *hi = valid_hi[d][k];
+  }
   /// True for a 1x1 kernel with stride 1 and no padding (a plain GEMM).
   bool IsPointwise() const;
 };

@@ -58,10 +58,6 @@ void DepthwisePlane(const SpatialGeometry& g, const float* x, const float* w, fl
   const int64_t KH = g.kernel[1], KW = g.kernel[2];
   const int64_t sw = g.stride[2];
   std::fill(y, y + g.out_size(), bias);
-  int64_t w_lo[64], w_hi[64];  // per kw; wider kernels recompute below
-  const bool cache_w = KW <= 64;
-  if (cache_w)
-    for (int64_t kw = 0; kw < KW; ++kw) g.ValidRange(2, kw, &w_lo[kw], &w_hi[kw]);
   for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
     int64_t d_lo, d_hi;
     g.ValidRange(0, kd, &d_lo, &d_hi);
@@ -77,12 +73,7 @@ void DepthwisePlane(const SpatialGeometry& g, const float* x, const float* w, fl
           const float* wk = w + (kd * KH + kh) * KW;
           for (int64_t kw = 0; kw < KW; ++kw) {
             int64_t lo, hi;
-            if (cache_w) {
-              lo = w_lo[kw];
-              hi = w_hi[kw];
-            } else {
-              g.ValidRange(2, kw, &lo, &hi);
-            }
+            g.ValidRange(2, kw, &lo, &hi);
             const float wv = wk[kw];
             const float* src = xrow + kw * g.dilation[2] - g.pad_begin[2];
             if (sw == 1) {

@@ -30,6 +30,7 @@ class LayerNormKernel : public Kernel {
     inner_ = NumElements(norm_shape);
     scale_map_ = IndexMap(ctx, 1, norm_shape);
     has_bias_ = ctx.HasInput(2);
+    bias_map_.clear();
     if (has_bias_) {
       ctx.ExpectDType(2, {DType::kFloat32});
       bias_map_ = IndexMap(ctx, 2, norm_shape);
