@@ -41,10 +41,11 @@ TEST(ElementwiseCompare, AllOpsDtypesAndBroadcasts) {
         a = Floored(a);
         b = Floored(b);
       }
+      const bool big = a.size() + b.size() > 10000;
       for (const auto& [op, pred] : ops) {
-        for (int threads : {1, 3}) {
-          if (threads == 3 && dt != DType::kFloat32) continue;
-          Tensor y = RunNode(MakeNode(op, 2, 1), {a, b}, threads)[0];
+        if (big && op != "Equal" && op != "Less") continue;
+        {
+          Tensor y = RunBoth(MakeNode(op, 2, 1), {a, b});
           ASSERT_EQ(y.dtype(), DType::kBool);
           for (int64_t i = 0; i < y.size(); ++i) {
             bool want = pred(At(a, BroadcastIndex(y.shape(), a.shape(), i)),
@@ -69,8 +70,8 @@ TEST(ElementwiseCompare, LogicalOnBool) {
     Tensor a = RandomOf(DType::kBool, sa, rng);
     Tensor b = RandomOf(DType::kBool, sb, rng);
     for (const auto& [op, pred] : ops) {
-      for (int threads : {1, 3}) {
-        Tensor y = RunNode(MakeNode(op, 2, 1), {a, b}, threads)[0];
+      {
+        Tensor y = RunBoth(MakeNode(op, 2, 1), {a, b});
         for (int64_t i = 0; i < y.size(); ++i)
           ASSERT_EQ(y.As<bool>()[i], pred(At(a, BroadcastIndex(y.shape(), sa, i)),
                                           At(b, BroadcastIndex(y.shape(), sb, i))))
@@ -90,17 +91,17 @@ TEST(ElementwiseWhere, ThreeWayBroadcastAnyDtype) {
       std::vector<Shape> s = RandomBroadcastShapes(3, rng, &out);
       std::shuffle(s.begin(), s.end(), rng);
       if (trial == 0) {
-        s = {{64, 1, 30}, {64, 40, 30}, {}};  // parallel, scalar Y
-        out = {64, 40, 30};
+        s = {{64, 1, 60}, {64, 40, 60}, {}};  // parallel, scalar Y
+        out = {64, 40, 60};
       } else if (trial == 1) {
-        s = {{50, 1000}, {50, 1000}, {50, 1000}};
-        out = {50, 1000};
+        s = {{150, 1000}, {150, 1000}, {150, 1000}};
+        out = {150, 1000};
       }
       Tensor c = RandomOf(DType::kBool, s[0], rng);
       Tensor x = RandomOf(dt, s[1], rng, 0, 100);
       Tensor y = RandomOf(dt, s[2], rng, 0, 100);
-      for (int threads : {1, 3}) {
-        Tensor o = RunNode(MakeNode("Where", 3, 1), {c, x, y}, threads)[0];
+      {
+        Tensor o = RunBoth(MakeNode("Where", 3, 1), {c, x, y});
         ASSERT_EQ(o.shape(), out);
         ASSERT_EQ(o.dtype(), dt);
         for (int64_t i = 0; i < o.size(); ++i) {
@@ -139,7 +140,7 @@ TEST(ElementwiseCast, AllPairsAndCastLike) {
   for (auto [from, from_code] : types) {
     (void)from_code;
     const bool sgn = from != DType::kUInt8;
-    Tensor x = RandomOf(from, {40, 300}, rng, sgn ? -100 : 0, 100);
+    Tensor x = RandomOf(from, {140, 1000}, rng, sgn ? -100 : 0, 100);
     for (int64_t i = 0; i < x.size(); i += 7) {  // exact zeros among fractional values
       if (from == DType::kFloat32) x.As<float>()[i] = 0;
       if (from == DType::kFloat64) x.As<double>()[i] = 0;
@@ -149,7 +150,7 @@ TEST(ElementwiseCast, AllPairsAndCastLike) {
         Node node = like ? MakeNode("CastLike", 2, 1) : MakeNode("Cast", 1, 1, {{"to", IntAttr(to_code)}});
         std::vector<Tensor> ins = {x};
         if (like) ins.push_back(RandomOf(to, {1}, rng, 0, 2));
-        Tensor y = RunNode(node, ins, like ? 3 : 1)[0];
+        Tensor y = RunBoth(node, ins);
         ASSERT_EQ(y.dtype(), to);
         ASSERT_EQ(y.shape(), x.shape());
         for (int64_t i = 0; i < y.size(); ++i)

@@ -72,6 +72,7 @@ TEST(TensorOpsGather, MatchesReference) {
   // A scalar index drops the axis; a 1-D gather uses element copies.
   CheckGather(y, MakeTensor<int64_t>({}, {-2}), 1);
   CheckGather(RandomOf(DType::kFloat32, {1000}, rng), RandomIndices({4000}, 1000, true, rng), 0);
+  CheckGather(RandomOf(DType::kInt64, {400, 50}, rng), RandomIndices({30}, 50, false, rng), -1);
 }
 
 TEST(TensorOpsGather, OutOfRangeIndexThrowsRuntime) {
@@ -98,7 +99,8 @@ TEST(TensorOpsGather, OutOfRangeIndexThrowsRuntime) {
 TEST(TensorOpsGatherElements, MatchesReference) {
   std::mt19937 rng(33);
   for (int trial = 0; trial < 30; ++trial) {
-    Tensor x = RandomOf(trial % 2 ? DType::kFloat32 : DType::kUInt8, RandomShape(rng, 1, 4, 5), rng);
+    DType dt = trial % 2 ? DType::kFloat32 : DType::kUInt8;
+    Tensor x = RandomOf(dt, RandomShape(rng, 1, 4, 5), rng);
     const int64_t rank = static_cast<int64_t>(x.shape().size());
     int64_t axis = std::uniform_int_distribution<int64_t>(-rank, rank - 1)(rng);
     int64_t a = axis < 0 ? axis + rank : axis;
@@ -175,7 +177,8 @@ TEST(TensorOpsPad, MatchesReference) {
   std::mt19937 rng(34);
   for (const std::string mode : {"constant", "reflect", "edge", "wrap"}) {
     for (int trial = 0; trial < 12; ++trial) {
-      Tensor x = RandomOf(trial % 2 ? DType::kFloat32 : DType::kInt32, RandomShape(rng, 1, 3, 5), rng);
+      DType dt = trial % 2 ? DType::kFloat32 : DType::kInt32;
+      Tensor x = RandomOf(dt, RandomShape(rng, 1, 3, 5), rng);
       const int rank = static_cast<int>(x.shape().size());
       std::vector<int64_t> axes, pads(2 * rank);
       for (int d = 0; d < rank; ++d) axes.push_back(trial % 3 == 0 ? d - rank : d);
@@ -196,13 +199,22 @@ TEST(TensorOpsPad, MatchesReference) {
   CheckPad(x, "constant", {1, 2, 3, 0}, {-2, 3}, &value);
   CheckPad(x, "reflect", {2, 3, 1, 4}, {2, 3}, nullptr);
   CheckPad(x, "edge", {1, 0, 0, 5}, {0, 3}, nullptr);
+  // Attribute form (opset 2): pads and value attributes.
+  Tensor y = RandomOf(DType::kFloat32, {2, 3}, rng);
+  Node old = MakeNode("Pad", 1, 1, {{"pads", testing::IntsAttr({0, 1, 1, 0})},
+                                    {"value", testing::FloatAttr(4.f)}});
+  old.opset = 2;
+  std::vector<double> ys = AsDouble(y), want;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) want.push_back(i < 2 && j >= 1 ? ys[i * 3 + j - 1] : 4.0);
+  ExpectTensor(RunNode(old, {y})[0], {3, 4}, want, "pad attribute form");
 }
 
 TEST(TensorOpsPad, Errors) {
   std::mt19937 rng(35);
   Tensor x = RandomOf(DType::kFloat32, {3, 4}, rng);
-  ExpectError([&] { RunNode(MakeNode("Pad", 2, 1, {{"mode", StrAttr("mirror")}}), {x, Ints({0, 0, 0, 0})}); },
-              StatusCode::kModel, "bad mode");
+  Node mirror = MakeNode("Pad", 2, 1, {{"mode", StrAttr("mirror")}});
+  ExpectError([&] { RunNode(mirror, {x, Ints({0, 0, 0, 0})}); }, StatusCode::kModel, "bad mode");
   ExpectError([&] { RunNode(MakeNode("Pad", 2, 1), {x, Ints({1, 1})}); }, StatusCode::kModel,
               "pads length");
   ExpectError([&] { RunNode(MakeNode("Pad", 2, 1), {x, Ints({-4, 0, 0, 0})}); }, StatusCode::kModel,

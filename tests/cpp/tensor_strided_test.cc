@@ -42,7 +42,7 @@ void CheckTranspose(const Tensor& x, const std::vector<int64_t>& perm) {
   });
   for (int threads : {1, 3})
     ExpectTensor(RunNode(MakeNode("Transpose", 1, 1, {{"perm", IntsAttr(perm)}}), {x}, threads)[0],
-                 out, want, "transpose " + ShapeToString(x.shape()) + " perm " + ShapeToString(perm));
+                 out, want, "transpose " + ShapeToString(x.shape()) + " " + ShapeToString(perm));
 }
 
 TEST(TensorOpsTranspose, MatchesReference) {
@@ -94,7 +94,8 @@ std::vector<int64_t> SliceCoords(int64_t dim, int64_t start, int64_t end, int64_
 
 TEST(TensorOpsSlice, MatchesReference) {
   std::mt19937 rng(23);
-  const int64_t kBig = std::numeric_limits<int64_t>::max(), kSmall = std::numeric_limits<int64_t>::min();
+  const int64_t kBig = std::numeric_limits<int64_t>::max();
+  const int64_t kSmall = std::numeric_limits<int64_t>::min();
   auto pick = [&](int64_t dim) -> int64_t {
     int r = std::uniform_int_distribution<int>(0, 9)(rng);
     if (r == 0) return kBig;
@@ -102,7 +103,8 @@ TEST(TensorOpsSlice, MatchesReference) {
     return std::uniform_int_distribution<int64_t>(-dim - 2, dim + 2)(rng);
   };
   for (int trial = 0; trial < 60; ++trial) {
-    Tensor x = RandomOf(trial % 2 ? DType::kFloat32 : DType::kInt64, RandomShape(rng, 1, 4, 6), rng);
+    DType dt = trial % 2 ? DType::kFloat32 : DType::kInt64;
+    Tensor x = RandomOf(dt, RandomShape(rng, 1, 4, 6), rng);
     const int rank = static_cast<int>(x.shape().size());
     std::vector<int64_t> axes(rank);
     std::iota(axes.begin(), axes.end(), 0);
@@ -150,6 +152,14 @@ TEST(TensorOpsSlice, MatchesReference) {
     ExpectTensor(RunNode(MakeNode("Slice", 5, 1), {x, Ints({-1, -1}), Ints({kSmall, kSmall}),
                                                    Ints({0, 1}), Ints({-1, -2})}, threads)[0],
                  {300, 40}, want, "slice reversed");
+  // Attribute form (opset 9).
+  Node old = MakeNode("Slice", 1, 1, {{"starts", IntsAttr({1})}, {"ends", IntsAttr({-1})},
+                                      {"axes", IntsAttr({1})}});
+  old.opset = 9;
+  want = MapRef(x, {300, 78}, [](const std::vector<int64_t>& o) {
+    return std::vector<int64_t>{o[0], o[1] + 1};
+  });
+  ExpectTensor(RunNode(old, {x})[0], {300, 78}, want, "slice attribute form");
 }
 
 TEST(TensorOpsSlice, Errors) {

@@ -4,6 +4,7 @@
 // per thread; small ones run image by image with the GEMM split across the pool.
 #include <algorithm>
 
+#include "backends/cpu/activation.h"
 #include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/conv_im2col.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -33,6 +34,7 @@ class ConvKernel : public Kernel {
     if (ctx.node.Has("kernel_shape") && ctx.node.GetInts("kernel_shape") != kernel)
       ctx.Error("kernel_shape does not match W ", ShapeToString(w));
     geo_ = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
+    act_ = Activation::FromNode(ctx.node);
     has_bias_ = ctx.HasInput(2);
     if (has_bias_) {
       ctx.ExpectDType(2, {DType::kFloat32});
@@ -67,6 +69,7 @@ class ConvKernel : public Kernel {
           int64_t n = i / m_, m = i % m_;
           DepthwisePlane(geo_, x + (n * c_ + m / mult) * geo_.in_size(), w + m * K,
                          bias ? bias[m] : 0.f, y + i * P);
+          if (act_.active()) act_.Apply(y + i * P, P);
         }
       });
       return;
@@ -107,7 +110,9 @@ class ConvKernel : public Kernel {
         b = col;
       }
       Sgemm(false, false, mg_, P, kc, 1.f, wg, kc, b, P, 0.f, yg, P, pool);
-      if (bias) {
+      if (act_.active()) {
+        for (int64_t m = 0; m < mg_; ++m) act_.Apply(yg + m * P, P, bias ? bias[g * mg_ + m] : 0.f);
+      } else if (bias) {
         for (int64_t m = 0; m < mg_; ++m) {
           const float bv = bias[g * mg_ + m];
           float* row = yg + m * P;
@@ -118,6 +123,7 @@ class ConvKernel : public Kernel {
   }
 
   SpatialGeometry geo_;
+  Activation act_;
   int64_t n_ = 0, c_ = 0, m_ = 0, group_ = 1, cg_ = 0, mg_ = 0;
   bool has_bias_ = false, depthwise_ = false, pointwise_ = false, batch_parallel_ = false;
   int64_t col_floats_ = 0, slots_ = 1;

@@ -50,12 +50,16 @@ BroadcastPlan MakeBroadcastPlan(const PrepareContext& ctx, const std::vector<Sha
 /// Output shape of numpy broadcasting over all of `shapes`.
 Shape BroadcastAll(const PrepareContext& ctx, const std::vector<Shape>& shapes);
 
+/// Total cost (about scalar ops) below which elementwise work stays on the
+/// calling thread: waking workers costs more than streaming this much memory.
+constexpr double kParallelMinCost = 131072.0;
+
 /// Calls f(begin, end) over [0, n), on the pool when the work is large. Never
 /// allocates: the pool gets a reference wrapper.
 template <typename F>
 void ParallelRange(ThreadPool* pool, int64_t n, double cost_per_item, const F& f) {
   if (n <= 0) return;
-  if (pool == nullptr || pool->num_threads() == 1 || n * cost_per_item < 40000.0) {
+  if (pool == nullptr || pool->num_threads() == 1 || n * cost_per_item < kParallelMinCost) {
     f(int64_t{0}, n);
     return;
   }

@@ -1,6 +1,7 @@
 // Gemm: Y = alpha * op(A) * op(B) + beta * C, C broadcast unidirectionally to [M, N].
 #include <algorithm>
 
+#include "backends/cpu/activation.h"
 #include "backends/cpu/linalg_util.h"
 
 namespace kaiwu {
@@ -42,6 +43,9 @@ class GemmKernel : public Kernel {
       c_col_stride_ = cn == 1 ? 0 : 1;
     }
     ctx.SetOutput(0, dtype_, {m_, n_});
+    act_ = Activation::FromNode(node);
+    if (act_.active() && dtype_ != DType::kFloat32)
+      ctx.Error("a fused activation needs float32, got ", DTypeName(dtype_));
   }
 
   void Run(const KernelIO& io) const override {
@@ -78,6 +82,8 @@ class GemmKernel : public Kernel {
     if (use_c) FillBias(static_cast<const float*>(io.inputs[2]), y, io.pool);
     Sgemm(trans_a_, trans_b_, m_, n_, k_, alpha_, a, trans_a_ ? m_ : k_, b, trans_b_ ? k_ : n_,
           use_c ? 1.f : 0.f, y, n_, io.pool);
+    if (act_.active())
+      io.pool->ParallelFor(m_, 4.0 * n_, [&](int64_t r0, int64_t r1) { act_.Apply(y + r0 * n_, (r1 - r0) * n_); });
   }
 
   template <typename T>
@@ -101,6 +107,7 @@ class GemmKernel : public Kernel {
   }
 
   DType dtype_ = DType::kFloat32;
+  Activation act_;
   bool trans_a_ = false, trans_b_ = false, has_c_ = false;
   float alpha_ = 1.f, beta_ = 1.f;
   int64_t m_ = 0, n_ = 0, k_ = 0;

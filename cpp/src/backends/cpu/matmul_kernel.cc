@@ -3,6 +3,7 @@
 // dims fold into M and the whole op is one GEMM.
 #include <algorithm>
 
+#include "backends/cpu/activation.h"
 #include "backends/cpu/linalg_util.h"
 
 namespace kaiwu {
@@ -34,6 +35,10 @@ class MatMulKernel : public Kernel {
     if (!a_vec) out.push_back(gemm_.m);
     if (!b_vec) out.push_back(gemm_.n);
     ctx.SetOutput(0, dtype_, out);
+    out_size_ = NumElements(out);
+    act_ = Activation::FromNode(ctx.node);
+    if (act_.active() && dtype_ != DType::kFloat32)
+      ctx.Error("a fused activation needs float32, got ", DTypeName(dtype_));
 
     const int64_t a_mat = gemm_.m * gemm_.k, b_mat = gemm_.k * gemm_.n;
     if (NumElements(b_batch) == 1 && dtype_ == DType::kFloat32) {
@@ -71,6 +76,10 @@ class MatMulKernel : public Kernel {
       case DType::kFloat32:
         gemm_.Run(static_cast<const float*>(io.inputs[0]), static_cast<const float*>(io.inputs[1]),
                   static_cast<float*>(io.outputs[0]), io.pool);
+        if (act_.active()) {
+          float* y = static_cast<float*>(io.outputs[0]);
+          io.pool->ParallelFor(out_size_, 4.0, [&](int64_t b, int64_t e) { act_.Apply(y + b, e - b); });
+        }
         break;
       case DType::kFloat64: RunGeneric<double>(io); break;
       case DType::kInt32: RunGeneric<int32_t>(io); break;
@@ -88,6 +97,8 @@ class MatMulKernel : public Kernel {
 
   DType dtype_ = DType::kFloat32;
   BatchedGemm gemm_;
+  Activation act_;
+  int64_t out_size_ = 0;
 };
 
 }  // namespace

@@ -21,15 +21,21 @@ void CheckIndices(const I* idx, int64_t n, int64_t dim, const std::string& desc)
   }
 }
 
-// out[i] = data[idx[i]] for i in [b, e), with elements of type U.
+// Gather with one element per index: out[o, j] = data[o, idx[j]] for outer
+// rows [b, e) and indices [jb, je), with elements of type U.
 template <typename U, typename I>
-void GatherElems(const KernelIO& io, int64_t b, int64_t e, int64_t dim) {
+void GatherElems(const KernelIO& io, int64_t b, int64_t e, int64_t jb, int64_t je, int64_t count,
+                 int64_t dim) {
   const U* src = static_cast<const U*>(io.inputs[0]);
   const I* idx = static_cast<const I*>(io.inputs[1]);
   U* dst = static_cast<U*>(io.outputs[0]);
-  for (int64_t i = b; i < e; ++i) {
-    int64_t k = idx[i] < 0 ? idx[i] + dim : idx[i];
-    dst[i] = src[k];
+  for (int64_t o = b; o < e; ++o) {
+    const U* s = src + o * dim;
+    U* d = dst + o * count;
+    for (int64_t j = jb; j < je; ++j) {
+      int64_t k = idx[j] < 0 ? idx[j] + dim : idx[j];
+      d[j] = s[k];
+    }
   }
 }
 
@@ -70,13 +76,18 @@ class GatherKernel : public Kernel {
     const char* src = static_cast<const char*>(io.inputs[0]);
     char* dst = static_cast<char*>(io.outputs[0]);
     if (outer_ * count_ * inner_ == 0) return;
-    if (inner_ == 1 && outer_ == 1) {  // a 1-D gather: element copies
-      io.pool->ParallelFor(count_, 2.0, [this, &io](int64_t b, int64_t e) {
+    if (inner_ == 1) {  // gather on the last axis: element copies, split over
+      // the outer rows, or over the indices for a 1-D gather
+      bool by_rows = outer_ > 1;
+      io.pool->ParallelFor(by_rows ? outer_ : count_, by_rows ? 2.0 * count_ : 2.0,
+                           [this, &io](int64_t b, int64_t e) {
+        int64_t ob = outer_ > 1 ? b : 0, oe = outer_ > 1 ? e : 1;
+        int64_t jb = outer_ > 1 ? 0 : b, je = outer_ > 1 ? count_ : e;
         switch (elem_) {
-          case 1: GatherElems<uint8_t, I>(io, b, e, dim_); break;
-          case 2: GatherElems<uint16_t, I>(io, b, e, dim_); break;
-          case 4: GatherElems<uint32_t, I>(io, b, e, dim_); break;
-          default: GatherElems<uint64_t, I>(io, b, e, dim_); break;
+          case 1: GatherElems<uint8_t, I>(io, ob, oe, jb, je, count_, dim_); break;
+          case 2: GatherElems<uint16_t, I>(io, ob, oe, jb, je, count_, dim_); break;
+          case 4: GatherElems<uint32_t, I>(io, ob, oe, jb, je, count_, dim_); break;
+          default: GatherElems<uint64_t, I>(io, ob, oe, jb, je, count_, dim_); break;
         }
       });
       return;

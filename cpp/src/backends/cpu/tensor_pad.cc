@@ -112,7 +112,9 @@ class PadKernel : public Kernel {
       const unsigned char* value;
     } a{static_cast<const char*>(io.inputs[0]), static_cast<char*>(io.outputs[0]), value};
     io.pool->ParallelFor(total_ / last, static_cast<double>(last) + 4.0 * shape_.size(),
-                         [this, &a](int64_t b, int64_t e) { RunRows(a.src, a.dst, a.value, b, e); });
+                         [this, &a](int64_t b, int64_t e) {
+                           RunRows(a.src, a.dst, a.value, b, e);
+                         });
   }
 
  private:
