@@ -179,11 +179,12 @@ class Runner:
         self.name, self.fn, self.pool, self.i = name, fn, pool, 0
 
     def block(self, n: int) -> tuple[np.ndarray, float]:
-        """n calls; per-call ns and the block's wall seconds."""
+        """n calls; per-call ns and the block's wall seconds (process CPU seconds in self.cpu)."""
         fn, pool, k = self.fn, self.pool, len(self.pool)
         ts = np.empty(n, dtype=np.int64)
         clock = time.perf_counter_ns
         i = self.i
+        c_start = time.process_time()
         t_start = clock()
         for j in range(n):
             feeds = pool[i % k]
@@ -192,6 +193,7 @@ class Runner:
             fn(feeds)
             ts[j] = clock() - t0
         wall = (clock() - t_start) * 1e-9
+        self.cpu = time.process_time() - c_start
         self.i = i
         return ts, wall
 
@@ -245,6 +247,7 @@ def time_config(runners: dict, batch: int, preset: dict, deadline: float, gap_s:
 
     samples = {n: [] for n in runners}
     walls = {n: [] for n in runners}
+    cpus = {n: [] for n in runners}
     names = list(runners)
     gc_was = gc.isenabled()
     gc.disable()
@@ -257,6 +260,7 @@ def time_config(runners: dict, batch: int, preset: dict, deadline: float, gap_s:
                 ts, wall = runners[n].block(ncalls[n])
                 samples[n].append(ts)
                 walls[n].append(wall)
+                cpus[n].append(runners[n].cpu / len(ts))
     finally:
         if gc_was:
             gc.enable()
@@ -272,6 +276,9 @@ def time_config(runners: dict, batch: int, preset: dict, deadline: float, gap_s:
             "p90_us": float(np.median(p90)),
             "min_us": float(allv.min()),
             "throughput": float(np.median(thr)),
+            # process CPU time per call (all threads, spinning included): insensitive to
+            # preemption by other processes; with 1 thread it is the compute cost itself
+            "cpu_us": float(np.median(cpus[n])) * 1e6,
             "repeat_median_us": med,
             "calls_per_repeat": ncalls[n],
             "repeats": repeats,
@@ -422,6 +429,7 @@ def bench_one(args, policies, p, batch, ksess, osess, preset, allowance) -> dict
     k, ko, o = stats["kaiwu"]["median_us"], stats["kaiwu_out"]["median_us"], stats["ort"]["median_us"]
     rec["ratio"] = o / k
     rec["ratio_out"] = o / ko
+    rec["ratio_cpu"] = stats["ort"]["cpu_us"] / max(stats["kaiwu"]["cpu_us"], 1e-9)
     return rec
 
 
@@ -610,23 +618,26 @@ def markdown(result: dict) -> str:
         + (f"; elapsed {result['elapsed_s']} s" if "elapsed_s" in result else ""),
         "",
         "ratio = ort µs / kaiwu µs (> 1: kaiwu_infer is faster). `out=` is kaiwu_infer writing into "
-        "preallocated outputs.",
+        "preallocated outputs. CPU µs = process CPU time per call (all threads, spin-waiting included); "
+        "it ignores time preempted by other processes, so on a loaded machine the 1-thread CPU ratio is "
+        "the most trustworthy compute comparison.",
         "",
         "| policy | batch | threads | kaiwu µs | kaiwu p90 | kaiwu out= µs | ort µs | ort p90 | ratio ort/kaiwu "
-        "| ratio ort/kaiwu(out=) | kaiwu samples/s | ort samples/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ratio ort/kaiwu(out=) | kaiwu samples/s | ort samples/s | kaiwu CPU µs | ort CPU µs | CPU ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["results"]:
         if r["status"] != "ok":
             lines.append(f"| {r['policy']} | {r['batch']} | {r['threads']} | **{r['status']}** | "
-                         f"{md_escape(r.get('error', ''))} | | | | | | | |")
+                         f"{md_escape(r.get('error', ''))} | | | | | | | | | | |")
             continue
         e = r["engines"]
         k, ko, o = e["kaiwu"], e["kaiwu_out"], e["ort"]
         lines.append(
             f"| {r['policy']} | {r['batch']} | {r['threads']} | {fmt_us(k['median_us'])} | {fmt_us(k['p90_us'])} | "
             f"{fmt_us(ko['median_us'])} | {fmt_us(o['median_us'])} | {fmt_us(o['p90_us'])} | "
-            f"**{r['ratio']:.2f}** | {r['ratio_out']:.2f} | {fmt_thr(k['throughput'])} | {fmt_thr(o['throughput'])} |")
+            f"**{r['ratio']:.2f}** | {r['ratio_out']:.2f} | {fmt_thr(k['throughput'])} | {fmt_thr(o['throughput'])} | "
+            + (f"{fmt_us(k['cpu_us'])} | {fmt_us(o['cpu_us'])} | {r['ratio_cpu']:.2f} |" if "cpu_us" in k else "| | |"))
     ok = [r for r in result["results"] if r["status"] == "ok"]
     if ok:
         g = float(np.exp(np.mean([np.log(r["ratio"]) for r in ok])))

@@ -49,6 +49,8 @@ def plot(result: dict, path: str) -> str:
         lo, hi = min(vals) / 1.25, max(vals) * 1.25
         ax.set_ylim(lo, hi)
         nice = [0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100]
+        if hi / lo > 3:
+            nice = [t for t in nice if t not in (0.8, 0.9, 1.1, 1.25)]
         ticks = [t for t in nice if lo <= t <= hi]
         while len(ticks) > 8:
             ticks = [t for i, t in enumerate(ticks) if i % 2 == 0 or t == 1]
