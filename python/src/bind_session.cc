@@ -317,6 +317,15 @@ class PySession {
 
 }  // namespace
 
+Session* SessionFromPython(const py::handle& obj) {
+  try {
+    return &obj.cast<PySession&>().session();
+  } catch (const py::cast_error&) {
+    ThrowPython(StatusCode::kInput, "expected a kaiwu_infer.Session, got " +
+                                        py::str(py::type::of(obj)).cast<std::string>());
+  }
+}
+
 void BindSession(py::module_& m) {
   py::class_<PyIOInfo>(m, "IOInfo", "A model input or output: name, shape, numpy dtype.")
       .def_readonly("name", &PyIOInfo::name)
