@@ -9,7 +9,6 @@
 namespace kaiwu {
 namespace {
 
-using testing::FloatAttr;
 using testing::IntAttr;
 using testing::MakeNode;
 using testing::MakeTensor;

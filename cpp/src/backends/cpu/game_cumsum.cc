@@ -1,6 +1,8 @@
 // CumSum(X, axis; exclusive, reverse): running sums along an axis, in the
-// input dtype, summed in order as onnxruntime does. Work items are (outer
-// index, block of inner columns), so both long rows and many rows parallelise.
+// input dtype, summed in order as onnxruntime does. With few inner columns each
+// line keeps its sum in a register (a sum carried through memory is a store-
+// to-load chain per element); otherwise work items are (outer index, block of
+// inner columns) and a step adds a whole block row, vectorised.
 #include <algorithm>
 
 #include "backends/cpu/game_util.h"
@@ -9,7 +11,8 @@ namespace kaiwu {
 namespace cpu {
 namespace {
 
-constexpr int64_t kBlock = 256;  // inner columns per work item
+constexpr int64_t kBlock = 256;      // inner columns per work item
+constexpr int64_t kLineInner = 8;    // below this many inner columns: per-line sums
 
 class CumSumKernel : public Kernel {
  public:
@@ -45,6 +48,28 @@ class CumSumKernel : public Kernel {
   void RunTyped(const KernelIO& io) const {
     const T* x = static_cast<const T*>(io.inputs[0]);
     T* y = static_cast<T*>(io.outputs[0]);
+    if (inner_ < kLineInner) {
+      io.pool->ParallelFor(outer_ * inner_, 2.0 * dim_, [&](int64_t b, int64_t e) {
+        for (int64_t line = b; line < e; ++line) {
+          const int64_t o = line / inner_, j = line % inner_;
+          const int64_t step = reverse_ ? -inner_ : inner_;
+          const int64_t first = o * dim_ * inner_ + j + (reverse_ ? (dim_ - 1) * inner_ : 0);
+          const T* xp = x + first;
+          T* yp = y + first;
+          T acc = T(0);
+          for (int64_t s = 0; s < dim_; ++s, xp += step, yp += step) {
+            if (exclusive_) {
+              *yp = acc;
+              acc += *xp;
+            } else {
+              acc += *xp;
+              *yp = acc;
+            }
+          }
+        }
+      });
+      return;
+    }
     const double cost = static_cast<double>(dim_ * std::min(inner_, kBlock)) * 2.0;
     io.pool->ParallelFor(outer_ * blocks_, cost, [&](int64_t b, int64_t e) {
       for (int64_t item = b; item < e; ++item) {

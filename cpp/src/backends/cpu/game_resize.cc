@@ -1,9 +1,9 @@
 // Resize (opset 13+: X, roi, scales, sizes; opset 18+ axes and
 // keep_aspect_ratio_policy). Prepare builds per-axis taps (game_resize_taps.h);
-// Run walks output rows (all dims but the last) in parallel. A row combines the
-// taps of the outer axes (at most kMaxCombos products, e.g. 2 source rows for
-// bilinear NCHW, since N and C collapse to one tap) and applies the last axis's
-// taps along the row. Nearest resizes (every axis one weight-1 tap) are a pure
+// Run walks output rows (all dims but the last) in parallel. Leading axes left
+// alone (N and C of NCHW) only pick a plane; a row combines the taps of the
+// other outer axes (at most kMaxCombos products, e.g. 2 source rows for
+// bilinear) and applies the last axis's taps along the row. Nearest resizes (every axis one weight-1 tap) are a pure
 // gather and work for any dtype; linear and cubic take float32 / float64.
 #include <algorithm>
 #include <cmath>
@@ -96,6 +96,10 @@ class ResizeKernel : public Kernel {
     out_ = out;
     inner_ = out[r - 1];
     rows_ = inner_ == 0 ? 0 : NumElements(out) / inner_;
+    lead_ = 0;
+    while (lead_ < r - 1 && axes_[lead_].identity) ++lead_;
+    plane_in_ = NumElements(Shape(x.shape.begin() + lead_, x.shape.end()));
+    plane_rows_ = NumElements(Shape(out.begin() + lead_, out.end() - 1));
     cost_ = static_cast<double>(inner_) * combos * axes_.back().taps + 8.0 * r;
   }
 
@@ -124,9 +128,9 @@ class ResizeKernel : public Kernel {
     T* y = static_cast<T*>(io.outputs[0]);
     io.pool->ParallelFor(rows_, cost_, [&](int64_t r0, int64_t r1) {
       const int outer = static_cast<int>(out_.size()) - 1;
-      int64_t coord[kMaxRank] = {0};
-      int64_t rem = r0;
-      for (int d = outer - 1; d >= 0; --d) {
+      int64_t coord[kMaxRank] = {0};  // of axes lead_ .. outer - 1
+      int64_t plane = r0 / plane_rows_, rem = r0 % plane_rows_;
+      for (int d = outer - 1; d >= lead_; --d) {
         coord[d] = rem % out_[d];
         rem /= out_[d];
       }
@@ -136,10 +140,10 @@ class ResizeKernel : public Kernel {
       for (int64_t row = r0; row < r1; ++row) {
         T* yr = y + row * inner_;
         int n = 1;
-        off[0] = 0;
+        off[0] = plane * plane_in_;
         w[0] = 1.f;
         bool outside = false;
-        for (int d = 0; d < outer; ++d) {
+        for (int d = lead_; d < outer; ++d) {
           const AxisTaps& a = axes_[d];
           const int64_t o = coord[d];
           if (!a.outside.empty() && a.outside[o]) outside = true;
@@ -160,10 +164,12 @@ class ResizeKernel : public Kernel {
             WeightedRow(x, off, w, n, last, yr);
           }
         }
-        for (int d = outer - 1; d >= 0; --d) {
+        int d = outer - 1;
+        for (; d >= lead_; --d) {
           if (++coord[d] < out_[d]) break;
           coord[d] = 0;
         }
+        if (d < lead_) ++plane;
       }
     });
   }
@@ -174,18 +180,21 @@ class ResizeKernel : public Kernel {
     const int taps = last.taps;
     const int64_t* lo = last.offset.data();
     const float* lw = last.weight.data();
-    std::fill(yr, yr + inner_, T(0));
-    for (int c = 0; c < n; ++c) {
-      if (w[c] == 0.f) continue;
-      const T* xr = x + off[c];
-      const T wc = static_cast<T>(w[c]);
-      if (taps == 1) {
-        for (int64_t j = 0; j < inner_; ++j) yr[j] += wc * static_cast<T>(lw[j]) * xr[lo[j]];
-      } else if (taps == 2) {
-        for (int64_t j = 0; j < inner_; ++j)
-          yr[j] += wc * (static_cast<T>(lw[2 * j]) * xr[lo[2 * j]] +
-                         static_cast<T>(lw[2 * j + 1]) * xr[lo[2 * j + 1]]);
-      } else {
+    if (n == 2 && taps == 2) {  // bilinear: one pass over the row
+      const T* x0 = x + off[0];
+      const T* x1 = x + off[1];
+      const T w0 = static_cast<T>(w[0]), w1 = static_cast<T>(w[1]);
+      for (int64_t j = 0; j < inner_; ++j) {
+        const int64_t a = lo[2 * j], b = lo[2 * j + 1];
+        const T wa = static_cast<T>(lw[2 * j]), wb = static_cast<T>(lw[2 * j + 1]);
+        yr[j] = w0 * (wa * x0[a] + wb * x0[b]) + w1 * (wa * x1[a] + wb * x1[b]);
+      }
+    } else {
+      std::fill(yr, yr + inner_, T(0));
+      for (int c = 0; c < n; ++c) {
+        if (w[c] == 0.f) continue;
+        const T* xr = x + off[c];
+        const T wc = static_cast<T>(w[c]);
         for (int64_t j = 0; j < inner_; ++j) {
           T acc = 0;
           for (int t = 0; t < taps; ++t) acc += static_cast<T>(lw[j * taps + t]) * xr[lo[j * taps + t]];
@@ -203,6 +212,8 @@ class ResizeKernel : public Kernel {
   std::vector<AxisTaps> axes_;
   Shape out_;
   int64_t rows_ = 0, inner_ = 0;
+  int lead_ = 0;                            // leading identity axes: a plane index
+  int64_t plane_in_ = 0, plane_rows_ = 1;  // input elements and output rows per plane
   double cost_ = 1.0;
   bool gather_ = true;
 };

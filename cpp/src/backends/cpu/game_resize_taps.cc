@@ -106,6 +106,7 @@ AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float s
     a.offset.resize(out);                      // reference do, even for tf_half_pixel_for_nn)
     for (int64_t o = 0; o < out; ++o) a.offset[o] = o * stride;
     a.weight.assign(out, 1.f);
+    a.identity = true;
     return a;
   }
   a.taps = opt.mode == ResizeMode::kNearest ? 1 : opt.mode == ResizeMode::kLinear ? 2 : 4;

@@ -40,6 +40,7 @@ struct AxisTaps {
   std::vector<int64_t> offset;
   std::vector<float> weight;
   std::vector<uint8_t> outside;
+  bool identity = false;  // in == out, scale 1: offset[o] = o * stride, weight 1
 
   bool identity_weights() const;  // one tap of weight 1 everywhere, nothing outside
 };

@@ -23,6 +23,8 @@ inline bool Less(T a, T b) {
   return a < b;
 }
 
+constexpr int64_t kInsertionK = 32;  // up to this K: one scan with sorted insertion
+
 class TopKKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
@@ -82,22 +84,42 @@ class TopKKernel : public Kernel {
   void Line(const KernelIO& io, int64_t line, int64_t* order, T* vals) const {
     const int64_t o = line / inner_, i = line % inner_;
     const T* x = static_cast<const T*>(io.inputs[0]) + o * dim_ * inner_ + i;
-    for (int64_t j = 0; j < dim_; ++j) {
-      vals[j] = x[j * inner_];
-      order[j] = j;
+    // a ranks strictly before b (ties are decided by index by the callers).
+    auto better = [&](T a, T b) { return largest_ ? Less(b, a) : Less(a, b); };
+    if (k_ <= kInsertionK) {
+      // Keep the best k seen so far, sorted, in vals/order [0, n): a scan in
+      // index order inserts a value after every kept value not worse than it.
+      int64_t n = 0;
+      for (int64_t j = 0; j < dim_; ++j) {
+        const T v = x[j * inner_];
+        if (n == k_ && !better(v, vals[n - 1])) continue;
+        int64_t p = n < k_ ? n++ : n - 1;
+        for (; p > 0 && better(v, vals[p - 1]); --p) {
+          vals[p] = vals[p - 1];
+          order[p] = order[p - 1];
+        }
+        vals[p] = v;
+        order[p] = j;
+      }
+    } else {
+      for (int64_t j = 0; j < dim_; ++j) {
+        vals[j] = x[j * inner_];
+        order[j] = j;
+      }
+      auto before = [&](int64_t a, int64_t b) {
+        if (better(vals[a], vals[b])) return true;
+        if (better(vals[b], vals[a])) return false;
+        return a < b;  // equal (or both NaN): lower index first
+      };
+      std::partial_sort(order, order + k_, order + dim_, before);
     }
-    auto before = [&](int64_t a, int64_t b) {
-      if (largest_ ? Less(vals[b], vals[a]) : Less(vals[a], vals[b])) return true;
-      if (Less(vals[a], vals[b]) || Less(vals[b], vals[a])) return false;
-      return a < b;  // equal (or both NaN): lower index first
-    };
-    std::partial_sort(order, order + k_, order + dim_, before);
     T* y = static_cast<T*>(io.outputs[0]) + o * k_ * inner_ + i;
     int64_t* yi_base = static_cast<int64_t*>(io.outputs[1]);  // null when not requested
     int64_t* yi = yi_base ? yi_base + o * k_ * inner_ + i : nullptr;
+    const bool sorted_vals = k_ <= kInsertionK;  // vals[j] is the j-th value, else vals[order[j]]
     for (int64_t j = 0; j < k_; ++j) {
-      y[j * inner_] = vals[order[j]];
-        if (yi) yi[j * inner_] = order[j];
+      y[j * inner_] = sorted_vals ? vals[j] : vals[order[j]];
+      if (yi) yi[j * inner_] = order[j];
     }
   }
 
