@@ -85,7 +85,8 @@ TEST(GameEinsum, Float64AndDiagonals) {
         ins.push_back(std::move(t));
       }
       std::vector<double> want = RefEinsum(c.ref_eq, ins);
-      Node node = MakeNode("Einsum", static_cast<int>(ins.size()), 1, {{"equation", StrAttr(c.eq)}});
+      Node node =
+          MakeNode("Einsum", static_cast<int>(ins.size()), 1, {{"equation", StrAttr(c.eq)}});
       Tensor y = RunNode(node, ins, threads)[0];
       ASSERT_EQ(y.dtype(), DType::kFloat64) << c.eq;
       ASSERT_EQ(static_cast<size_t>(y.size()), want.size()) << c.eq;

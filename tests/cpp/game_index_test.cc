@@ -52,7 +52,8 @@ TEST(GameIndex, GatherNDWithBatchDims) {
         i0 += i0 < 0 ? 3 : 0;
         i1 += i1 < 0 ? 4 : 0;
         for (int j = 0; j < 5; ++j)
-          ASSERT_EQ(y.As<float>()[(b * 6 + i) * 5 + j], x.As<float>()[((b * 3 + i0) * 4 + i1) * 5 + j]);
+          ASSERT_EQ(y.As<float>()[(b * 6 + i) * 5 + j],
+                    x.As<float>()[((b * 3 + i0) * 4 + i1) * 5 + j]);
       }
   }
   ExpectRuntimeError(MakeNode("GatherND", 2, 1), {x, MakeTensor<int64_t>({1, 2}, {1, 3})});

@@ -23,7 +23,8 @@ TEST(GameTopK, TiesTakeTheLowerIndexFirst) {
   for (int largest : {1, 0})
     for (int axis : {0, 1, 2})
       for (int64_t k : {int64_t{1}, int64_t{3}, shape[axis]}) {
-        Node node = MakeNode("TopK", 2, 2, {{"axis", IntAttr(axis)}, {"largest", IntAttr(largest)}});
+        Node node =
+            MakeNode("TopK", 2, 2, {{"axis", IntAttr(axis)}, {"largest", IntAttr(largest)}});
         auto out = RunNode(node, {MakeTensor<float>(shape, x), MakeTensor<int64_t>({1}, {k})}, 3);
         Shape os = shape;
         os[axis] = k;

@@ -325,3 +325,27 @@ def test_maxpool_indices_ties_take_first(check, rng):
     x = rng.integers(0, 3, size=(1, 2, 6, 6)).astype(F32)
     m = single_op_model("MaxPool", [("X", F32, (1, 2, 6, 6))], n_out=2, kernel_shape=[3, 3])
     check(m, {"X": x})
+
+
+# ===================================================================================
+# Several threads: the same results as onnxruntime (and so as one thread)
+# ===================================================================================
+def test_game_ops_with_threads(check, rng):
+    m = _resize((4, 8, 9, 11), sizes=(4, 8, 20, 17), mode="linear")
+    check(m, {"X": rand(rng, (4, 8, 9, 11))}, threads=3)
+    m = _resize((4, 8, 9, 11), sizes=(4, 8, 20, 17), mode="cubic")
+    check(m, {"X": rand(rng, (4, 8, 9, 11))}, threads=3)
+    m = single_op_model("TopK", [("x", F32, (64, 50))], n_out=2, input_names=["x", "k"],
+                        initializers={"k": np.array([40], I64)})  # the partial-sort path
+    check(m, {"x": rng.integers(-5, 5, (64, 50)).astype(F32)}, threads=3)
+    m = single_op_model("ScatterElements", [("x", F32, (16, 40)), ("i", I64, (16, 30)), ("u", F32, (16, 30))],
+                        axis=1, reduction="add", opset=18)
+    check(m, {"x": rand(rng, (16, 40)), "i": rng.integers(0, 40, (16, 30)).astype(I64),
+              "u": rand(rng, (16, 30))}, threads=3)
+    m = single_op_model("ScatterND", [("x", F32, (50, 600)), ("i", I64, (20, 1)), ("u", F32, (20, 600))],
+                        reduction="add", opset=18)
+    check(m, {"x": rand(rng, (50, 600)), "i": rng.integers(0, 50, (20, 1)).astype(I64),
+              "u": rand(rng, (20, 600))}, threads=3)
+    m = single_op_model("CumSum", [("x", F32, (3, 500, 700))], input_names=["x", "axis"],
+                        initializers={"axis": np.array(1, I64)})
+    check(m, {"x": rand(rng, (3, 500, 700))}, threads=3, rtol=1e-4, atol=1e-4)

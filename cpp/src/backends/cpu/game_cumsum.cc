@@ -100,7 +100,9 @@ class CumSumKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGameCumSumKernels(KernelRegistry& r) { r.Register("CumSum", &MakeKernel<CumSumKernel>); }
+void RegisterGameCumSumKernels(KernelRegistry& r) {
+  r.Register("CumSum", &MakeKernel<CumSumKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

@@ -89,7 +89,9 @@ class OneHotKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGameOneHotKernels(KernelRegistry& r) { r.Register("OneHot", &MakeKernel<OneHotKernel>); }
+void RegisterGameOneHotKernels(KernelRegistry& r) {
+  r.Register("OneHot", &MakeKernel<OneHotKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

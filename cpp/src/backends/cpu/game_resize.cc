@@ -3,8 +3,9 @@
 // Run walks output rows (all dims but the last) in parallel. Leading axes left
 // alone (N and C of NCHW) only pick a plane; a row combines the taps of the
 // other outer axes (at most kMaxCombos products, e.g. 2 source rows for
-// bilinear) and applies the last axis's taps along the row. Nearest resizes (every axis one weight-1 tap) are a pure
-// gather and work for any dtype; linear and cubic take float32 / float64.
+// bilinear) and applies the last axis's taps along the row. Nearest resizes
+// (every axis one weight-1 tap) are a pure gather and work for any dtype;
+// linear and cubic take float32 / float64.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -197,7 +198,8 @@ class ResizeKernel : public Kernel {
         const T wc = static_cast<T>(w[c]);
         for (int64_t j = 0; j < inner_; ++j) {
           T acc = 0;
-          for (int t = 0; t < taps; ++t) acc += static_cast<T>(lw[j * taps + t]) * xr[lo[j * taps + t]];
+          for (int t = 0; t < taps; ++t)
+            acc += static_cast<T>(lw[j * taps + t]) * xr[lo[j * taps + t]];
           yr[j] += wc * acc;
         }
       }
@@ -220,7 +222,9 @@ class ResizeKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGameResizeKernels(KernelRegistry& r) { r.Register("Resize", &MakeKernel<ResizeKernel>); }
+void RegisterGameResizeKernels(KernelRegistry& r) {
+  r.Register("Resize", &MakeKernel<ResizeKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

@@ -101,7 +101,8 @@ bool AxisTaps::identity_weights() const {
 AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float scale,
                       float roi_start, float roi_end, int64_t stride) {
   AxisTaps a;
-  const bool crops = opt.coord == CoordMode::kTfCropAndResize && (roi_start != 0.f || roi_end != 1.f);
+  const bool crops =
+      opt.coord == CoordMode::kTfCropAndResize && (roi_start != 0.f || roi_end != 1.f);
   if (in == out && scale == 1.f && !crops) {  // an axis left alone (as onnxruntime and the
     a.offset.resize(out);                      // reference do, even for tf_half_pixel_for_nn)
     for (int64_t o = 0; o < out; ++o) a.offset[o] = o * stride;
@@ -116,7 +117,8 @@ AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float s
   const float fin = static_cast<float>(in), fout = static_cast<float>(out);
   auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
   for (int64_t o = 0; o < out; ++o) {
-    const float x = Original(opt.coord, static_cast<float>(o), scale, fout, fin, roi_start, roi_end);
+    const float x =
+        Original(opt.coord, static_cast<float>(o), scale, fout, fin, roi_start, roi_end);
     if (!a.outside.empty()) a.outside[o] = x < 0 || x > fin - 1;
     int64_t* off = &a.offset[o * a.taps];
     float* w = &a.weight[o * a.taps];

@@ -29,7 +29,8 @@ class ScatterNDKernel : public Kernel {
     Shape want(ind.shape.begin(), ind.shape.end() - 1);
     want.insert(want.end(), x.shape.begin() + k_, x.shape.end());
     if (upd.shape != want)
-      ctx.Error("updates have shape ", ShapeToString(upd.shape), ", expected ", ShapeToString(want));
+      ctx.Error("updates have shape ", ShapeToString(upd.shape), ", expected ",
+                ShapeToString(want));
     reduction_ = ParseReduction(ctx);
     dims_.assign(x.shape.begin(), x.shape.begin() + k_);
     const std::vector<int64_t> strides = RowMajorStrides(x.shape);

@@ -73,7 +73,8 @@ class TopKKernel : public Kernel {
     io.pool->ParallelFor(chunks_, cost, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         int64_t* order = static_cast<int64_t*>(io.scratch) + c * dim_;
-        T* vals = reinterpret_cast<T*>(static_cast<int64_t*>(io.scratch) + chunks_ * dim_) + c * dim_;
+        T* vals =
+            reinterpret_cast<T*>(static_cast<int64_t*>(io.scratch) + chunks_ * dim_) + c * dim_;
         for (int64_t line = lines_ * c / chunks_; line < lines_ * (c + 1) / chunks_; ++line)
           Line<T>(io, line, order, vals);
       }
