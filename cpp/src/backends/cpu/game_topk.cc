@@ -44,7 +44,7 @@ class TopKKernel : public Kernel {
     dtype_ = x.dtype;
     lines_ = outer_ * inner_;
     chunks_ = std::max<int64_t>(1, std::min<int64_t>(lines_, ctx.num_threads));
-    ctx.scratch_bytes = static_cast<size_t>(chunks_ * dim_) * (sizeof(int64_t) + DTypeSize(dtype_));
+    ctx.scratch_bytes = static_cast<size_t>(chunks_ * dim_) * 2 * sizeof(int64_t);  // Entry<T>
     Shape out = x.shape;
     out[axis] = k_;
     ctx.SetOutput(0, dtype_, out);
@@ -67,60 +67,62 @@ class TopKKernel : public Kernel {
 
  private:
   template <typename T>
+  struct Entry {
+    T v;
+    int64_t i;
+  };
+
+  template <typename T>
   void RunTyped(const KernelIO& io) const {
     const double cost = static_cast<double>(lines_ * dim_) *
                         (2.0 + std::log2(static_cast<double>(k_) + 1)) / chunks_;
     io.pool->ParallelFor(chunks_, cost, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        int64_t* order = static_cast<int64_t*>(io.scratch) + c * dim_;
-        T* vals =
-            reinterpret_cast<T*>(static_cast<int64_t*>(io.scratch) + chunks_ * dim_) + c * dim_;
-        for (int64_t line = lines_ * c / chunks_; line < lines_ * (c + 1) / chunks_; ++line)
-          Line<T>(io, line, order, vals);
+        Entry<T>* entries = static_cast<Entry<T>*>(io.scratch) + c * dim_;
+        for (int64_t line = lines_ * c / chunks_; line < lines_ * (c + 1) / chunks_; ++line) {
+          if (largest_) {
+            Line<T, true>(io, line, entries);
+          } else {
+            Line<T, false>(io, line, entries);
+          }
+        }
       }
     });
   }
 
-  template <typename T>
-  void Line(const KernelIO& io, int64_t line, int64_t* order, T* vals) const {
+  template <typename T, bool kLargest>
+  void Line(const KernelIO& io, int64_t line, Entry<T>* e) const {
     const int64_t o = line / inner_, i = line % inner_;
     const T* x = static_cast<const T*>(io.inputs[0]) + o * dim_ * inner_ + i;
-    // a ranks strictly before b (ties are decided by index by the callers).
-    auto better = [&](T a, T b) { return largest_ ? Less(b, a) : Less(a, b); };
+    // a ranks strictly before b (ties are decided by index).
+    auto better = [](T a, T b) { return kLargest ? Less(b, a) : Less(a, b); };
     if (k_ <= kInsertionK) {
-      // Keep the best k seen so far, sorted, in vals/order [0, n): a scan in
-      // index order inserts a value after every kept value not worse than it.
+      // Keep the best k seen so far, sorted, in e[0, n): a scan in index order
+      // inserts a value after every kept value not worse than it.
       int64_t n = 0;
       for (int64_t j = 0; j < dim_; ++j) {
         const T v = x[j * inner_];
-        if (n == k_ && !better(v, vals[n - 1])) continue;
+        if (n == k_ && !better(v, e[n - 1].v)) continue;
         int64_t p = n < k_ ? n++ : n - 1;
-        for (; p > 0 && better(v, vals[p - 1]); --p) {
-          vals[p] = vals[p - 1];
-          order[p] = order[p - 1];
-        }
-        vals[p] = v;
-        order[p] = j;
+        for (; p > 0 && better(v, e[p - 1].v); --p) e[p] = e[p - 1];
+        e[p] = {v, j};
       }
     } else {
-      for (int64_t j = 0; j < dim_; ++j) {
-        vals[j] = x[j * inner_];
-        order[j] = j;
-      }
-      auto before = [&](int64_t a, int64_t b) {
-        if (better(vals[a], vals[b])) return true;
-        if (better(vals[b], vals[a])) return false;
-        return a < b;  // equal (or both NaN): lower index first
+      for (int64_t j = 0; j < dim_; ++j) e[j] = {x[j * inner_], j};
+      auto before = [&](const Entry<T>& a, const Entry<T>& b) {
+        if (better(a.v, b.v)) return true;
+        if (better(b.v, a.v)) return false;
+        return a.i < b.i;  // equal (or both NaN): lower index first
       };
-      std::partial_sort(order, order + k_, order + dim_, before);
+      if (k_ < dim_) std::nth_element(e, e + k_ - 1, e + dim_, before);
+      std::sort(e, e + k_, before);
     }
     T* y = static_cast<T*>(io.outputs[0]) + o * k_ * inner_ + i;
     int64_t* yi_base = static_cast<int64_t*>(io.outputs[1]);  // null when not requested
     int64_t* yi = yi_base ? yi_base + o * k_ * inner_ + i : nullptr;
-    const bool sorted_vals = k_ <= kInsertionK;  // vals[j] is the j-th value, else vals[order[j]]
     for (int64_t j = 0; j < k_; ++j) {
-      y[j * inner_] = sorted_vals ? vals[j] : vals[order[j]];
-      if (yi) yi[j * inner_] = order[j];
+      y[j * inner_] = e[j].v;
+      if (yi) yi[j * inner_] = e[j].i;
     }
   }
 
