@@ -52,6 +52,7 @@ SUPPORTED_OPS = {
     "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather",
     "Expand", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Constant", "Identity", "Dropout",
     "Range", "Einsum",
+    "Resize", "OneHot", "GatherND", "ScatterND", "ScatterElements", "TopK", "CumSum",
 }
 
 ALLOWED_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_)}
