@@ -142,10 +142,20 @@ void ConvGemm::Panel(const float* x, const float* w, const float* bias, float* y
   const int64_t ncols = std::min(kNr, cols_ - j0);
   PanelCols pc;
   pc.nv = static_cast<int>((ncols + 15) / 16);
+  // Decompose the first column once, then step (img, od, oh, ow) along.
+  int64_t img = j0 / P, p = j0 % P;
+  int64_t od = p / OHW, oh = (p / OW) % OH, ow = p % OW;
   for (int64_t jj = 0; jj < kNr; ++jj) {
-    const int64_t j = std::min(j0 + jj, cols_ - 1);
-    const int64_t img = j / P, p = j % P;
-    const int64_t od = p / OHW, oh = (p / OW) % OH, ow = p % OW;
+    if (jj > 0 && j0 + jj < cols_) {
+      ++p;
+      if (++ow == OW) {
+        ow = 0;
+        if (++oh == OH) {
+          oh = 0;
+          if (++od == geo.out[0]) od = 0, p = 0, ++img;
+        }
+      }
+    }
     const int64_t id = od * geo.stride[0] - geo.pad_begin[0];
     const int64_t ih = oh * geo.stride[1] - geo.pad_begin[1];
     const int64_t iw = ow * geo.stride[2] - geo.pad_begin[2];
