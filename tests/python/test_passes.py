@@ -429,3 +429,40 @@ def test_game_policy_refit(engine, rng):
     model = gp.build_game_policy()
     weights = {i.name for i in model.graph.initializer if i.data_type == TensorProto.FLOAT}
     refit_matches_fresh(engine, model, gp.game_inputs(3), weights, rng, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Transpose pairs (channels-last exports)
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("p1,p2,unary", [([0, 2, 3, 1], [0, 3, 1, 2], None),
+                                         ([0, 2, 3, 1], [0, 3, 1, 2], "Relu"),
+                                         ([1, 0, 2, 3], [0, 2, 1, 3], "Tanh"),
+                                         ([3, 2, 1, 0], [2, 0, 3, 1], None)])
+def test_transpose_pair(engine, rng, p1, p2, unary):
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=p1)]
+    last = "a"
+    if unary:
+        nodes.append(helper.make_node(unary, ["a"], ["u"]))
+        last = "u"
+    nodes.append(helper.make_node("Transpose", [last], ["y"], perm=p2))
+    model = make_model(nodes, [("x", np.float32, [2, 3, 4, 5])], ["y"])
+    sess = run_all(engine, model, {"x": rand(rng, (2, 3, 4, 5))})
+    assert fired(sess).get("fold_transpose_pair") == 1
+    composed = [p1[i] for i in p2]
+    assert ops_after(sess).get("Transpose", 0) == (0 if composed == [0, 1, 2, 3] else 1)
+
+
+@pytest.mark.parametrize("case", ["shared", "binary_between", "graph_output"])
+def test_transpose_pair_must_not_fire(engine, rng, case):
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 2, 3, 1])]
+    outs = ["y"]
+    if case == "binary_between":
+        nodes.append(helper.make_node("Add", ["a", "a"], ["u"]))
+        nodes.append(helper.make_node("Transpose", ["u"], ["y"], perm=[0, 3, 1, 2]))
+    else:
+        nodes.append(helper.make_node("Relu", ["a"], ["u"]))
+        nodes.append(helper.make_node("Transpose", ["u"], ["y"], perm=[0, 3, 1, 2]))
+        outs.append("a" if case == "shared" else "u")
+    model = make_model(nodes, [("x", np.float32, [2, 3, 4, 5])], outs)
+    sess = run_all(engine, model, {"x": rand(rng, (2, 3, 4, 5))})
+    assert "fold_transpose_pair" not in fired(sess)

@@ -17,6 +17,7 @@ constexpr Rule kRules[] = {
     // Structural folds first, then fusions (MatMul+Add before elementwise chains
     // so the Add lands in the Gemm; a later sweep fuses activations into them).
     {"fold_dilated_conv", FoldDilatedConv},
+    {"fold_transpose_pair", FoldTransposePair},
     {"fold_split_concat", FoldSplitConcat},
     {"fold_constant_fill", FoldConstantFill},
     {"eliminate_common_subexpr", EliminateCommonSubexpr},

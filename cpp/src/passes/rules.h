@@ -16,6 +16,8 @@ int FoldConvBatchNorm(Graph* g);
 int FuseActivation(Graph* g);
 /// tf2onnx's SpaceToBatchND -> Conv -> BatchToSpaceND chain becomes one dilated Conv.
 int FoldDilatedConv(Graph* g);
+/// Transpose of a Transpose (possibly through a unary elementwise op): one Transpose or none.
+int FoldTransposePair(Graph* g);
 /// Split whose pieces all feed one Concat: identity, or Reshape+Transpose+Reshape.
 int FoldSplitConcat(Graph* g);
 /// ones_like/zeros_like/full_like arithmetic becomes ConstantOfShape(Shape(x)) (exact forms only).
