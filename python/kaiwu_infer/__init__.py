@@ -12,6 +12,9 @@ from ._core import (
     UnsupportedOpError,
 )
 from .session import RefitReport, Session
+from ._core import QueueFullError, ServerClosedError
+from .server import InferenceServer, ServerFuture
+from .client import Client, connect
 
 __version__ = "0.1.0"
 
@@ -27,4 +30,5 @@ __all__ = [
     "RefitError",
     "ExecutionError",
     "InternalError",
+    "InferenceServer", "ServerFuture", "Client", "connect", "ServerClosedError", "QueueFullError",
 ]

@@ -67,6 +67,19 @@ class Session(_core._Session):
         super().__init__(data, base_dir, threads, optimize)
         self._name_map: dict[str, str] = {}
 
+    def profile(self, feeds: Mapping[str, Any], *, runs: int = 10) -> list[dict]:
+        """Per-node timings, like ``trtexec --dumpProfile``.
+
+        Runs the model ``runs`` times on ``feeds`` and returns one dict per executed node,
+        in execution order: node, op, shape (of its first output), seconds (mean per run)
+        and share (of the total). Nodes folded at load or plan time do not appear.
+        """
+        rows = self._profile(dict(feeds), int(runs))
+        total = sum(r["seconds"] for r in rows) or 1.0
+        for r in rows:
+            r["share"] = r["seconds"] / total
+        return rows
+
     def refit(
         self,
         weights: Mapping[str, Any],

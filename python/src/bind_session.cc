@@ -272,6 +272,31 @@ class PySession {
     return py::make_tuple(report.updated, report.ignored);
   }
 
+  py::list Profile(py::dict feeds, int runs) {
+    const auto& ins = session_->inputs();
+    std::vector<TensorView> views(ins.size());
+    std::vector<py::array> keep(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!feeds.contains(ins[i].name)) ThrowPython(StatusCode::kInput, "missing input '" + ins[i].name + "'");
+      views[i] = ViewOf(feeds[py::str(ins[i].name)], "input '" + ins[i].name + "'", false, &keep[i]);
+    }
+    std::vector<Session::NodeProfile> prof;
+    {
+      py::gil_scoped_release release;
+      prof = session_->Profile(views, runs);
+    }
+    py::list out;
+    for (const auto& p : prof) {
+      py::dict d;
+      d["node"] = p.name;
+      d["op"] = p.op_type;
+      d["shape"] = py::tuple(py::cast(p.output_shape));
+      d["seconds"] = p.seconds / std::max(1, runs);
+      out.append(d);
+    }
+    return out;
+  }
+
   std::string InputNames() const {
     std::string s;
     for (const auto& io : session_->inputs()) s += (s.empty() ? "'" : ", '") + io.name + "'";
@@ -316,7 +341,8 @@ void BindSession(py::module_& m) {
       .def("get_weights", &PySession::GetWeights, py::arg("names") = py::none())
       .def("_refit", &PySession::Refit, py::arg("weights"), py::arg("strict"),
            py::arg("check_finite"))
-      .def("describe", [](PySession& s) { return s.session().Describe(); });
+      .def("describe", [](PySession& s) { return s.session().Describe(); })
+      .def("_profile", &PySession::Profile, py::arg("feeds"), py::arg("runs"));
 }
 
 }  // namespace python

@@ -99,6 +99,14 @@ TEST(ElementwiseBinary, IntegerDivisionEdgeCases) {
   EXPECT_EQ(out.As<int32_t>()[1], -3);
   EXPECT_EQ(out.As<int32_t>()[2], -3);
   EXPECT_EQ(out.As<int32_t>()[3], 1);
+  // Integer overflow wraps.
+  Tensor big = MakeTensor<int32_t>({2}, {INT32_MAX, INT32_MIN});
+  Tensor sum = RunNode(MakeNode("Add", 2, 1), {big, MakeTensor<int32_t>({}, {1})})[0];
+  EXPECT_EQ(sum.As<int32_t>()[0], INT32_MIN);
+  Tensor prod = RunNode(MakeNode("Mul", 2, 1), {big, MakeTensor<int32_t>({}, {2})})[0];
+  EXPECT_EQ(prod.As<int32_t>()[0], -2);
+  Tensor neg = RunNode(MakeNode("Neg", 1, 1), {big})[0];
+  EXPECT_EQ(neg.As<int32_t>()[1], INT32_MIN);
   Tensor zero = MakeTensor<int32_t>({4}, {1, 0, 2, 3});
   try {
     RunNode(MakeNode("Div", 2, 1), {a, zero});

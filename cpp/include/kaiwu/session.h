@@ -92,6 +92,14 @@ class Session {
   /// The version runs use by default.
   std::shared_ptr<const WeightSet> CurrentWeights() const;
 
+  /// Per-node timing over `runs` runs on `feeds`, in execution order.
+  struct NodeProfile {
+    std::string name, op_type;
+    Shape output_shape;
+    double seconds = 0;  ///< total over all runs
+  };
+  std::vector<NodeProfile> Profile(const std::vector<TensorView>& feeds, int runs) const;
+
   /// Text summary of the graph (op counts before/after optimization, rules fired).
   std::string Describe() const;
 

@@ -1,5 +1,6 @@
 #include "plan/execution_plan.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "plan/memory_planner.h"
@@ -136,6 +137,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       step.scratch_offset = SIZE_MAX;
     }
     steps_.push_back(step);
+    step_shapes_.push_back(ctx.outputs.empty() ? Shape{} : ctx.outputs[0].shape);
     kernels_.push_back(std::move(kernel));
   }
 
@@ -181,7 +183,7 @@ std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
 }
 
 void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
-                        ThreadPool* pool) const {
+                        ThreadPool* pool, double* step_seconds) const {
   std::unique_ptr<RunContext> ctx;
   {
     std::lock_guard<std::mutex> lock(contexts_mu_);
@@ -219,7 +221,14 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
     }
     KernelIO io{ctx->in_flat.data() + s.in_begin, ctx->out_flat.data() + s.out_begin,
                 s.scratch_offset == SIZE_MAX ? nullptr : arena + s.scratch_offset, pool};
-    s.kernel->Run(io);
+    if (step_seconds) {
+      auto t0 = std::chrono::steady_clock::now();
+      s.kernel->Run(io);
+      step_seconds[&s - steps_.data()] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else {
+      s.kernel->Run(io);
+    }
   }
   for (const auto& [k, v] : output_copies_) {
     const void* src = slot_[v] == Slot::kStatic ? weights.pointers[v] : ptr[v];

@@ -42,7 +42,11 @@ class ExecutionPlan {
   /// feeds: one pointer per graph input; outputs: one writable pointer per
   /// graph output, sized per outputs(). Does not allocate once warm.
   void Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
-           ThreadPool* pool) const;
+           ThreadPool* pool, double* step_seconds = nullptr) const;
+
+  /// For profiling: the node index and output shape of each step.
+  int step_node(size_t i) const { return steps_[i].node; }
+  Shape step_output_shape(size_t i) const { return step_shapes_[i]; }
 
  private:
   enum class Slot : uint8_t { kUnused, kInput, kStatic, kConst, kArena, kOutput, kAlias };
@@ -67,6 +71,7 @@ class ExecutionPlan {
   std::vector<int> input_values_, output_values_, static_values_used_;
   std::vector<std::pair<int, int>> output_copies_;  // (output index, source value)
   std::vector<TensorInfo> outputs_;
+  std::vector<Shape> step_shapes_;  // first output's shape per step
   std::vector<size_t> output_offsets_;
   size_t output_block_bytes_ = 0;
   size_t arena_bytes_ = 0;

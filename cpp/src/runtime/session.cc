@@ -307,6 +307,29 @@ RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_o
   return result;
 }
 
+std::vector<Session::NodeProfile> Session::Profile(const std::vector<TensorView>& feeds,
+                                                   int runs) const {
+  auto cached = impl_->GetPlan(feeds);
+  const ExecutionPlan& plan = *cached.plan;
+  std::vector<const void*> fp;
+  for (const TensorView& f : feeds) fp.push_back(f.data);
+  std::vector<double> seconds(plan.num_steps(), 0.0);
+  auto weights = impl_->Snapshot();
+  for (int r = 0; r < std::max(1, runs); ++r) {
+    std::shared_ptr<void> block = AcquireBlock(cached.blocks);
+    std::vector<void*> outs;
+    for (size_t k = 0; k < plan.outputs().size(); ++k)
+      outs.push_back(static_cast<char*>(block.get()) + plan.output_offsets()[k]);
+    plan.Run(fp.data(), outs.data(), *weights, impl_->pool.get(), seconds.data());
+  }
+  std::vector<NodeProfile> out;
+  for (size_t i = 0; i < plan.num_steps(); ++i) {
+    const Node& n = impl_->graph.nodes[plan.step_node(i)];
+    out.push_back(NodeProfile{n.name, n.op_type, plan.step_output_shape(i), seconds[i]});
+  }
+  return out;
+}
+
 std::vector<WeightInfo> Session::weights_info() const {
   std::vector<WeightInfo> out;
   auto ws = impl_->Snapshot();

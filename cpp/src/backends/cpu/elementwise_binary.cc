@@ -12,6 +12,39 @@ namespace {
 
 enum class ArithOp { kAdd, kSub, kMul, kDiv, kMod, kFmod, kMin, kMax, kSum, kMean };
 
+// +, -, * that wrap on integer overflow (done in unsigned arithmetic, where
+// wrapping is defined) and are plain operators on floats.
+template <typename T>
+inline T WrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T>
+inline T WrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+  } else {
+    return a - b;
+  }
+}
+
+template <typename T>
+inline T WrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    // Narrow types promote to int, whose products of two 16-bit values fit.
+    using U = std::conditional_t<(sizeof(T) < sizeof(int)), int, std::make_unsigned_t<T>>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
 // a / b for integers: b == -1 is handled apart so that INT_MIN / -1 wraps
 // instead of trapping; b == 0 is rejected before the loop.
 template <typename T>
@@ -123,11 +156,11 @@ class ArithKernel : public Kernel {
       case ArithOp::kAdd:
       case ArithOp::kSum:
       case ArithOp::kMean:
-        return BinaryLoop(p, a, b, o, [](T x, T y) { return static_cast<T>(x + y); }, pool);
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return WrapAdd(x, y); }, pool);
       case ArithOp::kSub:
-        return BinaryLoop(p, a, b, o, [](T x, T y) { return static_cast<T>(x - y); }, pool);
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return WrapSub(x, y); }, pool);
       case ArithOp::kMul:
-        return BinaryLoop(p, a, b, o, [](T x, T y) { return static_cast<T>(x * y); }, pool);
+        return BinaryLoop(p, a, b, o, [](T x, T y) { return WrapMul(x, y); }, pool);
       case ArithOp::kDiv:
         if constexpr (std::is_integral_v<T>) {
           return BinaryLoop(p, a, b, o, [](T x, T y) { return IntDiv(x, y); }, pool, 4.0);
@@ -277,7 +310,7 @@ class PReluKernel : public Kernel {
   void RunTyped(const KernelIO& io) const {
     BinaryLoop(plan_, static_cast<const T*>(io.inputs[0]), static_cast<const T*>(io.inputs[1]),
                static_cast<T*>(io.outputs[0]),
-               [](T x, T s) { return x < T(0) ? static_cast<T>(x * s) : x; }, io.pool);
+               [](T x, T s) { return x < T(0) ? WrapMul(x, s) : x; }, io.pool);
   }
 
   DType dtype_ = DType::kUndefined;

@@ -67,15 +67,22 @@ void ApplyFloat(UnOp op, const T* px, T* py, int64_t n) {
   }
 }
 
+// Negation that wraps (the most negative value maps to itself) instead of overflowing.
+template <typename T>
+inline T WrapNeg(T x) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(x)));
+}
+
 template <typename T>
 void ApplyInt(UnOp op, const T* x, T* y, int64_t n) {
   switch (op) {
     case UnOp::kNeg:
-      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(-x[i]);
+      for (int64_t i = 0; i < n; ++i) y[i] = WrapNeg(x[i]);
       break;
     case UnOp::kAbs:
       if constexpr (std::is_signed_v<T>) {
-        for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0 ? static_cast<T>(-x[i]) : x[i];
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0 ? WrapNeg(x[i]) : x[i];
       } else {
         for (int64_t i = 0; i < n; ++i) y[i] = x[i];
       }
