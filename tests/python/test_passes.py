@@ -177,12 +177,24 @@ def test_split_concat_other_axis(engine, rng, sa, ca, sizes):
     assert "Split" not in ops and "Concat" not in ops and ops.get("Transpose") == 1, ops
 
 
-@pytest.mark.parametrize("case", ["reused", "permuted", "subset"])
+@pytest.mark.parametrize("axis,sizes,order", [(1, [3, 3], [1, 0]), (3, [1] * 5, [4, 2, 0, 1, 3]),
+                                               (-4, [1, 1], [1, 0])])
+def test_split_concat_permuted(engine, rng, axis, sizes, order):
+    model = split_concat_model(axis, axis, sizes, order=order)
+    sess = run_all(engine, model, {"x": rand(rng, (2, 6, 4, 5))})
+    assert fired(sess).get("fold_split_concat") == 1
+    ops = ops_after(sess)
+    assert "Split" not in ops and "Concat" not in ops and ops.get("Gather") == 1, ops
+
+
+@pytest.mark.parametrize("case", ["reused", "permuted_unequal", "permuted_other_axis", "subset"])
 def test_split_concat_must_not_fire(engine, rng, case):
     if case == "reused":
         model = split_concat_model(1, 1, [2, 4], reuse=True)
-    elif case == "permuted":
-        model = split_concat_model(1, 1, [3, 3], order=[1, 0])
+    elif case == "permuted_unequal":
+        model = split_concat_model(1, 1, [2, 4], order=[1, 0])
+    elif case == "permuted_other_axis":
+        model = split_concat_model(1, 2, [3, 3], order=[1, 0])
     else:  # Concat of the first two of three pieces
         nodes = [helper.make_node("Split", ["x", "sizes"], ["p0", "p1", "p2"], axis=1),
                  helper.make_node("Concat", ["p0", "p1"], ["y"], axis=1)]

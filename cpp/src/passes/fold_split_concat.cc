@@ -1,6 +1,8 @@
 // Split(x) whose pieces all feed one Concat, in order:
 //  - Concat on the Split's axis: the pair is an identity (Concat -> Identity,
 //    which eliminate_identity then removes unless it writes a graph output);
+//  - k equal pieces concatenated on the same axis in another order: exactly
+//      Reshape(x, [.., k, s, ..]) -> Gather(axis a, Concat's order) -> Reshape;
 //  - k equal pieces on axis a concatenated on axis b != a: exactly
 //      Reshape(x, [.., k, s, ..]) -> Transpose (k moved before axis b) -> Reshape
 //    because piece j's element u on a, t on b lands at j*d_b + t on b, u on a.
@@ -30,6 +32,13 @@ bool PieceSizes(const Graph& g, const Node& split, int64_t dim, Ints* sizes) {
     sizes->assign(k, dim / static_cast<int64_t>(k));
   }
   return sizes->size() == k;
+}
+
+Attribute IntAttr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
 }
 
 int AddShape(Graph* g, const Ints& dims, const std::string& hint) {
@@ -69,19 +78,27 @@ int FoldSplitConcat(Graph* g) {
     const Node& split = g->nodes[si];
     if (split.op_type != "Split" || !split.domain.empty() || split.outputs.size() < 2) continue;
     if (concat.inputs.size() != split.outputs.size()) continue;
-    bool in_order = true;
-    for (size_t j = 0; j < split.outputs.size(); ++j) {
-      int p = split.outputs[j];
-      in_order = in_order && p >= 0 && concat.inputs[j] == p && uses[p] == 1 && !IsGraphOutput(*g, p);
+    // order[j]: which piece the Concat reads at position j; each piece exactly once.
+    Ints order;
+    std::vector<bool> seen(split.outputs.size(), false);
+    for (int in : concat.inputs) {
+      int j = -1;
+      for (size_t q = 0; q < split.outputs.size(); ++q)
+        if (split.outputs[q] == in && in >= 0) j = static_cast<int>(q);
+      if (j < 0 || seen[j] || uses[in] != 1 || IsGraphOutput(*g, in)) break;
+      seen[j] = true;
+      order.push_back(j);
     }
-    if (!in_order) continue;
+    if (order.size() != split.outputs.size()) continue;
+    bool in_order = true;
+    for (size_t j = 0; j < order.size(); ++j) in_order = in_order && order[j] == static_cast<int64_t>(j);
     const int x = split.inputs[0];
     const int rank = KnownRank(*g, x);
     const int64_t a_raw = split.GetInt("axis", 0), b_raw = concat.GetInt("axis", 0);
     const int y = concat.outputs[0];
     const std::string base = concat.name + "_unsplit";
     bool same_axis = a_raw == b_raw || (rank > 0 && Norm(a_raw, rank) == Norm(b_raw, rank));
-    if (same_axis) {
+    if (same_axis && in_order) {  // no shapes needed
       Node& c = g->nodes[ci];
       c.op_type = "Identity";
       c.attrs.clear();
@@ -101,11 +118,30 @@ int FoldSplitConcat(Graph* g) {
     bool equal = s > 0;
     for (int64_t v : sizes) equal = equal && v == s;
     if (!equal || (dims[a] >= 0 && dims[a] != k * s)) continue;
+    if (!in_order && a != b) continue;
     // Reshape 1: axis a -> (k, s).
     Ints d1(dims.begin(), dims.begin() + a);
     d1.push_back(k);
     d1.push_back(s);
     d1.insert(d1.end(), dims.begin() + a + 1, dims.end());
+    if (!in_order) {  // same axis, pieces permuted: Gather the k axis in Concat order
+      Ints shape1, shape2;
+      if (!ShapeOperand(d1, a, &shape1) || !ShapeOperand(dims, a, &shape2)) continue;
+      int c1 = AddShape(g, shape1, base + "_shape1");
+      int c2 = AddShape(g, shape2, base + "_shape2");
+      int idx = AddShape(g, order, base + "_order");
+      int r1 = AddOp(g, "Reshape", {x, c1}, base + "_r1");
+      int gathered = AddOp(g, "Gather", {r1, idx}, base + "_gather");
+      g->nodes.back().attrs["axis"] = IntAttr(a);
+      Node& c = g->nodes[ci];
+      c.op_type = "Reshape";
+      c.attrs.clear();
+      c.inputs = {gathered, c2};
+      c.outputs = {y};
+      MarkRemoved(&g->nodes[si]);
+      ++fired;
+      continue;
+    }
     // Transpose: move the k axis (index a) to sit right before original axis b.
     Ints perm;
     for (int64_t i = 0; i <= rank; ++i)
