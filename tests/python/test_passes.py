@@ -266,7 +266,7 @@ def test_ones_like_shape_fill_folded_at_plan_time(engine, rng):
 # ----------------------------------------------------------------------------
 # 4. Gemm fusions, CSE, elementwise chains
 # ----------------------------------------------------------------------------
-def mlp_model(x_shape=("N", 8), add_first=False, reuse=False):
+def mlp_model(x_shape=("N", 8), add_first=False, reuse=False, b_shape=(5,)):
     nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]),
              helper.make_node("Add", ["B", "m"] if add_first else ["m", "B"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]
@@ -276,8 +276,9 @@ def mlp_model(x_shape=("N", 8), add_first=False, reuse=False):
         outs.append("z")
     rng = np.random.default_rng(1)
     inits = {"W": rng.standard_normal((8, 5)).astype(np.float32),
-             "B": rng.standard_normal((5,)).astype(np.float32)}
-    return make_model(nodes, [("x", np.float32, list(x_shape))], outs, initializers=inits)
+             "B": rng.standard_normal(b_shape).astype(np.float32)}
+    return make_model(nodes, [("x", np.float32, list(x_shape) if x_shape else None)], outs,
+                      initializers=inits, check=x_shape is not None)
 
 
 @pytest.mark.parametrize("add_first", [False, True])
@@ -291,10 +292,29 @@ def test_matmul_add_to_gemm(engine, rng, add_first):
     refit_matches_fresh(engine, model, feeds, {"W", "B"}, rng)
 
 
-@pytest.mark.parametrize("case", ["x_3d", "reused"])
+@pytest.mark.parametrize("x_shape,b_shape", [(("N", 3, 8), (5,)), (("N", 2, 3, 8), (1, 5)),
+                                             (("N", "T", 8), (1,))])
+def test_matmul_add_nd_to_gemm(engine, rng, x_shape, b_shape):
+    """X of rank > 2: Gemm over X viewed as [-1, K], result viewed back."""
+    model = mlp_model(x_shape=x_shape, b_shape=b_shape)
+    shape = tuple(4 if isinstance(d, str) else d for d in x_shape)
+    feeds = {"x": rand(rng, shape)}
+    sess = run_all(engine, model, feeds)
+    assert fired(sess).get("fuse_matmul_add") == 1
+    ops = ops_after(sess)
+    assert ops.get("Gemm") == 1 and "MatMul" not in ops and "Relu" not in ops, ops
+    sess.run({"x": rand(rng, (7,) + shape[1:])})  # another batch: a new plan, same graph
+    refit_matches_fresh(engine, model, feeds, {"W", "B"}, rng)
+
+
+@pytest.mark.parametrize("case", ["bias_per_row", "reused", "x_rank_unknown"])
 def test_matmul_add_must_not_fire(engine, rng, case):
-    model = mlp_model(x_shape=("N", 3, 8)) if case == "x_3d" else mlp_model(reuse=True)
-    shape = (2, 3, 8) if case == "x_3d" else (4, 8)
+    if case == "bias_per_row":  # [3, 5] bias on [N, 3, 5]: indexes rows of the 3-D result
+        model, shape = mlp_model(x_shape=("N", 3, 8), b_shape=(3, 5)), (2, 3, 8)
+    elif case == "reused":
+        model, shape = mlp_model(reuse=True), (4, 8)
+    else:
+        model, shape = mlp_model(x_shape=None), (4, 8)
     sess = run_all(engine, model, {"x": rand(rng, shape)})
     assert "fuse_matmul_add" not in fired(sess)
 
@@ -478,3 +498,22 @@ def test_transpose_pair_must_not_fire(engine, rng, case):
     model = make_model(nodes, [("x", np.float32, [2, 3, 4, 5])], outs)
     sess = run_all(engine, model, {"x": rand(rng, (2, 3, 4, 5))})
     assert "fold_transpose_pair" not in fired(sess)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_hoist_activation_above_reshape(engine, rng, shared):
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"]),
+             helper.make_node("Reshape", ["c", "flat"], ["r"]),
+             helper.make_node("Tanh", ["r"], ["y"])]
+    outs = ["y"]
+    if shared:  # the reshaped value is also an output: the rule must leave it
+        outs.append("r")
+    inits = {"W": rand(rng, (4, 3, 3, 3)), "B": rand(rng, (4,)), "flat": np.array([0, -1], np.int64)}
+    model = make_model(nodes, [("x", np.float32, ["N", 3, 6, 6])], outs, initializers=inits)
+    sess = run_all(engine, model, {"x": rand(rng, (2, 3, 6, 6))}, atol=1e-4)
+    f = fired(sess)
+    if shared:
+        assert "hoist_activation_above_reshape" not in f
+    else:
+        assert f.get("hoist_activation_above_reshape") == 1 and f.get("fuse_activation") == 1, f
+        assert "Tanh" not in ops_after(sess)

@@ -22,6 +22,7 @@ constexpr Rule kRules[] = {
     {"fold_constant_fill", FoldConstantFill},
     {"eliminate_common_subexpr", EliminateCommonSubexpr},
     {"fuse_matmul_add", FuseMatMulAdd},
+    {"hoist_activation_above_reshape", HoistActivationAboveReshape},
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},
 };

@@ -26,6 +26,8 @@ int FoldConstantFill(Graph* g);
 int EliminateCommonSubexpr(Graph* g);
 /// MatMul(X 2-D, W static) + static bias becomes Gemm.
 int FuseMatMulAdd(Graph* g);
+/// An activation after a Reshape of a Conv/Gemm/MatMul moves before the Reshape.
+int HoistActivationAboveReshape(Graph* g);
 /// A 2-D Transpose of a static Gemm operand becomes transA/transB.
 int FoldTransposeIntoGemm(Graph* g);
 /// Chains of float elementwise ops become one kaiwu FusedElementwise node.
