@@ -8,13 +8,14 @@ from ._core import (
     KaiwuError,
     ModelError,
     ModelFileNotFoundError,
+    QueueFullError,
     RefitError,
+    ServerClosedError,
     UnsupportedOpError,
 )
-from .session import RefitReport, Session
-from ._core import QueueFullError, ServerClosedError
-from .server import InferenceServer, ServerFuture
 from .client import Client, connect
+from .server import InferenceServer, ServerFuture
+from .session import RefitReport, Session
 
 __version__ = "0.1.0"
 
@@ -22,6 +23,10 @@ __all__ = [
     "Session",
     "RefitReport",
     "IOInfo",
+    "InferenceServer",
+    "ServerFuture",
+    "Client",
+    "connect",
     "KaiwuError",
     "ModelError",
     "ModelFileNotFoundError",
@@ -30,5 +35,6 @@ __all__ = [
     "RefitError",
     "ExecutionError",
     "InternalError",
-    "InferenceServer", "ServerFuture", "Client", "connect", "ServerClosedError", "QueueFullError",
+    "ServerClosedError",
+    "QueueFullError",
 ]

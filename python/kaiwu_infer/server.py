@@ -13,7 +13,8 @@ import threading
 from typing import Any, Callable, Mapping
 
 from . import _core
-from .session import Session, _as_array
+from .refit_map import _as_array
+from .session import Session
 
 __all__ = ["InferenceServer", "ServerFuture"]
 

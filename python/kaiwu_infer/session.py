@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import _core
+from .refit_map import REFIT_MAP_KEY, RefitMap, _as_array
 
 
 @dataclass
@@ -38,15 +39,6 @@ def _model_bytes(model: Any) -> tuple[bytes, str]:
     )
 
 
-def _as_array(value: Any) -> np.ndarray:
-    """numpy view of an array-like, torch tensors included (no copy for CPU tensors)."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch.Tensor
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
 class Session(_core._Session):
     """An ONNX model ready to run batches on the CPU.
 
@@ -65,7 +57,11 @@ class Session(_core._Session):
     def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True):
         data, base_dir = _model_bytes(model)
         super().__init__(data, base_dir, threads, optimize)
-        self._name_map: dict[str, str] = {}
+        self._weight_names = frozenset(self.weights_info)
+        self.refit_map = None
+        text = self.metadata.get(REFIT_MAP_KEY)
+        if text is not None:
+            self.refit_map = RefitMap.from_json(text)
 
     def profile(self, feeds: Mapping[str, Any], *, runs: int = 10) -> list[dict]:
         """Per-node timings, like ``trtexec --dumpProfile``.
@@ -92,10 +88,21 @@ class Session(_core._Session):
 
         weights maps names to arrays (numpy, torch tensors, anything with __array__).
         Names are the model's initializer names, or are translated by ``name_map``
-        (a dict or a callable returning the engine name or None to skip).
+        (a dict or a callable returning the engine name or None to skip). A model
+        exported with ``kaiwu_infer.torch.export`` also takes a torch ``state_dict()``
+        directly: its refit map repacks LSTM/GRU gates, transposes and tied weights.
         """
         if not isinstance(weights, Mapping):
             raise _core.RefitError("weights must be a mapping of names to arrays")
+        m = self.refit_map
+        if m is not None and name_map is None and m.looks_like_state_dict(
+            weights.keys(), self._weight_names
+        ):
+            # Strictness is checked on the state_dict keys; the map produces every
+            # initializer it covers, so the engine call itself is non-strict.
+            arrays, ignored = m.apply(weights, strict=strict)
+            updated, ign, version = self._refit(arrays, False, check_finite)
+            return RefitReport(list(updated), list(ignored) + list(ign), version)
         arrays: dict[str, np.ndarray] = {}
         skipped: list[str] = []
         for name, value in weights.items():
@@ -111,5 +118,5 @@ class Session(_core._Session):
                 arrays[target] = _as_array(value)
             except Exception as e:  # noqa: BLE001 - reported as a refit error
                 raise _core.RefitError(f"weight '{name}' cannot be read as an array: {e}") from e
-        updated, ignored = self._refit(arrays, strict, check_finite)
-        return RefitReport(list(updated), list(ignored) + skipped, self.weights_version)
+        updated, ignored, version = self._refit(arrays, strict, check_finite)
+        return RefitReport(list(updated), list(ignored) + skipped, version)

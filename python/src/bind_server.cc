@@ -23,25 +23,7 @@ PyObject* g_queue_full_error = nullptr;
 
 constexpr int64_t kMaxActorId = int64_t(1) << 62;  // larger ids are the shm clients'
 
-// The C++ Session behind a kaiwu_infer.Session (a _core._Session). The
-// pybind11 value of _Session is bind_session.cc's PySession, whose first (and
-// only non-map) leading member is its std::unique_ptr<Session>; we read it
-// there and check the result against the Python object's inputs.
-Session* SessionOf(const py::object& obj) {
-  py::object core = py::module_::import("kaiwu_infer._core");
-  if (!py::isinstance(obj, core.attr("_Session")))
-    ThrowPython(StatusCode::kInput, "expected a kaiwu_infer.Session");
-  auto* inst = reinterpret_cast<py::detail::instance*>(obj.ptr());
-  void* value = inst->get_value_and_holder().value_ptr();
-  if (!value) ThrowPython(StatusCode::kInput, "the Session is not initialised");
-  Session* s = reinterpret_cast<std::unique_ptr<Session>*>(value)->get();
-  py::list names = obj.attr("inputs");
-  bool ok = s && names.size() == s->inputs().size();
-  for (size_t i = 0; ok && i < names.size(); ++i)
-    ok = names[i].attr("name").cast<std::string>() == s->inputs()[i].name;
-  if (!ok) ThrowPython(StatusCode::kInternal, "cannot reach the engine session of this Session");
-  return s;
-}
+Session* SessionOf(const py::object& obj) { return SessionFromPython(obj); }
 
 TensorView ArrayView(const py::handle& obj, const std::string& what, py::array* keep,
                      StatusCode code = StatusCode::kInput) {

@@ -269,7 +269,7 @@ class PySession {
       py::gil_scoped_release release;
       report = session_->Refit(views, strict, check_finite);
     }
-    return py::make_tuple(report.updated, report.ignored);
+    return py::make_tuple(report.updated, report.ignored, report.version);
   }
 
   py::list Profile(py::dict feeds, int runs) {
@@ -317,6 +317,15 @@ class PySession {
 
 }  // namespace
 
+Session* SessionFromPython(const py::handle& obj) {
+  try {
+    return &obj.cast<PySession&>().session();
+  } catch (const py::cast_error&) {
+    ThrowPython(StatusCode::kInput, "expected a kaiwu_infer.Session, got " +
+                                        py::str(py::type::of(obj)).cast<std::string>());
+  }
+}
+
 void BindSession(py::module_& m) {
   py::class_<PyIOInfo>(m, "IOInfo", "A model input or output: name, shape, numpy dtype.")
       .def_readonly("name", &PyIOInfo::name)
@@ -342,6 +351,7 @@ void BindSession(py::module_& m) {
       .def("_refit", &PySession::Refit, py::arg("weights"), py::arg("strict"),
            py::arg("check_finite"))
       .def("describe", [](PySession& s) { return s.session().Describe(); })
+      .def_property_readonly("metadata", [](PySession& s) { return s.session().metadata(); })
       .def("_profile", &PySession::Profile, py::arg("feeds"), py::arg("runs"));
 }
 

@@ -56,6 +56,8 @@ class Session {
   const std::vector<IOInfo>& inputs() const;
   const std::vector<IOInfo>& outputs() const;
   int num_threads() const;
+  /// The model's metadata_props (e.g. "kaiwu.refit_map" written by kaiwu_infer.torch.export).
+  const std::map<std::string, std::string>& metadata() const;
 
   /// Checks feeds (one per input, in order) against the model and returns the
   /// output dtypes and shapes they produce. Throws kInput naming the input.
@@ -75,6 +77,7 @@ class Session {
   struct RefitReport {
     std::vector<std::string> updated;
     std::vector<std::string> ignored;
+    uint64_t version = 0;  ///< the version the refit published
   };
   /// Replaces weights atomically. strict: every weight given and no unknown
   /// name. check_finite: refuse NaN/Inf. Throws kRefit and changes nothing on failure.

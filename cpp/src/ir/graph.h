@@ -79,6 +79,7 @@ class Graph {
   std::vector<int> outputs;    // value ids returned, in model order
   int opset = 0;               // default-domain opset of the model
   std::string name;
+  std::map<std::string, std::string> metadata;  // the model's metadata_props
 
   int AddValue(Value v);
   /// Id of the value with this name, or -1.

@@ -37,6 +37,7 @@ class Importer {
     ReadOpsets();
     const auto& g = model_.graph();
     graph_.name = g.name();
+    for (const auto& prop : model_.metadata_props()) graph_.metadata[prop.key()] = prop.value();
     graph_.opset = opsets_[""];
     for (const auto& init : g.initializer()) AddInitializer(init);
     for (const auto& in : g.input()) {

@@ -256,6 +256,7 @@ std::unique_ptr<Session> Session::LoadFile(const std::string& path, const Sessio
 const std::vector<IOInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IOInfo>& Session::outputs() const { return impl_->outputs; }
 int Session::num_threads() const { return impl_->pool->num_threads(); }
+const std::map<std::string, std::string>& Session::metadata() const { return impl_->graph.metadata; }
 
 std::vector<TensorView> Session::OutputShapes(const std::vector<TensorView>& feeds) const {
   auto cached = impl_->GetPlan(feeds);
@@ -429,6 +430,7 @@ std::shared_ptr<const WeightSet> Session::BuildWeights(
   static_cast<const StaticProgram&>(*impl_->statics).Evaluate(g, next.get(), base,
                                                               impl_->pool.get());
   next->version = base->version + 1;
+  report.version = next->version;
   if (report_out) *report_out = std::move(report);
   return next;
 }

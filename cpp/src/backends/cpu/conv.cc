@@ -48,10 +48,18 @@ class ConvKernel : public Kernel {
     mg_ = m_ / group_;
     depthwise_ = cg_ == 1 && group_ > 1;
     pointwise_ = geo_.IsPointwise();
-    col_floats_ = depthwise_ || pointwise_ ? 0 : cg_ * geo_.kernel_size() * geo_.out_size();
-    slots_ = std::max<int64_t>(1, std::min<int64_t>(ctx.num_threads, n_));
-    batch_parallel_ = !depthwise_ && n_ >= ctx.num_threads && ctx.num_threads > 1;
-    ctx.scratch_bytes = (batch_parallel_ ? slots_ : 1) * col_floats_ * sizeof(float);
+    // Images per GEMM: small outputs (late layers, P = 7x7) make one GEMM per
+    // image too narrow, so several images' columns go side by side.
+    const int64_t P = geo_.out_size(), kc = cg_ * geo_.kernel_size();
+    constexpr int64_t kTargetCols = 512, kMaxBlockFloats = int64_t{4} << 20;
+    nb_ = std::max<int64_t>(1, std::min<int64_t>(n_, (kTargetCols + P - 1) / std::max<int64_t>(P, 1)));
+    while (nb_ > 1 && (kc + mg_) * nb_ * P > kMaxBlockFloats) --nb_;
+    col_floats_ = depthwise_ || (pointwise_ && nb_ == 1) ? 0 : kc * nb_ * P;
+    tmp_floats_ = nb_ > 1 ? mg_ * nb_ * P : 0;
+    const int64_t blocks = (n_ + nb_ - 1) / nb_;
+    slots_ = std::max<int64_t>(1, std::min<int64_t>(ctx.num_threads, blocks));
+    block_parallel_ = !depthwise_ && blocks >= ctx.num_threads && ctx.num_threads > 1;
+    ctx.scratch_bytes = (block_parallel_ ? slots_ : 1) * (col_floats_ + tmp_floats_) * sizeof(float);
   }
 
   void Run(const KernelIO& io) const override {
@@ -74,49 +82,58 @@ class ConvKernel : public Kernel {
       });
       return;
     }
-    if (batch_parallel_) {
+    const int64_t blocks = (n_ + nb_ - 1) / nb_;
+    const int64_t per_slot = col_floats_ + tmp_floats_;
+    if (block_parallel_) {
       const int64_t slots = std::min<int64_t>(slots_, io.pool->num_threads());
       const double cost = 2.0 * static_cast<double>(m_ * cg_ * K * P) * n_ / slots;
       io.pool->ParallelFor(slots, cost, [&](int64_t s0, int64_t s1) {
-        for (int64_t s = s0; s < s1; ++s) {
-          float* col = scratch + s * col_floats_;
-          for (int64_t n = n_ * s / slots; n < n_ * (s + 1) / slots; ++n)
-            Image(x, w, bias, y, n, col, nullptr);
-        }
+        for (int64_t s = s0; s < s1; ++s)
+          for (int64_t blk = blocks * s / slots; blk < blocks * (s + 1) / slots; ++blk)
+            Block(x, w, bias, y, blk, scratch + s * per_slot, nullptr);
       });
     } else {
-      for (int64_t n = 0; n < n_; ++n) Image(x, w, bias, y, n, scratch, io.pool);
+      for (int64_t blk = 0; blk < blocks; ++blk) Block(x, w, bias, y, blk, scratch, io.pool);
     }
   }
 
  private:
-  // Convolves image n; `pool` may be null (already inside a parallel loop).
-  void Image(const float* x, const float* w, const float* bias, float* y, int64_t n, float* col,
-             ThreadPool* pool) const {
+  // Convolves images [blk * nb_, ...) with one GEMM per group; `pool` may be
+  // null (already inside a parallel loop).
+  void Block(const float* x, const float* w, const float* bias, float* y, int64_t blk,
+             float* scratch, ThreadPool* pool) const {
     const int64_t P = geo_.out_size(), K = geo_.kernel_size(), kc = cg_ * K;
+    const int64_t n0 = blk * nb_, nn = std::min(nb_, n_ - n0), cols = nn * P;
+    float* col = scratch;
+    float* tmp = scratch + col_floats_;
     for (int64_t g = 0; g < group_; ++g) {
-      const float* xg = x + (n * c_ + g * cg_) * geo_.in_size();
       const float* wg = w + g * mg_ * kc;
-      float* yg = y + (n * m_ + g * mg_) * P;
-      const float* b = xg;
-      if (!pointwise_) {
-        if (pool) {
-          pool->ParallelFor(cg_, static_cast<double>(K * P), [&](int64_t c0, int64_t c1) {
-            Im2Col(geo_, xg, c0, c1, col);
-          });
-        } else {
-          Im2Col(geo_, xg, 0, cg_, col);
-        }
+      const float* b = x + (n0 * c_ + g * cg_) * geo_.in_size();
+      if (!(pointwise_ && nn == 1)) {
+        auto fill = [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t img = i / cg_, c = i % cg_;
+            Im2Col(geo_, x + ((n0 + img) * c_ + g * cg_) * geo_.in_size(), c, c + 1,
+                   col + img * P, cols);
+          }
+        };
+        if (pool) pool->ParallelFor(nn * cg_, static_cast<double>(K * P), fill);
+        else fill(0, nn * cg_);
         b = col;
       }
-      Sgemm(false, false, mg_, P, kc, 1.f, wg, kc, b, P, 0.f, yg, P, pool);
-      if (act_.active()) {
-        for (int64_t m = 0; m < mg_; ++m) act_.Apply(yg + m * P, P, bias ? bias[g * mg_ + m] : 0.f);
-      } else if (bias) {
-        for (int64_t m = 0; m < mg_; ++m) {
-          const float bv = bias[g * mg_ + m];
-          float* row = yg + m * P;
-          for (int64_t p = 0; p < P; ++p) row[p] += bv;
+      float* out = nn == 1 ? y + (n0 * m_ + g * mg_) * P : tmp;
+      Sgemm(false, false, mg_, cols, kc, 1.f, wg, kc, b, cols, 0.f, out, cols, pool);
+      // Bias and activation; with several images, also move each row into place.
+      for (int64_t m = 0; m < mg_; ++m) {
+        const float bv = bias ? bias[g * mg_ + m] : 0.f;
+        for (int64_t i = 0; i < nn; ++i) {
+          float* dst = y + ((n0 + i) * m_ + g * mg_ + m) * P;
+          if (nn > 1) std::copy(tmp + m * cols + i * P, tmp + m * cols + (i + 1) * P, dst);
+          if (act_.active()) {
+            act_.Apply(dst, P, bv);
+          } else if (bv != 0.f) {
+            for (int64_t p = 0; p < P; ++p) dst[p] += bv;
+          }
         }
       }
     }
@@ -125,8 +142,8 @@ class ConvKernel : public Kernel {
   SpatialGeometry geo_;
   Activation act_;
   int64_t n_ = 0, c_ = 0, m_ = 0, group_ = 1, cg_ = 0, mg_ = 0;
-  bool has_bias_ = false, depthwise_ = false, pointwise_ = false, batch_parallel_ = false;
-  int64_t col_floats_ = 0, slots_ = 1;
+  bool has_bias_ = false, depthwise_ = false, pointwise_ = false, block_parallel_ = false;
+  int64_t nb_ = 1, col_floats_ = 0, tmp_floats_ = 0, slots_ = 1;
 };
 
 }  // namespace

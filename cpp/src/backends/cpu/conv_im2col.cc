@@ -5,10 +5,10 @@
 namespace kaiwu {
 namespace cpu {
 
-void Im2Col(const SpatialGeometry& g, const float* x, int64_t c_begin, int64_t c_end, float* col) {
+void Im2Col(const SpatialGeometry& g, const float* x, int64_t c_begin, int64_t c_end, float* col,
+            int64_t ld) {
   const int64_t OD = g.out[0], OH = g.out[1], OW = g.out[2];
   const int64_t H = g.in[1], W = g.in[2];
-  const int64_t P = g.out_size();
   const int64_t sd = g.stride[0], sh = g.stride[1], sw = g.stride[2];
   for (int64_t c = c_begin; c < c_end; ++c) {
     const float* xc = x + c * g.in_size();
@@ -23,7 +23,7 @@ void Im2Col(const SpatialGeometry& g, const float* x, int64_t c_begin, int64_t c
           g.ValidRange(2, kw, &w_lo, &w_hi);
           const int64_t row = (c * g.kernel[0] + kd) * g.kernel[1] * g.kernel[2] +
                               kh * g.kernel[2] + kw;
-          float* dst = col + row * P;
+          float* dst = col + row * ld;
           const int64_t w_off = kw * g.dilation[2] - g.pad_begin[2];
           for (int64_t od = 0; od < OD; ++od) {
             const bool d_ok = od >= d_lo && od < d_hi;
