@@ -14,6 +14,17 @@ constexpr Rule kRules[] = {
     {"eliminate_identity", EliminateIdentity},
     {"fold_conv_batchnorm", FoldConvBatchNorm},
     {"fuse_activation", FuseActivation},
+    // Structural folds first, then fusions (MatMul+Add before elementwise chains
+    // so the Add lands in the Gemm; a later sweep fuses activations into them).
+    {"fold_dilated_conv", FoldDilatedConv},
+    {"fold_transpose_pair", FoldTransposePair},
+    {"fold_split_concat", FoldSplitConcat},
+    {"fold_constant_fill", FoldConstantFill},
+    {"eliminate_common_subexpr", EliminateCommonSubexpr},
+    {"fuse_matmul_add", FuseMatMulAdd},
+    {"hoist_activation_above_reshape", HoistActivationAboveReshape},
+    {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
+    {"fuse_elementwise", FuseElementwise},
 };
 }  // namespace
 

@@ -14,5 +14,23 @@ int FoldConvBatchNorm(Graph* g);
 /// Conv/Gemm/MatMul followed by an activation (Relu, LeakyRelu, Tanh, Sigmoid,
 /// Clip with constant bounds, HardSigmoid, HardSwish): the kernel applies it.
 int FuseActivation(Graph* g);
+/// tf2onnx's SpaceToBatchND -> Conv -> BatchToSpaceND chain becomes one dilated Conv.
+int FoldDilatedConv(Graph* g);
+/// Transpose of a Transpose (possibly through a unary elementwise op): one Transpose or none.
+int FoldTransposePair(Graph* g);
+/// Split whose pieces all feed one Concat: identity, or Reshape+Transpose+Reshape.
+int FoldSplitConcat(Graph* g);
+/// ones_like/zeros_like/full_like arithmetic becomes ConstantOfShape(Shape(x)) (exact forms only).
+int FoldConstantFill(Graph* g);
+/// Same op over the same inputs with the same attributes: computed once.
+int EliminateCommonSubexpr(Graph* g);
+/// MatMul(X 2-D, W static) + static bias becomes Gemm.
+int FuseMatMulAdd(Graph* g);
+/// An activation after a Reshape of a Conv/Gemm/MatMul moves before the Reshape.
+int HoistActivationAboveReshape(Graph* g);
+/// A 2-D Transpose of a static Gemm operand becomes transA/transB.
+int FoldTransposeIntoGemm(Graph* g);
+/// Chains of float elementwise ops become one kaiwu FusedElementwise node.
+int FuseElementwise(Graph* g);
 
 }  // namespace kaiwu

@@ -13,6 +13,7 @@ const KernelRegistry& CpuKernels() {
     cpu::RegisterRnnKernels(r);
     cpu::RegisterTensorKernels(r);
     cpu::RegisterGameKernels(r);
+    cpu::RegisterFusedKernels(r);
     return r;
   }();
   return registry;
