@@ -7,7 +7,7 @@ JOBS=${JOBS:-$(nproc)}
 PYBIND11_DIR=$(python3 -c "import pybind11; print(pybind11.get_cmake_dir())")
 
 echo "== pytest"
-python3 -m pytest tests/python -q -p no:cacheprovider
+KAIWU_REQUIRE_ENGINE=1 python3 -m pytest tests/python -q -p no:cacheprovider
 
 echo "== ctest (Release)"
 cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAIWU_BUILD_TESTS=ON \

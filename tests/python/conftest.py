@@ -10,6 +10,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 
@@ -19,9 +20,10 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-# python/ of the repository, so PYTHONPATH is optional when running from the checkout.
+# python/ of the repository when a development build put the module there (CMake builds
+# do), so PYTHONPATH is optional; otherwise the installed package is tested.
 _PY = os.path.abspath(os.path.join(HERE, "..", "..", "python"))
-if os.path.isdir(_PY) and _PY not in sys.path:
+if glob.glob(os.path.join(_PY, "kaiwu_infer", "_core*.so")) and _PY not in sys.path:
     sys.path.insert(0, _PY)
 
 import helpers  # noqa: E402
