@@ -16,7 +16,7 @@ cmake --build build/ctest -j "$JOBS"
 ctest --test-dir build/ctest --output-on-failure -j "$JOBS"
 
 echo "== ctest (address,undefined sanitizers)"
-cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKAIWU_BUILD_TESTS=ON \
+cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1 -DKAIWU_BUILD_TESTS=ON \
   -DKAIWU_BUILD_PYTHON=OFF -DKAIWU_SANITIZE=address,undefined >/dev/null
 cmake --build build/asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -52,6 +52,7 @@ SUPPORTED_OPS = {
     "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather",
     "Expand", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Constant", "Identity", "Dropout",
     "Range", "Einsum",
+    "Resize", "OneHot", "GatherND", "ScatterND", "ScatterElements", "TopK", "CumSum",
 }
 
 ALLOWED_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_)}
@@ -73,6 +74,18 @@ XFAIL: dict[str, str] = {
     "test_batchnorm_epsilon_training_mode": _TRAINING,
     "test_batchnorm_example_training_mode": _TRAINING,
 }
+_ANTIALIAS = "Resize antialias=1 is refused by kaiwu_infer (documented limit of the Resize kernel)"
+_ALIGN_DOWN = ("the expected values come from onnx's reference with a fractional output length; the "
+               "spec and onnxruntime use the integer length (onnxruntime gives [1, 4], the case [1, 3.142857])")
+XFAIL.update({
+    "test_resize_downsample_scales_cubic_antialias": _ANTIALIAS,
+    "test_resize_downsample_scales_linear_antialias": _ANTIALIAS,
+    "test_resize_downsample_sizes_cubic_antialias": _ANTIALIAS,
+    "test_resize_downsample_sizes_linear_pytorch_half_pixel_antialias": _ANTIALIAS,
+    "test_resize_downsample_sizes_linear_antialias": _ANTIALIAS,
+    "test_resize_downsample_scales_linear_align_corners": _ALIGN_DOWN,
+    "test_resize_downsample_scales_cubic_align_corners": _ALIGN_DOWN,
+})
 
 CACHE_DIR = os.environ.get("KAIWU_TEST_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "kaiwu_infer_tests"))
 CACHE_FILE = os.path.join(CACHE_DIR, f"onnx_node_cases_{onnx.__version__}.pkl")

@@ -3,8 +3,10 @@
 // loop for depthwise ones. Large batches run in parallel, one im2col buffer
 // per thread; small ones run image by image with the GEMM split across the pool.
 #include <algorithm>
+#include <cstdint>
 
 #include "backends/cpu/activation.h"
+#include "backends/cpu/conv_gemm.h"
 #include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/conv_im2col.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -47,6 +49,13 @@ class ConvKernel : public Kernel {
     cg_ = c_ / group_;
     mg_ = m_ / group_;
     depthwise_ = cg_ == 1 && group_ > 1;
+    implicit_ = !depthwise_ && ConvGemm::Supported(geo_, n_, c_, m_);
+    if (implicit_) {
+      gemm_ = ConvGemm(geo_, n_, c_, m_, group_, act_);
+      slots_ = gemm_.Slots(ctx.num_threads);
+      ctx.scratch_bytes = slots_ * gemm_.SlotFloats() * sizeof(float) + 64;
+      return;
+    }
     pointwise_ = geo_.IsPointwise();
     // Images per GEMM: small outputs (late layers, P = 7x7) make one GEMM per
     // image too narrow, so several images' columns go side by side.
@@ -70,6 +79,11 @@ class ConvKernel : public Kernel {
     float* scratch = static_cast<float*>(io.scratch);
     const int64_t P = geo_.out_size(), K = geo_.kernel_size();
     if (n_ == 0 || m_ == 0 || P == 0) return;
+    if (implicit_) {
+      auto aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(io.scratch) + 63) & ~uintptr_t{63});
+      gemm_.Run(x, w, bias, y, aligned, slots_, io.pool);
+      return;
+    }
     if (depthwise_) {
       const int64_t mult = m_ / c_;
       io.pool->ParallelFor(n_ * m_, 2.0 * P * K, [&](int64_t b, int64_t e) {
@@ -141,6 +155,8 @@ class ConvKernel : public Kernel {
 
   SpatialGeometry geo_;
   Activation act_;
+  ConvGemm gemm_;
+  bool implicit_ = false;
   int64_t n_ = 0, c_ = 0, m_ = 0, group_ = 1, cg_ = 0, mg_ = 0;
   bool has_bias_ = false, depthwise_ = false, pointwise_ = false, block_parallel_ = false;
   int64_t nb_ = 1, col_floats_ = 0, tmp_floats_ = 0, slots_ = 1;

@@ -16,6 +16,7 @@ void RegisterNormKernels(KernelRegistry& r);         // norm.cc (BatchNorm, Laye
 void RegisterReduceKernels(KernelRegistry& r);       // reduce.cc, softmax.cc
 void RegisterRnnKernels(KernelRegistry& r);          // rnn.cc (LSTM, GRU)
 void RegisterTensorKernels(KernelRegistry& r);       // shape.cc, gather.cc, slice.cc, ...
+void RegisterGameKernels(KernelRegistry& r);         // game_*.cc (Resize, TopK, ScatterND, ...)
 void RegisterFusedKernels(KernelRegistry& r);        // fused_*.cc (domain "kaiwu")
 
 /// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading

@@ -4,30 +4,36 @@
 // needed) groups, lays the operands out as [batch, left, contracted] and
 // [batch, contracted, right] (a strided copy unless already in that layout,
 // possibly transposed) and runs one batched GEMM. A label one operand lacks
-// gets stride 0 there, which also sums labels seen by only one operand.
+// gets stride 0 there, which also sums labels seen by only one operand. A label
+// repeated within one operand (a diagonal) is one label whose stride is the sum
+// of its dims' strides; such operands are always gathered first.
+//
+// float32 runs on Sgemm; float64 gathers with the float gather (a double is two
+// floats: one more dim of size 2) and runs the plain-loop batched GEMM.
 #include <algorithm>
 #include <map>
 
 #include "backends/cpu/einsum_parse.h"
+#include "backends/cpu/einsum_typed.h"
 #include "backends/cpu/linalg_util.h"
 
 namespace kaiwu {
 namespace cpu {
 namespace {
 
-// An operand: its labels in memory order and each label's element stride
-// (0 where the operand broadcasts a size-1 dim).
+// An operand: its distinct labels in memory order and each label's element
+// stride (0 where the operand broadcasts a size-1 dim).
 struct Operand {
   std::vector<int> labels;
   std::map<int, int64_t> strides;
-  bool broadcasts = false;  // some dim is 1 while the label is larger
+  bool strided = false;  // not a dense layout: a broadcast dim or a diagonal
 };
 
 struct Step {
   int a_input = -1, b_input = -1;  // input index, or -1: the previous step's result
   bool gather_a = false, gather_b = false;
-  StridedGather ga, gb;
-  size_t a_buf = 0, b_buf = 0, out_buf = 0;  // float offsets into scratch
+  TypedGather ga, gb;
+  size_t a_buf = 0, b_buf = 0, out_buf = 0;  // element offsets into scratch
   bool to_output = false;
   BatchedGemm gemm;
 };
@@ -57,9 +63,12 @@ class EinsumKernel : public Kernel {
     if (n < 1) ctx.Error("needs at least one input");
     std::vector<int> ranks;
     for (int i = 0; i < n; ++i) {
-      ctx.ExpectDType(i, {DType::kFloat32});
+      ctx.ExpectDType(i, {DType::kFloat32, DType::kFloat64});
+      if (ctx.in(i).dtype != ctx.in(0).dtype) ctx.Error("inputs must share one dtype");
       ranks.push_back(ctx.in(i).rank());
     }
+    dtype_ = ctx.in(0).dtype;
+    ratio_ = dtype_ == DType::kFloat64 ? 2 : 1;
     EinsumSpec spec = ParseEinsum(ctx, ctx.node.GetString("equation", ""), ranks);
 
     // Label sizes; a dim of 1 broadcasts against a larger one.
@@ -74,23 +83,25 @@ class EinsumKernel : public Kernel {
       }
     std::vector<Operand> ops(n);
     for (int i = 0; i < n; ++i) {
-      ops[i].labels = spec.inputs[i];
       int64_t stride = 1;
       for (int d = ranks[i] - 1; d >= 0; --d) {
+        const int label = spec.inputs[i][d];
         int64_t dim = ctx.in(i).shape[d];
-        bool bc = dim == 1 && sizes_[ops[i].labels[d]] != 1;
-        ops[i].broadcasts |= bc;
-        ops[i].strides[ops[i].labels[d]] = bc ? 0 : stride;
+        bool bc = dim == 1 && sizes_[label] != 1;
+        ops[i].strided |= bc || ops[i].strides.count(label) > 0;
+        ops[i].strides[label] += bc ? 0 : stride;  // a diagonal sums its strides
         stride *= dim;
       }
+      for (int label : spec.inputs[i])
+        if (!Contains(ops[i].labels, label)) ops[i].labels.push_back(label);
     }
     output_ = spec.output;
     Shape out_shape;
     for (int l : output_) out_shape.push_back(sizes_[l]);
-    ctx.SetOutput(0, DType::kFloat32, out_shape);
+    ctx.SetOutput(0, dtype_, out_shape);
 
     steps_.clear();
-    scratch_floats_ = 0;
+    scratch_elems_ = 0;
     final_gather_ = false;
     has_sum_ = false;
     if (n == 1) {
@@ -107,15 +118,25 @@ class EinsumKernel : public Kernel {
         final_ = Gather(cur, output_);
       }
     }
-    ctx.scratch_bytes = scratch_floats_ * sizeof(float);
+    ctx.scratch_bytes = scratch_elems_ * DTypeSize(dtype_);
   }
 
   void Run(const KernelIO& io) const override {
-    float* scratch = static_cast<float*>(io.scratch);
-    float* out = static_cast<float*>(io.outputs[0]);
-    auto input = [&](int i) { return static_cast<const float*>(io.inputs[i]); };
+    if (dtype_ == DType::kFloat64) {
+      RunTyped<double>(io);
+    } else {
+      RunTyped<float>(io);
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    T* scratch = static_cast<T*>(io.scratch);
+    T* out = static_cast<T*>(io.outputs[0]);
+    auto input = [&](int i) { return static_cast<const T*>(io.inputs[i]); };
     if (steps_.empty()) {  // one operand: permute, then sum the trailing columns
-      const float* src = input(0);
+      const T* src = input(0);
       if (!has_sum_) {
         final_.Run(src, out, io.pool);
         return;
@@ -127,17 +148,17 @@ class EinsumKernel : public Kernel {
       const int64_t cols = sum_cols_, rows = sum_rows_;
       io.pool->ParallelFor(rows, static_cast<double>(cols), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
-          float acc = 0.f;
+          T acc = T(0);
           for (int64_t c = 0; c < cols; ++c) acc += src[r * cols + c];
           out[r] = acc;
         }
       });
       return;
     }
-    const float* prev = nullptr;
+    const T* prev = nullptr;
     for (const Step& s : steps_) {
-      const float* a = s.a_input >= 0 ? input(s.a_input) : prev;
-      const float* b = input(s.b_input);
+      const T* a = s.a_input >= 0 ? input(s.a_input) : prev;
+      const T* b = input(s.b_input);
       if (s.gather_a) {
         s.ga.Run(a, scratch + s.a_buf, io.pool);
         a = scratch + s.a_buf;
@@ -146,17 +167,16 @@ class EinsumKernel : public Kernel {
         s.gb.Run(b, scratch + s.b_buf, io.pool);
         b = scratch + s.b_buf;
       }
-      float* c = s.to_output ? out : scratch + s.out_buf;
-      s.gemm.Run(a, b, c, io.pool);
+      T* c = s.to_output ? out : scratch + s.out_buf;
+      Gemm<T>(s.gemm, a, b, c, io.pool);
       prev = c;
     }
     if (final_gather_) final_.Run(prev, out, io.pool);
   }
 
- private:
-  size_t Alloc(int64_t floats) {
-    size_t at = scratch_floats_;
-    scratch_floats_ += (static_cast<size_t>(floats) + 15) / 16 * 16;
+  size_t Alloc(int64_t elems) {
+    size_t at = scratch_elems_;
+    scratch_elems_ += (static_cast<size_t>(elems) + 15) / 16 * 16;
     return at;
   }
 
@@ -166,14 +186,21 @@ class EinsumKernel : public Kernel {
     return p;
   }
 
-  StridedGather Gather(const Operand& op, const std::vector<int>& order) const {
+  TypedGather Gather(const Operand& op, const std::vector<int>& order) const {
     std::vector<int64_t> dims, strides;
     for (int l : order) {
       dims.push_back(sizes_.at(l));
       auto it = op.strides.find(l);
-      strides.push_back(it == op.strides.end() ? 0 : it->second);
+      strides.push_back(it == op.strides.end() ? 0 : it->second * ratio_);
     }
-    return StridedGather(dims, strides);
+    if (ratio_ == 2) {  // a double as two floats
+      dims.push_back(2);
+      strides.push_back(1);
+    }
+    TypedGather g;
+    g.g = StridedGather(dims, strides);
+    g.ratio = ratio_;
+    return g;
   }
 
   void PrepareSingle(const Operand& op) {
@@ -219,17 +246,18 @@ class EinsumKernel : public Kernel {
     s.gemm.b_stride = s.gemm.k * s.gemm.n;
     // A as [batch, left, contr], or already [batch, contr, left] (transposed).
     std::vector<int> a_order = Concat(Concat(batch, left), contr);
-    if (!a.broadcasts && a.labels == Concat(Concat(batch, contr), left)) {
+    const bool can_transpose = dtype_ == DType::kFloat32;  // the naive GEMM cannot
+    if (can_transpose && !a.strided && a.labels == Concat(Concat(batch, contr), left)) {
       s.gemm.trans_a = true;
-    } else if (a.broadcasts || a.labels != a_order) {
+    } else if (a.strided || a.labels != a_order) {
       s.gather_a = true;
       s.ga = Gather(a, a_order);
       s.a_buf = Alloc(s.ga.size());
     }
     std::vector<int> b_order = Concat(Concat(batch, contr), right);
-    if (!b.broadcasts && b.labels == Concat(Concat(batch, right), contr)) {
+    if (can_transpose && !b.strided && b.labels == Concat(Concat(batch, right), contr)) {
       s.gemm.trans_b = true;
-    } else if (b.broadcasts || b.labels != b_order) {
+    } else if (b.strided || b.labels != b_order) {
       s.gather_b = true;
       s.gb = Gather(b, b_order);
       s.b_buf = Alloc(s.gb.size());
@@ -250,11 +278,13 @@ class EinsumKernel : public Kernel {
   std::map<int, int64_t> sizes_;
   std::vector<int> output_;
   std::vector<Step> steps_;
-  StridedGather final_;  // result (or the single operand) -> output order
+  TypedGather final_;  // result (or the single operand) -> output order
   bool final_gather_ = false;
   bool has_sum_ = false;  // single operand with summed labels: rows x cols
   int64_t sum_rows_ = 0, sum_cols_ = 0;
-  size_t scratch_floats_ = 0;
+  size_t scratch_elems_ = 0;
+  DType dtype_ = DType::kFloat32;
+  int ratio_ = 1;  // floats per element
 };
 
 }  // namespace

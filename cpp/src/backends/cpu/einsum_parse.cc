@@ -43,7 +43,7 @@ void CheckUnique(const PrepareContext& ctx, const std::vector<int>& labels, cons
   std::vector<int> sorted = labels;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    ctx.Error("einsum term '", s, "' repeats a label (diagonals/traces are not supported)");
+    ctx.Error("einsum output term '", s, "' repeats a label");
 }
 
 }  // namespace
@@ -82,7 +82,6 @@ EinsumSpec ParseEinsum(const PrepareContext& ctx, const std::string& equation,
   std::map<int, int> counts;
   for (size_t i = 0; i < terms.size(); ++i) {
     spec.inputs.push_back(Expand(parsed[i], ell[i], max_ell));
-    CheckUnique(ctx, spec.inputs[i], terms[i]);
     for (int l : spec.inputs[i]) ++counts[l];
   }
 

@@ -19,8 +19,8 @@ struct EinsumSpec {
 };
 
 /// Parses `equation` for inputs of the given ranks. Explicit ("...->...") and
-/// implicit output forms are accepted; a label repeated within one operand
-/// (diagonals, traces) is refused with ctx.Error.
+/// implicit output forms are accepted. A label may repeat within an input
+/// operand (a diagonal, or a trace when summed); the output's labels are unique.
 EinsumSpec ParseEinsum(const PrepareContext& ctx, const std::string& equation,
                        const std::vector<int>& ranks);
 

@@ -1,5 +1,6 @@
-// MaxPool, AveragePool (1-D to 3-D, pads/auto_pad, dilations, ceil_mode,
-// count_include_pad) and GlobalAveragePool / GlobalMaxPool. Planes (n, c) run
+// MaxPool (with its optional int64 Indices output), AveragePool (1-D to 3-D,
+// pads/auto_pad, dilations, ceil_mode, count_include_pad) and
+// GlobalAveragePool / GlobalMaxPool. Planes (n, c) run
 // in parallel; within a plane each output row accumulates tap by tap over the
 // valid output range, so the inner loop is a unit-stride vectorizable loop.
 #include <Eigen/Core>
@@ -49,6 +50,51 @@ void PoolPlane(const SpatialGeometry& g, const T* x, T* y) {
   }
 }
 
+// MaxPool with Indices: as PoolPlane<T, true>, also recording the flat input
+// index of each maximum (the first in window order on ties, as onnxruntime):
+// plane * plane_size + the position within the plane, row-major
+// (storage_order 0) or column-major (1). Padding is never an index.
+template <typename T>
+void ArgMaxPoolPlane(const SpatialGeometry& g, bool col_major, int64_t plane, const T* x, T* y,
+                     int64_t* idx) {
+  const int64_t OH = g.out[1], OW = g.out[2], D = g.in[0], H = g.in[1], W = g.in[2];
+  const int64_t sw = g.stride[2], base = plane * g.in_size();
+  // Index of input (d, h, w) within the plane: d*s0 + h*s1 + w*s2.
+  const int64_t s0 = col_major ? 1 : H * W, s1 = col_major ? D : W, s2 = col_major ? D * H : 1;
+  std::fill(y, y + g.out_size(), std::numeric_limits<T>::lowest());
+  std::fill(idx, idx + g.out_size(), base);
+  for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+    int64_t d_lo, d_hi;
+    g.ValidRange(0, kd, &d_lo, &d_hi);
+    for (int64_t od = d_lo; od < d_hi; ++od) {
+      const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+        int64_t h_lo, h_hi;
+        g.ValidRange(1, kh, &h_lo, &h_hi);
+        for (int64_t oh = h_lo; oh < h_hi; ++oh) {
+          const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
+          const T* xrow = x + (id * H + ih) * W;
+          const int64_t row_index = base + id * s0 + ih * s1;
+          T* yrow = y + (od * OH + oh) * OW;
+          int64_t* irow = idx + (od * OH + oh) * OW;
+          for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+            int64_t lo, hi;
+            g.ValidRange(2, kw, &lo, &hi);
+            const int64_t off = kw * g.dilation[2] - g.pad_begin[2];
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              const int64_t iw = ow * sw + off;
+              if (xrow[iw] > yrow[ow]) {
+                yrow[ow] = xrow[iw];
+                irow[ow] = row_index + iw * s2;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 class PoolKernel : public Kernel {
  public:
   explicit PoolKernel(bool is_max) : max_(is_max) {}
@@ -56,8 +102,10 @@ class PoolKernel : public Kernel {
   void Prepare(PrepareContext& ctx) override {
     if (max_) {
       ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8});
-      if (ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0)
-        ctx.Error("the Indices output is not supported");
+      indices_ = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
+      const int64_t order = ctx.node.GetInt("storage_order", 0);
+      if (order != 0 && order != 1) ctx.Error("storage_order must be 0 or 1, got ", order);
+      col_major_ = order == 1;
     } else {
       ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
     }
@@ -71,6 +119,7 @@ class PoolKernel : public Kernel {
     Shape out = {x[0], x[1]};
     for (int64_t d : geo_.OutShape()) out.push_back(d);
     ctx.SetOutput(0, dtype_, out);
+    if (indices_) ctx.SetOutput(1, DType::kInt64, out);
     if (!max_) {
       // Window sizes factor per dim: taps inside the input, or inside the
       // padded input when count_include_pad (never the ceil_mode overhang).
@@ -106,7 +155,10 @@ class PoolKernel : public Kernel {
     io.pool->ParallelFor(planes_, static_cast<double>(P * geo_.kernel_size()),
                          [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        if (max_) {
+        if (indices_) {
+          ArgMaxPoolPlane<T>(geo_, col_major_, i, x + i * in, y + i * P,
+                             static_cast<int64_t*>(io.outputs[1]) + i * P);
+        } else if (max_) {
           PoolPlane<T, true>(geo_, x + i * in, y + i * P);
         } else {
           PoolPlane<T, false>(geo_, x + i * in, y + i * P);
@@ -130,6 +182,7 @@ class PoolKernel : public Kernel {
   }
 
   bool max_;
+  bool indices_ = false, col_major_ = false;  // MaxPool's Indices output
   DType dtype_ = DType::kFloat32;
   SpatialGeometry geo_;
   int64_t planes_ = 0;

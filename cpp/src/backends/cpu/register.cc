@@ -12,6 +12,7 @@ const KernelRegistry& CpuKernels() {
     cpu::RegisterReduceKernels(r);
     cpu::RegisterRnnKernels(r);
     cpu::RegisterTensorKernels(r);
+    cpu::RegisterGameKernels(r);
     cpu::RegisterFusedKernels(r);
     return r;
   }();

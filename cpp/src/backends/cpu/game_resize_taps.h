@@ -1,0 +1,56 @@
+// Resize as separable per-axis taps: for each output coordinate of an axis,
+// the input offsets it reads and their weights (1 tap for nearest, 2 for
+// linear, 4 for cubic). Coordinates are computed in float as onnxruntime does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/kernel.h"
+
+namespace kaiwu {
+namespace cpu {
+
+enum class ResizeMode { kNearest, kLinear, kCubic };
+enum class CoordMode {
+  kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric,
+  kTfHalfPixelForNN, kTfCropAndResize
+};
+enum class NearestMode { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
+
+struct ResizeOptions {
+  ResizeMode mode = ResizeMode::kNearest;
+  CoordMode coord = CoordMode::kHalfPixel;
+  NearestMode nearest = NearestMode::kRoundPreferFloor;
+  float cubic_a = -0.75f;
+  bool exclude_outside = false;
+};
+
+/// Reads mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a and
+/// exclude_outside; refuses antialias=1 and unknown values with ctx.Error.
+ResizeOptions ParseResizeOptions(const PrepareContext& ctx);
+
+/// Output coordinate o of one axis reads input offsets offset[o * taps + t]
+/// (element offsets: index * the axis stride) weighted by weight[o * taps + t].
+/// outside[o] (tf_crop_and_resize only; else empty) marks outputs that take the
+/// extrapolation value.
+struct AxisTaps {
+  int taps = 1;
+  std::vector<int64_t> offset;
+  std::vector<float> weight;
+  std::vector<uint8_t> outside;
+  bool identity = false;  // in == out, scale 1: offset[o] = o * stride, weight 1
+
+  bool identity_weights() const;  // one tap of weight 1 everywhere, nothing outside
+};
+
+/// Taps of an axis of input size `in` resized to `out` with `scale` (the given
+/// scale, or out / in when sizes were given); roi_* only for tf_crop_and_resize.
+/// Taps that reduce to a single weight-1 tap per output are collapsed to one; an
+/// axis with in == out and scale 1 (and no crop) is the identity in every mode.
+AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float scale,
+                      float roi_start, float roi_end, int64_t stride);
+
+}  // namespace cpu
+}  // namespace kaiwu
