@@ -122,19 +122,21 @@ def dilated_conv(b: GraphBuilder, x: str, *, c_in: int, c_out: int, hw, k: int, 
 
 
 def game_ops_available() -> bool:
-    """True when the engine has kernels for OneHot, ScatterND, GatherND and Resize."""
-    try:
-        import kaiwu_infer  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    probe = GraphBuilder()
-    x = helper.make_tensor_value_info("x", TensorProto.INT64, [2])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    probe.nodes.append(helper.make_node("OneHot", ["x", probe.const(4), probe.const([0.0, 1.0], np.float32)],
-                                        ["y"]))
+    """True when the engine loads OneHot, ScatterND, GatherND and Resize (the loader
+    rejects a model naming an op without a kernel)."""
     try:
         import kaiwu_infer
-        kaiwu_infer.Session(probe.model([x], [y]))
+    except Exception:  # noqa: BLE001
+        return False
+    b = GraphBuilder()
+    f = np.float32
+    oh = b.op("OneHot", ["i", b.const(4), b.const([0.0, 1.0], f)])
+    sc = b.op("ScatterND", [oh, b.const([[0]]), b.const(np.zeros((1, 4)), f)])
+    gn = b.op("GatherND", [sc, b.const([[1]])])
+    rs = b.op("Resize", [b.op("Reshape", [gn, b.const([1, 1, 1, 4])]), "", b.const([1, 1, 2, 2], f)])
+    x = helper.make_tensor_value_info("i", TensorProto.INT64, [2])
+    try:
+        kaiwu_infer.Session(b.model([x], [helper.make_tensor_value_info(rs, TensorProto.FLOAT, None)]))
         return True
     except Exception:  # noqa: BLE001
         return False
