@@ -15,4 +15,5 @@ fi
 python3 -m pip install -q --upgrade pip
 # torch is pinned to the CPU build; the test/demo extras pull onnxruntime, gymnasium, ...
 python3 -m pip install -q "torch==2.13.0"
-python3 -m pip install -q ".[test]"
+# The C++ tests are built in the same (kept) build tree, so the test script need not compile twice.
+python3 -m pip install -q ".[test]" -Ccmake.define.KAIWU_BUILD_TESTS=ON
