@@ -1248,3 +1248,14 @@ def test_producer_activation_chain(check, rng, producer, act, attrs):
         nodes.append(helper.make_node(act, ["h"], ["y"], **attrs))
     m = make_model(nodes, [x], ["y"], initializers=inits)
     check(m, {"x": rand(rng, xs)}, optimize_modes=(True, False), atol=3e-5)
+
+
+def test_sqrt_special_values(engine):
+    """sqrt keeps IEEE semantics at the edges: +inf -> inf, -1 -> nan, -0 -> -0."""
+    model = make_model([helper.make_node("Sqrt", ["x"], ["y"])], [("x", np.float32, (6,))], ["y"])
+    x = np.array([np.inf, 0.0, -0.0, 4.0, -1.0, 2.25], np.float32)
+    with np.errstate(invalid="ignore"):
+        want = np.sqrt(x)
+    got = engine.Session(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got[2])

@@ -48,7 +48,9 @@ void ApplyFloat(UnOp op, const T* px, T* py, int64_t n) {
       for (int64_t i = 0; i < n; ++i)
         py[i] = px[i] > T(0) ? T(1) : (px[i] < T(0) ? T(-1) : px[i]);  // keeps 0 and NaN
       break;
-    case UnOp::kSqrt: y = x.sqrt(); break;
+    case UnOp::kSqrt:  // Eigen's vectorized sqrt returns NaN for +inf on AVX-512 builds
+      for (int64_t i = 0; i < n; ++i) py[i] = std::sqrt(px[i]);
+      break;
     case UnOp::kExp: y = x.exp(); break;
     case UnOp::kLog: y = x.log(); break;
     case UnOp::kReciprocal: y = x.inverse(); break;
