@@ -42,6 +42,8 @@ def _as_array(value: Any) -> np.ndarray:
         if t.device.type != "cpu":
             t = t.cpu()
         return t.numpy()
+    if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
+        return np.from_dlpack(value)  # CPU DLPack producers, without a copy
     return np.asarray(value)
 
 

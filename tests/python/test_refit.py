@@ -543,3 +543,33 @@ def test_export_writes_file_with_map(tmp_path):
     for o, g, w in zip(["logits", "value"], run(sess, ["obs"], ["logits", "value"], x),
                        torch_forward(module, x)):
         assert_close(g, w, RTOL, ATOL, o)
+
+
+class _DLPackOnly:
+    """An array producer that speaks only DLPack (no __array__), like many frameworks' tensors."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_refit_accepts_dlpack_producers():
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", 1, ["b", 4])], [helper.make_tensor_value_info("y", 1, ["b", 3])],
+        [numpy_helper.from_array(w, "w")])
+    sess = ki.Session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    new_w = rng.standard_normal((4, 3)).astype(np.float32)
+    report = sess.refit({"w": _DLPackOnly(new_w)})
+    assert report.updated == ["w"]
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], x @ new_w, rtol=1e-5, atol=1e-6)
