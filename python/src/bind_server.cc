@@ -25,43 +25,6 @@ constexpr int64_t kMaxActorId = int64_t(1) << 62;  // larger ids are the shm cli
 
 Session* SessionOf(const py::object& obj) { return SessionFromPython(obj); }
 
-TensorView ArrayView(const py::handle& obj, const std::string& what, py::array* keep,
-                     StatusCode code = StatusCode::kInput) {
-  py::array arr;
-  if (py::isinstance<py::array>(obj)) {
-    arr = py::reinterpret_borrow<py::array>(obj);
-  } else {
-    try {
-      if (py::hasattr(obj, "detach") && py::hasattr(obj, "numpy"))
-        arr = obj.attr("detach")().attr("cpu")().attr("numpy")();
-      else
-        arr = py::array::ensure(obj);
-    } catch (...) {
-    }
-    if (!arr) ThrowPython(code, what + ": expected a numpy array, got " +
-                                    py::str(py::type::of(obj)).cast<std::string>());
-  }
-  if (!(arr.flags() & py::array::c_style))
-    arr = py::array::ensure(arr, py::array::c_style | py::array::forcecast);
-  DType dt = FromNumpyDType(arr.dtype());
-  if (dt == DType::kUndefined)
-    ThrowPython(code, what + ": numpy dtype " + py::str(arr.dtype()).cast<std::string>() +
-                          " is not supported");
-  TensorView v;
-  v.dtype = dt;
-  v.shape.assign(arr.shape(), arr.shape() + arr.ndim());
-  v.data = const_cast<void*>(arr.data());
-  *keep = arr;
-  return v;
-}
-
-py::array Wrap(const TensorView& v, const std::shared_ptr<void>& owner) {
-  auto* holder = new std::shared_ptr<void>(owner);
-  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
-  return py::array(ToNumpyDType(v.dtype), std::vector<py::ssize_t>(v.shape.begin(), v.shape.end()),
-                   v.data, base);
-}
-
 std::vector<uint8_t> DoneFlags(const py::object& done) {
   if (done.is_none()) return {};
   if (py::isinstance<py::bool_>(done) || py::isinstance<py::int_>(done)) {
@@ -129,7 +92,7 @@ class PyTicket {
   static py::dict Outputs(ServerRequest& r, const std::vector<IOInfo>& outs) {
     if (r.error) std::rethrow_exception(r.error);
     py::dict d;
-    for (size_t k = 0; k < r.outputs.size(); ++k) d[py::str(outs[k].name)] = Wrap(r.outputs[k], r.owners[k]);
+    for (size_t k = 0; k < r.outputs.size(); ++k) d[py::str(outs[k].name)] = WrapOwned(r.outputs[k], r.owners[k]);
     return d;
   }
 

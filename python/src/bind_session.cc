@@ -38,7 +38,6 @@ DType FromNumpyDType(const py::dtype& d) {
 
 namespace {
 
-std::string NumpyName(const py::dtype& d) { return py::str(d).cast<std::string>(); }
 
 /// One model input or output, like onnxruntime's NodeArg.
 struct PyIOInfo {
@@ -61,46 +60,6 @@ PyIOInfo MakeInfo(const IOInfo& io) {
   }
   out.shape = shape;
   return out;
-}
-
-/// A numpy array viewed as an engine tensor; non-contiguous arrays are copied
-/// (the copy is kept alive in `keep`).
-TensorView ViewOf(const py::handle& obj, const std::string& what, bool writable,
-                  py::array* keep) {
-  py::array arr;
-  if (py::isinstance<py::array>(obj)) {
-    arr = py::reinterpret_borrow<py::array>(obj);
-  } else {
-    try {
-      arr = py::array::ensure(obj);
-    } catch (...) {
-    }
-    if (!arr) ThrowPython(StatusCode::kInput, what + ": expected a numpy array, got " +
-                                                  py::str(py::type::of(obj)).cast<std::string>());
-  }
-  if (!(arr.flags() & py::array::c_style)) {
-    if (writable)
-      ThrowPython(StatusCode::kInput, what + ": the out= array must be C-contiguous");
-    arr = py::array::ensure(arr, py::array::c_style | py::array::forcecast);
-  }
-  if (writable && !arr.writeable()) ThrowPython(StatusCode::kInput, what + ": array is read-only");
-  DType dt = FromNumpyDType(arr.dtype());
-  if (dt == DType::kUndefined)
-    ThrowPython(StatusCode::kInput, what + ": numpy dtype " + NumpyName(arr.dtype()) +
-                                        " is not supported");
-  TensorView v;
-  v.dtype = dt;
-  v.shape.assign(arr.shape(), arr.shape() + arr.ndim());
-  v.data = const_cast<void*>(arr.data());
-  *keep = arr;
-  return v;
-}
-
-py::array WrapOutput(const TensorView& v, const std::shared_ptr<void>& owner) {
-  auto* holder = new std::shared_ptr<void>(owner);
-  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
-  return py::array(ToNumpyDType(v.dtype), std::vector<py::ssize_t>(v.shape.begin(), v.shape.end()),
-                   v.data, base);
 }
 
 class PySession {
@@ -153,7 +112,7 @@ class PySession {
         ThrowPython(StatusCode::kInput, "unknown input '" + name + "'; the model's inputs are: " +
                                             InputNames());
       int i = it->second;
-      views[i] = ViewOf(item.second, "input '" + name + "'", false, &keep[i]);
+      views[i] = ArrayView(item.second, "input '" + name + "'", &keep[i]);
       seen[i] = true;
     }
     for (size_t i = 0; i < ins.size(); ++i)
@@ -193,7 +152,7 @@ class PySession {
           ThrowPython(StatusCode::kInput, "out: unknown output '" + name + "'");
         int k = it->second;
         py::array arr;
-        TensorView v = ViewOf(item.second, "out['" + name + "']", true, &arr);
+        TensorView v = ArrayView(item.second, "out['" + name + "']", &arr, StatusCode::kInput, /*writable=*/true);
         if (v.dtype != shapes[k].dtype || v.shape != shapes[k].shape)
           ThrowPython(StatusCode::kInput, "out['" + name + "']: expected " +
                                               std::string(DTypeName(shapes[k].dtype)) + " " +
@@ -214,7 +173,7 @@ class PySession {
 
     auto get = [&](int k) -> py::object {
       if (!out_arrays.empty()) return out_arrays[k];
-      return WrapOutput(result.outputs[k], result.owner);
+      return WrapOwned(result.outputs[k], result.owner);
     };
     if (as_dict) {
       py::dict d;
@@ -259,7 +218,7 @@ class PySession {
       std::string name = py::str(item.first);
       keep.emplace_back();
       try {
-        views[name] = ViewOf(item.second, "weight '" + name + "'", false, &keep.back());
+        views[name] = ArrayView(item.second, "weight '" + name + "'", &keep.back());
       } catch (py::error_already_set& e) {
         ThrowPython(StatusCode::kRefit, std::string("refit refused, weights unchanged: ") + e.what());
       }
@@ -278,7 +237,7 @@ class PySession {
     std::vector<py::array> keep(ins.size());
     for (size_t i = 0; i < ins.size(); ++i) {
       if (!feeds.contains(ins[i].name)) ThrowPython(StatusCode::kInput, "missing input '" + ins[i].name + "'");
-      views[i] = ViewOf(feeds[py::str(ins[i].name)], "input '" + ins[i].name + "'", false, &keep[i]);
+      views[i] = ArrayView(feeds[py::str(ins[i].name)], "input '" + ins[i].name + "'", &keep[i]);
     }
     std::vector<Session::NodeProfile> prof;
     {

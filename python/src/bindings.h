@@ -2,6 +2,9 @@
 // numpy <-> engine conversions.
 #pragma once
 
+#include <memory>
+#include <string>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -25,6 +28,15 @@ DType FromNumpyDType(const py::dtype& d);
 
 /// The engine session behind a kaiwu_infer.Session; raises InputError for other objects.
 ::kaiwu::Session* SessionFromPython(const py::handle& obj);
+
+/// A numpy array (or torch tensor, or array-like) viewed as an engine tensor.
+/// Non-contiguous inputs are copied (the copy is kept alive in `keep`);
+/// `writable` (out= arrays) refuses non-contiguous and read-only arrays.
+/// Problems raise the exception class of `code`, naming `what`.
+TensorView ArrayView(const py::handle& obj, const std::string& what, py::array* keep,
+                     StatusCode code = StatusCode::kInput, bool writable = false);
+/// A numpy array over engine memory, kept alive by `owner` (no copy).
+py::array WrapOwned(const TensorView& v, const std::shared_ptr<void>& owner);
 
 /// Raises the Python exception class for `code` with `message`.
 [[noreturn]] void ThrowPython(StatusCode code, const std::string& message);
