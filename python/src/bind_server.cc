@@ -107,7 +107,7 @@ class PyServer {
   PyServer(py::object session, int max_batch, int64_t max_wait_us,
            std::vector<std::pair<std::string, std::string>> state,
            std::map<std::string, int> state_batch_axis, int workers, int64_t max_queue_rows,
-           bool queue_block, bool pad_batches, std::string base_version)
+           bool queue_block, bool pad_batches, std::string base_version, bool split_batches)
       : session_obj_(session) {
     Session* s = SessionOf(session);
     ServerOptions o;
@@ -119,6 +119,7 @@ class PyServer {
     o.max_queue_rows = max_queue_rows;
     o.queue_block = queue_block;
     o.pad_batches = pad_batches;
+    o.split_batches = split_batches;
     o.base_version = std::move(base_version);
     std::shared_ptr<Session> shared(s, [](Session*) {});  // the Python object owns it
     server_ = std::make_shared<InferenceServer>(shared, o);
@@ -234,6 +235,7 @@ class PyServer {
     d["requests"] = s.requests;
     d["rows"] = s.rows;
     d["batches"] = s.batches;
+    d["sliced_batches"] = s.sliced_batches;
     d["failed"] = s.failed;
     d["rows_per_s"] = s.elapsed_s > 0 ? s.rows / s.elapsed_s : 0.0;
     d["requests_per_s"] = s.elapsed_s > 0 ? s.requests / s.elapsed_s : 0.0;
@@ -407,10 +409,11 @@ void BindServer(py::module_& m) {
 
   py::class_<PyServer>(m, "_InferenceServer")
       .def(py::init<py::object, int, int64_t, std::vector<std::pair<std::string, std::string>>,
-                    std::map<std::string, int>, int, int64_t, bool, bool, std::string>(),
+                    std::map<std::string, int>, int, int64_t, bool, bool, std::string, bool>(),
            py::arg("session"), py::arg("max_batch"), py::arg("max_wait_us"), py::arg("state"),
            py::arg("state_batch_axis"), py::arg("workers"), py::arg("max_queue_rows"),
-           py::arg("queue_block"), py::arg("pad_batches"), py::arg("base_version"))
+           py::arg("queue_block"), py::arg("pad_batches"), py::arg("base_version"),
+           py::arg("split_batches") = true)
       .def("infer", &PyServer::Infer, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,
            py::arg("version") = py::none())
       .def("submit", &PyServer::Submit, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,

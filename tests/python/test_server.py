@@ -123,13 +123,18 @@ def test_state_batch_axis_from_symbols(lstm_bytes):
         assert srv.feed_inputs == ["obs"]
 
 
-def test_many_thread_actors_equal_per_actor_sessions(lstm_bytes):
-    sess = ki.Session(lstm_bytes, threads=1)
+@pytest.mark.parametrize("threads,split", [(1, True), (4, True), (4, False)],
+                         ids=["1thread", "4threads-sliced", "4threads-whole"])
+def test_many_thread_actors_equal_per_actor_sessions(lstm_bytes, threads, split):
+    # With several threads a batch runs as slices side by side (split_batches),
+    # each slice a separate Run over some actors' rows and state.
+    sess = ki.Session(lstm_bytes, threads=threads)
     steps = 25
     rows_of = {a: (1 if a % 3 else 3) for a in range(12)}
     results: dict[int, list] = {}
     errors = []
-    with ki.InferenceServer(sess, state=STATE, max_batch=16, max_wait_us=2000) as srv:
+    with ki.InferenceServer(sess, state=STATE, max_batch=16, max_wait_us=2000,
+                            split_batches=split) as srv:
         def actor(a):
             try:
                 outs = []
@@ -151,6 +156,10 @@ def test_many_thread_actors_equal_per_actor_sessions(lstm_bytes):
     assert st["requests"] == steps * len(rows_of)
     assert st["mean_batch_rows"] > 1  # batching happened
     assert sum(st["batch_rows_hist"].values()) == st["batches"]
+    if threads > 1 and split:
+        assert st["sliced_batches"] > 0
+    else:
+        assert st["sliced_batches"] == 0
 
 
 def test_submit_future_and_reset(lstm_bytes):

@@ -66,8 +66,10 @@ class Session {
   /// Runs on feeds (one per input, in order). Thread-safe. With `user_outputs`
   /// (one pointer per output, sized per OutputShapes) writes there instead.
   /// `weights` selects a weight version (default: the current one).
+  /// `single_thread` runs every kernel on the calling thread, for callers that
+  /// run several batches side by side themselves (the inference server).
   RunResult Run(const std::vector<TensorView>& feeds, void* const* user_outputs = nullptr,
-                const WeightSet* weights = nullptr) const;
+                const WeightSet* weights = nullptr, bool single_thread = false) const;
 
   // ---- refit
   std::vector<WeightInfo> weights_info() const;

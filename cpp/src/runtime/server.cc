@@ -120,6 +120,8 @@ InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions
   st_hist_.assign(opt_.max_batch + 1, 0);
   st_wait_.reserve(1 << 16);
   stats_start_ = Clock::now();
+  if (opt_.split_batches && session_->num_threads() > 1)
+    slice_pool_ = std::make_unique<ThreadPool>(session_->num_threads());
   for (int w = 0; w < opt_.workers; ++w) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -411,29 +413,77 @@ std::vector<int> InferenceServer::OutputLayout(std::vector<TensorView>* at_one_r
   return axes;
 }
 
+int64_t InferenceServer::Slices(int64_t rows, size_t requests) const {
+  if (!slice_pool_ || requests <= 1) return 1;
+  // Each slice should carry enough work that handing it to a thread is cheap
+  // next to running it; until a row's cost is known, one slice per thread.
+  constexpr double kMinSliceUs = 30.0;
+  int64_t k = std::min<int64_t>(slice_pool_->num_threads(), static_cast<int64_t>(requests));
+  const double t = row_us_.load(std::memory_order_relaxed);
+  if (t > 0) k = std::min<int64_t>(k, std::max<int64_t>(1, static_cast<int64_t>(rows * t / kMinSliceUs)));
+  return k;
+}
+
+void InferenceServer::RunSlice(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states,
+                               size_t begin, size_t end, bool single_thread) {
+  try {
+    RunGroup(batch, states, begin, end, single_thread);
+  } catch (...) {
+    if (end - begin == 1) {
+      batch[begin]->error = std::current_exception();
+      return;
+    }
+    // Isolate the failure: each request alone, so only bad ones fail.
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        RunGroup(batch, states, i, i + 1, single_thread);
+      } catch (...) {
+        batch[i]->error = std::current_exception();
+      }
+    }
+  }
+}
+
 void InferenceServer::RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batch,
                                std::vector<std::shared_ptr<std::vector<Tensor>>>& states) {
   const auto t0 = Clock::now();
-  try {
-    RunGroup(batch, states, 0, batch.size());
-  } catch (...) {
-    if (batch.size() == 1) {
-      batch[0]->error = std::current_exception();
-    } else {
-      // Isolate the failure: each request alone, so only bad ones fail.
-      for (size_t i = 0; i < batch.size(); ++i) {
-        try {
-          RunGroup(batch, states, i, i + 1);
-        } catch (...) {
-          batch[i]->error = std::current_exception();
-        }
-      }
+  int64_t total = 0;
+  for (const auto& r : batch) total += r->rows;
+  const int64_t k = Slices(total, batch.size());
+  if (k <= 1) {
+    RunSlice(batch, states, 0, batch.size(), /*single_thread=*/false);
+  } else {
+    // Cut at request boundaries into k slices of about total / k rows.
+    std::vector<size_t> cut(k + 1, batch.size());
+    cut[0] = 0;
+    int64_t acc = 0;
+    size_t j = 0;
+    for (int64_t s = 1; s < k; ++s) {
+      // At least one request per slice, and one left for each later slice.
+      const int64_t target = total * s / k;
+      const size_t lo = cut[s - 1] + 1, hi = batch.size() - static_cast<size_t>(k - s);
+      while (j < hi && (j < lo || acc < target)) acc += batch[j++]->rows;
+      cut[s] = j;
     }
+    std::vector<double> us(k, 0.0);
+    slice_pool_->ParallelFor(k, 1e12, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        const auto a = Clock::now();
+        RunSlice(batch, states, cut[s], cut[s + 1], /*single_thread=*/true);
+        us[s] = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+      }
+    });
+    double sum = 0;
+    for (double u : us) sum += u;
+    const double per_row = sum / static_cast<double>(total);
+    const double old = row_us_.load(std::memory_order_relaxed);
+    row_us_.store(old > 0 ? 0.9 * old + 0.1 * per_row : per_row, std::memory_order_relaxed);
   }
   const auto t1 = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   int64_t rows = 0;
   ++st_batches_;
+  if (k > 1) ++st_sliced_;
   st_run_us_ += std::chrono::duration<double, std::micro>(t1 - t0).count();
   for (auto& r : batch) {
     rows += r->rows;
@@ -454,7 +504,7 @@ void InferenceServer::RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batc
 
 void InferenceServer::RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch,
                                std::vector<std::shared_ptr<std::vector<Tensor>>>& states,
-                               size_t begin, size_t end) {
+                               size_t begin, size_t end, bool single_thread) {
   thread_local Scratch scratch;
   const auto& ins = session_->inputs();
   int64_t rows = 0;
@@ -510,7 +560,7 @@ void InferenceServer::RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batc
     feeds[s.in_index] = v;
   }
   const std::vector<int> axes = OutputAxes(feeds);
-  RunResult res = session_->Run(feeds, nullptr, first.weights.get());
+  RunResult res = session_->Run(feeds, nullptr, first.weights.get(), single_thread);
   // Scatter.
   int64_t r0 = 0;
   for (size_t j = begin; j < end; ++j) {
@@ -641,6 +691,7 @@ ServerStats InferenceServer::Stats() const {
   s.requests = st_requests_;
   s.rows = st_rows_;
   s.batches = st_batches_;
+  s.sliced_batches = st_sliced_;
   s.failed = st_failed_;
   s.batch_hist = st_hist_;
   s.run_mean_us = st_batches_ ? st_run_us_ / st_batches_ : 0;
@@ -664,7 +715,7 @@ ServerStats InferenceServer::Stats() const {
 void InferenceServer::ResetStats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_start_ = Clock::now();
-  st_requests_ = st_rows_ = st_batches_ = st_failed_ = 0;
+  st_requests_ = st_rows_ = st_batches_ = st_failed_ = st_sliced_ = 0;
   st_run_us_ = 0;
   std::fill(st_hist_.begin(), st_hist_.end(), 0);
   st_wait_.clear();

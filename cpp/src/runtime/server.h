@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kaiwu/session.h"
 
 namespace kaiwu {
@@ -46,6 +47,10 @@ struct ServerOptions {
   bool queue_block = true;     ///< full queue: block (true) or throw kQueueFull
   bool pad_batches = true;     ///< pad batch sizes to a few buckets (bounds plan count)
   int workers = 1;             ///< threads running batches
+  /// Run a batch as several slices side by side, each on one thread (data
+  /// parallel), instead of one Run with intra-op threads. Slices follow
+  /// request boundaries and are kept at >= ~30 us of work each (measured).
+  bool split_batches = true;
   std::string base_version = "base";
 };
 
@@ -79,6 +84,7 @@ struct ServerRequest {
 struct ServerStats {
   double elapsed_s = 0;
   uint64_t requests = 0, rows = 0, batches = 0, failed = 0;
+  uint64_t sliced_batches = 0;        ///< batches run as slices side by side
   std::vector<uint64_t> batch_hist;   ///< index: rows in the batch (before padding)
   double wait_p50_us = 0, wait_p99_us = 0, run_mean_us = 0;
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_version;  ///< requests, rows
@@ -154,8 +160,14 @@ class InferenceServer {
   void WorkerLoop();
   using States = std::vector<std::shared_ptr<std::vector<Tensor>>>;
   void RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states);
+  /// Runs requests [begin, end) as one Run; on failure retries each alone so
+  /// that only the bad ones fail.
+  void RunSlice(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states, size_t begin,
+                size_t end, bool single_thread);
   void RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states, size_t begin,
-                size_t end);
+                size_t end, bool single_thread);
+  /// Slices for a batch of `rows` rows in `requests` requests.
+  int64_t Slices(int64_t rows, size_t requests) const;
   void Finish(ServerRequest& r);
   void Validate(const ServerRequest& r);
   std::vector<int> OutputAxes(const std::vector<TensorView>& feeds);
@@ -181,6 +193,8 @@ class InferenceServer {
   uint64_t actor_serial_ = 0;
   std::mutex refit_mu_;
   std::vector<std::thread> workers_;
+  std::unique_ptr<ThreadPool> slice_pool_;   ///< runs batch slices (split_batches)
+  std::atomic<double> row_us_{0};            ///< one row's single-thread run time (EMA)
 
   std::mutex validated_mu_;
   std::set<std::vector<int64_t>> validated_;
@@ -189,7 +203,7 @@ class InferenceServer {
 
   // stats (under mu_)
   Clock::time_point stats_start_;
-  uint64_t st_requests_ = 0, st_rows_ = 0, st_batches_ = 0, st_failed_ = 0;
+  uint64_t st_requests_ = 0, st_rows_ = 0, st_batches_ = 0, st_failed_ = 0, st_sliced_ = 0;
   double st_run_us_ = 0;
   std::vector<uint64_t> st_hist_;
   std::vector<float> st_wait_;   ///< ring of recent queue waits (us)

@@ -266,7 +266,7 @@ std::vector<TensorView> Session::OutputShapes(const std::vector<TensorView>& fee
 }
 
 RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_outputs,
-                       const WeightSet* weights) const {
+                       const WeightSet* weights, bool single_thread) const {
   auto cached = impl_->GetPlan(feeds);
   const ExecutionPlan& plan = *cached.plan;
   for (size_t i = 0; i < feeds.size(); ++i)
@@ -304,7 +304,9 @@ RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_o
     pinned = impl_->Snapshot();
     weights = pinned.get();
   }
-  plan.Run(fp, out_ptrs.data(), *weights, impl_->pool.get());
+  // A one-thread pool has no workers: ParallelFor runs inline on the caller.
+  static ThreadPool inline_pool(1);
+  plan.Run(fp, out_ptrs.data(), *weights, single_thread ? &inline_pool : impl_->pool.get());
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/cpu_kernels.h"
@@ -46,6 +47,36 @@ void PoolPlane(const SpatialGeometry& g, const T* x, T* y) {
           }
         }
       }
+    }
+  }
+}
+
+// 2-D MaxPool (no dilation), separable: for each output row, the max over the
+// kernel rows into a padded row buffer (unit stride, vectorizes), then the max
+// over each window of that buffer. `tmp` holds (out[2] - 1) * stride + kernel
+// elements. Padding never wins: buffer slots outside the input stay lowest().
+template <typename T>
+void MaxPlane2D(const SpatialGeometry& g, const T* x, T* y, T* tmp) {
+  const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2];
+  const int64_t KH = g.kernel[1], KW = g.kernel[2], sh = g.stride[1], sw = g.stride[2];
+  const int64_t ph = g.pad_begin[1], pw = g.pad_begin[2];
+  const int64_t span = (OW - 1) * sw + KW;
+  const int64_t q_lo = std::min(span, pw), q_hi = std::min(span, W + pw);
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    std::fill(tmp, tmp + span, std::numeric_limits<T>::lowest());
+    const int64_t ih0 = oh * sh - ph;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const int64_t ih = ih0 + kh;
+      if (ih < 0 || ih >= H) continue;
+      const T* row = x + ih * W - pw;
+      for (int64_t q = q_lo; q < q_hi; ++q) tmp[q] = std::max(tmp[q], row[q]);
+    }
+    T* yrow = y + oh * OW;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const T* win = tmp + ow * sw;
+      T m = win[0];
+      for (int64_t kw = 1; kw < KW; ++kw) m = std::max(m, win[kw]);
+      yrow[ow] = m;
     }
   }
 }
@@ -116,6 +147,8 @@ class PoolKernel : public Kernel {
     geo_ = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), ctx.node.GetInts("kernel_shape"),
                         /*allow_ceil=*/true);
     planes_ = x[0] * x[1];
+    separable_ = geo_.in[0] == 1 && geo_.kernel[0] == 1 && geo_.dilation[1] == 1 &&
+                 geo_.dilation[2] == 1;
     Shape out = {x[0], x[1]};
     for (int64_t d : geo_.OutShape()) out.push_back(d);
     ctx.SetOutput(0, dtype_, out);
@@ -158,6 +191,11 @@ class PoolKernel : public Kernel {
         if (indices_) {
           ArgMaxPoolPlane<T>(geo_, col_major_, i, x + i * in, y + i * P,
                              static_cast<int64_t*>(io.outputs[1]) + i * P);
+        } else if (max_ && separable_) {
+          thread_local std::vector<T> tmp;
+          const int64_t span = (geo_.out[2] - 1) * geo_.stride[2] + geo_.kernel[2];
+          if (static_cast<int64_t>(tmp.size()) < span) tmp.resize(span);
+          MaxPlane2D<T>(geo_, x + i * in, y + i * P, tmp.data());
         } else if (max_) {
           PoolPlane<T, true>(geo_, x + i * in, y + i * P);
         } else {
@@ -183,6 +221,7 @@ class PoolKernel : public Kernel {
 
   bool max_;
   bool indices_ = false, col_major_ = false;  // MaxPool's Indices output
+  bool separable_ = false;  // 2-D (or 1-D) without dilation: MaxPlane2D
   DType dtype_ = DType::kFloat32;
   SpatialGeometry geo_;
   int64_t planes_ = 0;
