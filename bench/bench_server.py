@@ -107,6 +107,7 @@ def actor_loop(step_fn, env, seconds, lat, counts, start_evt, stop_at):
 
 WORKERS = [1]
 MAX_WAIT = [500]
+SPLIT = [True]
 
 
 def run_threads(mode, policy, n_actors, seconds, threads):
@@ -115,7 +116,7 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     path, stateful, on = policy.path, policy.stateful, policy.obs_name
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 state={"h0": "hn", "c0": "cn"} if stateful else None)
+                                 split_batches=SPLIT[0], state={"h0": "hn", "c0": "cn"} if stateful else None)
 
         def make(a):
             def f(obs, done):
@@ -153,7 +154,7 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     if mode == "server":
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches")}
+                                            "run_mean_us", "batches", "sliced_batches")}
         srv.close()
     return res
 
@@ -224,7 +225,7 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     srv, name = None, None
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 state={"h0": "hn", "c0": "cn"} if stateful else None)
+                                 split_batches=SPLIT[0], state={"h0": "hn", "c0": "cn"} if stateful else None)
         name = srv.serve_shm(max_clients=n_procs, max_rows=rows)
     ps = [ctx.Process(target=proc_main, args=(mode, policy, rows, seconds, name, q, gos[i], i))
           for i in range(n_procs)]
@@ -247,7 +248,7 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     if srv:
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches")}
+                                            "run_mean_us", "batches", "sliced_batches")}
         srv.close()
     return res
 
@@ -264,6 +265,8 @@ def main():
     ap.add_argument("--workers", type=int, default=1, help="server batch workers")
     ap.add_argument("--max-wait-us", type=int, default=500, help="server max_wait_us")
     ap.add_argument("--sweep", action="store_true", help="server only: impala_lstm 64 threads and 4x32")
+    ap.add_argument("--no-split", action="store_true",
+                    help="server runs each batch whole with intra-op threads (split_batches=False)")
     args = ap.parse_args()
     import tempfile
 
@@ -273,13 +276,14 @@ def main():
     threads = args.server_threads or cores  # server session threads (default: every core)
     WORKERS[0] = args.workers
     MAX_WAIT[0] = args.max_wait_us
+    SPLIT[0] = not args.no_split
     if args.sweep:
         policies = build_policies(tempfile.mkdtemp())
         for n in (64,):
             r = run_threads("server", policies["impala_lstm"], n, args.seconds, threads)
-            print(f"SWEEP threads={threads} workers={args.workers} max_wait_us={args.max_wait_us} impala {n} threads: {r}", flush=True)
+            print(f"SWEEP threads={threads} workers={args.workers} max_wait_us={args.max_wait_us} split={SPLIT[0]} impala {n} threads: {r}", flush=True)
         r = run_procs("server", policies["impala_lstm"], 4, 32, args.seconds, threads)
-        print(f"SWEEP threads={threads} workers={args.workers} max_wait_us={args.max_wait_us} impala 4x32: {r}", flush=True)
+        print(f"SWEEP threads={threads} workers={args.workers} max_wait_us={args.max_wait_us} split={SPLIT[0]} impala 4x32: {r}", flush=True)
         return
     tmp = tempfile.mkdtemp()
     policies = build_policies(tmp)
@@ -332,7 +336,8 @@ def main():
         "server_threads": threads,
         "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",
         "seconds_per_run": args.seconds,
-        "server_options": f"max_batch=256, max_wait_us={args.max_wait_us}, workers={args.workers}, pad_batches=True",
+        "server_options": f"max_batch=256, max_wait_us={args.max_wait_us}, workers={args.workers}, "
+                          f"pad_batches=True, split_batches={SPLIT[0]}",
         "mlp_engine_rows_per_s_batch256": engine_rows_s,
     }
     os.makedirs(args.out, exist_ok=True)
