@@ -102,11 +102,12 @@ class InferenceServer:
         pad_batches: round batch sizes up to a few buckets (1, 2, 4, 8, 12, 16, 24, ...)
             so the session compiles a bounded number of plans; pad rows are zeros
             and are dropped. Turn off for models that mix rows.
-        split_batches: run a batch as slices side by side, one thread each (data
-            parallel: better cache use and no per-layer thread hand-offs), instead of
-            one run with the session's intra-op threads. Slices follow request
-            boundaries and keep at least ~30 us of work each (from measured run
-            times), so cheap batches still run whole.
+        split_batches: run a batch as slices of rows side by side, one thread each
+            (data parallel: better cache use and no per-layer thread hand-offs),
+            instead of one run with the session's intra-op threads. Each slice keeps
+            at least ``min_slice_us`` of work (from measured run times), so cheap
+            batches still run whole. Like ``pad_batches``, assumes rows are independent.
+        min_slice_us: least work per slice (0: one slice per thread, or per row).
         base_version: tag of the session's own weights in the version pool (the
             weights it holds when the server starts; a later ``Session.refit`` does not
             change the server's versions: use ``server.refit``).
@@ -138,6 +139,7 @@ class InferenceServer:
         pad_batches: bool = True,
         base_version: str = "base",
         split_batches: bool = True,
+        min_slice_us: float = 30.0,
     ):
         if queue_full not in ("block", "raise"):
             raise ValueError("queue_full must be 'block' or 'raise'")
@@ -150,7 +152,7 @@ class InferenceServer:
         self._server = _core._InferenceServer(
             session, int(max_batch), int(max_wait_us), pairs, axes, int(workers),
             int(max_queue_rows or 0), queue_full == "block", bool(pad_batches), str(base_version),
-            bool(split_batches),
+            bool(split_batches), float(min_slice_us),
         )
         self.state = dict(pairs)
         self.max_batch = int(max_batch)

@@ -107,7 +107,8 @@ class PyServer {
   PyServer(py::object session, int max_batch, int64_t max_wait_us,
            std::vector<std::pair<std::string, std::string>> state,
            std::map<std::string, int> state_batch_axis, int workers, int64_t max_queue_rows,
-           bool queue_block, bool pad_batches, std::string base_version, bool split_batches)
+           bool queue_block, bool pad_batches, std::string base_version, bool split_batches,
+           double min_slice_us)
       : session_obj_(session) {
     Session* s = SessionOf(session);
     ServerOptions o;
@@ -120,6 +121,7 @@ class PyServer {
     o.queue_block = queue_block;
     o.pad_batches = pad_batches;
     o.split_batches = split_batches;
+    o.min_slice_us = min_slice_us;
     o.base_version = std::move(base_version);
     std::shared_ptr<Session> shared(s, [](Session*) {});  // the Python object owns it
     server_ = std::make_shared<InferenceServer>(shared, o);
@@ -409,11 +411,11 @@ void BindServer(py::module_& m) {
 
   py::class_<PyServer>(m, "_InferenceServer")
       .def(py::init<py::object, int, int64_t, std::vector<std::pair<std::string, std::string>>,
-                    std::map<std::string, int>, int, int64_t, bool, bool, std::string, bool>(),
+                    std::map<std::string, int>, int, int64_t, bool, bool, std::string, bool, double>(),
            py::arg("session"), py::arg("max_batch"), py::arg("max_wait_us"), py::arg("state"),
            py::arg("state_batch_axis"), py::arg("workers"), py::arg("max_queue_rows"),
            py::arg("queue_block"), py::arg("pad_batches"), py::arg("base_version"),
-           py::arg("split_batches") = true)
+           py::arg("split_batches") = true, py::arg("min_slice_us") = 30.0)
       .def("infer", &PyServer::Infer, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,
            py::arg("version") = py::none())
       .def("submit", &PyServer::Submit, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,

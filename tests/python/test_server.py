@@ -25,14 +25,14 @@ RTOL, ATOL = 1e-5, 1e-6
 
 # ---------------------------------------------------------------- models
 
-def _lstm_policy_bytes(seed: int = 0) -> bytes:
+def _lstm_policy_bytes(seed: int = 0, layers: int = 1) -> bytes:
     torch = pytest.importorskip("torch")
 
     class Policy(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.enc = torch.nn.Linear(OBS, HID)
-            self.lstm = torch.nn.LSTM(HID, HID, num_layers=1)
+            self.lstm = torch.nn.LSTM(HID, HID, num_layers=layers)
             self.pi = torch.nn.Linear(HID, ACT)
             self.v = torch.nn.Linear(HID, 1)
 
@@ -45,7 +45,7 @@ def _lstm_policy_bytes(seed: int = 0) -> bytes:
     torch.manual_seed(seed)
     m = Policy().eval()
     b = 3
-    args = (torch.randn(b, OBS), torch.zeros(1, b, HID), torch.zeros(1, b, HID))
+    args = (torch.randn(b, OBS), torch.zeros(layers, b, HID), torch.zeros(layers, b, HID))
     f = io.BytesIO()
     torch.onnx.export(
         m, args, f, dynamo=False, input_names=["obs", "h0", "c0"],
@@ -93,10 +93,10 @@ def mlp_bytes():
 STATE = {"h0": "hn", "c0": "cn"}
 
 
-def _reference(sess, seed, steps, rows, dim=OBS):
+def _reference(sess, seed, steps, rows, dim=OBS, layers=1):
     """One actor alone through a plain Session, state carried by hand."""
-    h = np.zeros((1, rows, HID), np.float32)
-    c = np.zeros((1, rows, HID), np.float32)
+    h = np.zeros((layers, rows, HID), np.float32)
+    c = np.zeros((layers, rows, HID), np.float32)
     outs = []
     for t in range(steps):
         d = proc.done_for(seed, t, rows)
@@ -160,6 +160,40 @@ def test_many_thread_actors_equal_per_actor_sessions(lstm_bytes, threads, split)
         assert st["sliced_batches"] > 0
     else:
         assert st["sliced_batches"] == 0
+
+
+@pytest.mark.parametrize("pad", [True, False], ids=["padded", "unpadded"])
+def test_sliced_batches_split_requests_and_layered_state(pad):
+    # Slices cut through multi-row requests (rows of one actor land in two
+    # slices) and the state has rows on axis 1 of [layers=2, batch, hidden].
+    data = _lstm_policy_bytes(seed=3, layers=2)
+    sess = ki.Session(data, threads=4)
+    steps = 12
+    rows_of = {a: [1, 3, 5, 2][a % 4] for a in range(10)}
+    results: dict[int, list] = {}
+    errors = []
+    with ki.InferenceServer(sess, state=STATE, max_batch=64, max_wait_us=20000, pad_batches=pad,
+                            min_slice_us=0) as srv:
+        def actor(a):
+            try:
+                outs = []
+                for t in range(steps):
+                    d = proc.done_for(a, t, rows_of[a])
+                    r = srv.infer(a, {"obs": proc.obs_for(a, t, rows_of[a], OBS)}, done=d)
+                    outs.append({k: np.array(v) for k, v in r.items()})
+                results[a] = outs
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=actor, args=(a,)) for a in rows_of]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        st = srv.stats()
+    assert not errors, errors
+    for a, rows in rows_of.items():
+        _assert_same(results[a], _reference(sess, a, steps, rows, layers=2))
+    assert st["sliced_batches"] > 0
+    assert st["mean_batch_rows"] > 5
 
 
 def test_submit_future_and_reset(lstm_bytes):

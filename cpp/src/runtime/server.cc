@@ -45,6 +45,7 @@ InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions
   KAIWU_CHECK(opt_.max_batch >= 1, StatusCode::kInput, "max_batch must be >= 1");
   KAIWU_CHECK(opt_.max_wait_us >= 0, StatusCode::kInput, "max_wait_us must be >= 0");
   KAIWU_CHECK(opt_.workers >= 1, StatusCode::kInput, "workers must be >= 1");
+  KAIWU_CHECK(opt_.min_slice_us >= 0, StatusCode::kInput, "min_slice_us must be >= 0");
   if (opt_.max_queue_rows <= 0) opt_.max_queue_rows = std::max<int64_t>(1024, 4 * opt_.max_batch);
   KAIWU_CHECK(opt_.max_queue_rows >= opt_.max_batch, StatusCode::kInput,
               "max_queue_rows must be >= max_batch");
@@ -413,77 +414,42 @@ std::vector<int> InferenceServer::OutputLayout(std::vector<TensorView>* at_one_r
   return axes;
 }
 
-int64_t InferenceServer::Slices(int64_t rows, size_t requests) const {
-  if (!slice_pool_ || requests <= 1) return 1;
+int64_t InferenceServer::Slices(int64_t rows) const {
+  if (!slice_pool_ || rows <= 1) return 1;
   // Each slice should carry enough work that handing it to a thread is cheap
   // next to running it; until a row's cost is known, one slice per thread.
-  constexpr double kMinSliceUs = 30.0;
-  int64_t k = std::min<int64_t>(slice_pool_->num_threads(), static_cast<int64_t>(requests));
+  int64_t k = std::min<int64_t>(slice_pool_->num_threads(), rows);
   const double t = row_us_.load(std::memory_order_relaxed);
-  if (t > 0) k = std::min<int64_t>(k, std::max<int64_t>(1, static_cast<int64_t>(rows * t / kMinSliceUs)));
+  if (t > 0 && opt_.min_slice_us > 0)
+    k = std::min<int64_t>(k, std::max<int64_t>(1, static_cast<int64_t>(rows * t / opt_.min_slice_us)));
   return k;
-}
-
-void InferenceServer::RunSlice(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states,
-                               size_t begin, size_t end, bool single_thread) {
-  try {
-    RunGroup(batch, states, begin, end, single_thread);
-  } catch (...) {
-    if (end - begin == 1) {
-      batch[begin]->error = std::current_exception();
-      return;
-    }
-    // Isolate the failure: each request alone, so only bad ones fail.
-    for (size_t i = begin; i < end; ++i) {
-      try {
-        RunGroup(batch, states, i, i + 1, single_thread);
-      } catch (...) {
-        batch[i]->error = std::current_exception();
-      }
-    }
-  }
 }
 
 void InferenceServer::RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batch,
                                std::vector<std::shared_ptr<std::vector<Tensor>>>& states) {
   const auto t0 = Clock::now();
-  int64_t total = 0;
-  for (const auto& r : batch) total += r->rows;
-  const int64_t k = Slices(total, batch.size());
-  if (k <= 1) {
-    RunSlice(batch, states, 0, batch.size(), /*single_thread=*/false);
-  } else {
-    // Cut at request boundaries into k slices of about total / k rows.
-    std::vector<size_t> cut(k + 1, batch.size());
-    cut[0] = 0;
-    int64_t acc = 0;
-    size_t j = 0;
-    for (int64_t s = 1; s < k; ++s) {
-      // At least one request per slice, and one left for each later slice.
-      const int64_t target = total * s / k;
-      const size_t lo = cut[s - 1] + 1, hi = batch.size() - static_cast<size_t>(k - s);
-      while (j < hi && (j < lo || acc < target)) acc += batch[j++]->rows;
-      cut[s] = j;
-    }
-    std::vector<double> us(k, 0.0);
-    slice_pool_->ParallelFor(k, 1e12, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) {
-        const auto a = Clock::now();
-        RunSlice(batch, states, cut[s], cut[s + 1], /*single_thread=*/true);
-        us[s] = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+  bool sliced = false;
+  try {
+    sliced = RunGroup(batch, states, 0, batch.size());
+  } catch (...) {
+    if (batch.size() == 1) {
+      batch[0]->error = std::current_exception();
+    } else {
+      // Isolate the failure: each request alone, so only bad ones fail.
+      for (size_t i = 0; i < batch.size(); ++i) {
+        try {
+          RunGroup(batch, states, i, i + 1);
+        } catch (...) {
+          batch[i]->error = std::current_exception();
+        }
       }
-    });
-    double sum = 0;
-    for (double u : us) sum += u;
-    const double per_row = sum / static_cast<double>(total);
-    const double old = row_us_.load(std::memory_order_relaxed);
-    row_us_.store(old > 0 ? 0.9 * old + 0.1 * per_row : per_row, std::memory_order_relaxed);
+    }
   }
   const auto t1 = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   int64_t rows = 0;
   ++st_batches_;
-  if (k > 1) ++st_sliced_;
+  if (sliced) ++st_sliced_;
   st_run_us_ += std::chrono::duration<double, std::micro>(t1 - t0).count();
   for (auto& r : batch) {
     rows += r->rows;
@@ -502,48 +468,56 @@ void InferenceServer::RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batc
   ++st_hist_[std::min<int64_t>(rows, opt_.max_batch)];
 }
 
-void InferenceServer::RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch,
+bool InferenceServer::RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch,
                                std::vector<std::shared_ptr<std::vector<Tensor>>>& states,
-                               size_t begin, size_t end, bool single_thread) {
+                               size_t begin, size_t end) {
   thread_local Scratch scratch;
   const auto& ins = session_->inputs();
   int64_t rows = 0;
   for (size_t j = begin; j < end; ++j) rows += batch[j]->rows;
-  const int64_t B = Bucket(rows);
+  // k slices of S rows (the last one shorter without padding) run side by
+  // side, one thread each; or one run of S = Bucket(rows) rows on all threads.
+  int64_t k = Slices(rows), S = Bucket(rows);
+  if (k > 1) {
+    S = (rows + k - 1) / k;
+    if (opt_.pad_batches) S = Bucket(S);
+    k = (rows + S - 1) / S;
+  }
+  const int64_t B = k * S;  // rows gathered, padding included
+  auto slice_rows = [&](int64_t s) { return opt_.pad_batches ? S : std::min(S, rows - s * S); };
   const ServerRequest& first = *batch[begin];
-  std::vector<TensorView> feeds(ins.size());
-  // Observations: rows on axis 0.
+
+  // Observations: rows on axis 0, slice after slice.
+  std::vector<char*> obs(feed_index_.size());
+  std::vector<size_t> obs_row_bytes(feed_index_.size());
   for (size_t i = 0; i < feed_index_.size(); ++i) {
-    TensorView v;
-    v.dtype = first.feeds[i].dtype;
-    v.shape = first.feeds[i].shape;
-    v.shape[0] = B;
     const size_t row_bytes = first.feeds[i].bytes() / first.rows;
     char* dst = static_cast<char*>(scratch.Get(i, row_bytes * B));
-    v.data = dst;
+    obs[i] = dst;
+    obs_row_bytes[i] = row_bytes;
     for (size_t j = begin; j < end; ++j) {
       std::memcpy(dst, batch[j]->feeds[i].data, row_bytes * batch[j]->rows);
       dst += row_bytes * batch[j]->rows;
     }
     std::memset(dst, 0, row_bytes * (B - rows));
-    feeds[feed_index_[i]] = v;
   }
-  // Recurrent state: per-actor [outer, n, inner] into [outer, B, inner].
-  for (size_t k = 0; k < state_.size(); ++k) {
-    const StateSpec& s = state_[k];
-    const size_t esz = DTypeSize(s.dtype);
-    const size_t inner_bytes = s.inner * esz;
-    TensorView v;
-    v.dtype = s.dtype;
-    v.shape = ins[s.in_index].dims;
-    v.shape[s.in_axis] = B;
-    char* base = static_cast<char*>(scratch.Get(feed_index_.size() + k, s.outer * B * inner_bytes));
-    v.data = base;
+  // Recurrent state: per-actor [outer, n, inner] into one [outer, n_s, inner]
+  // block per slice (slice s starts at s * outer * S rows).
+  std::vector<char*> st_base(state_.size());
+  for (size_t k2 = 0; k2 < state_.size(); ++k2) {
+    const StateSpec& s = state_[k2];
+    const size_t inner_bytes = s.inner * DTypeSize(s.dtype);
+    char* base = static_cast<char*>(scratch.Get(feed_index_.size() + k2, s.outer * B * inner_bytes));
+    st_base[k2] = base;
+    auto row_ptr = [&](int64_t r, int64_t o) {
+      const int64_t sl = r / S, n_s = slice_rows(sl);
+      return base + ((sl * s.outer * S) + o * n_s + (r - sl * S)) * inner_bytes;
+    };
     int64_t r0 = 0;
     for (size_t j = begin; j < end; ++j) {
       const ServerRequest& r = *batch[j];
       const int64_t n = r.rows;
-      char* st = static_cast<char*>((*states[j])[k].data());
+      char* st = static_cast<char*>((*states[j])[k2].data());
       if (!r.done.empty()) {  // episode ends: zero those rows first
         for (int64_t row = 0; row < n; ++row)
           if (r.done[r.done.size() == 1 ? 0 : row])
@@ -551,60 +525,105 @@ void InferenceServer::RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batc
               std::memset(st + (o * n + row) * inner_bytes, 0, inner_bytes);
       }
       for (int64_t o = 0; o < s.outer; ++o)
-        std::memcpy(base + (o * B + r0) * inner_bytes, st + o * n * inner_bytes, n * inner_bytes);
+        for (int64_t row = 0; row < n; ++row)
+          std::memcpy(row_ptr(r0 + row, o), st + (o * n + row) * inner_bytes, inner_bytes);
       r0 += n;
     }
-    if (B > rows)
-      for (int64_t o = 0; o < s.outer; ++o)
-        std::memset(base + (o * B + rows) * inner_bytes, 0, (B - rows) * inner_bytes);
-    feeds[s.in_index] = v;
+    if (opt_.pad_batches)  // pad rows are fed too: zero state
+      for (int64_t r = rows; r < B; ++r)
+        for (int64_t o = 0; o < s.outer; ++o) std::memset(row_ptr(r, o), 0, inner_bytes);
   }
-  const std::vector<int> axes = OutputAxes(feeds);
-  RunResult res = session_->Run(feeds, nullptr, first.weights.get(), single_thread);
-  // Scatter.
-  int64_t r0 = 0;
+  auto slice_feeds = [&](int64_t sl) {
+    const int64_t n_s = slice_rows(sl);
+    std::vector<TensorView> feeds(ins.size());
+    for (size_t i = 0; i < feed_index_.size(); ++i) {
+      TensorView v{first.feeds[i].dtype, first.feeds[i].shape, obs[i] + sl * S * obs_row_bytes[i]};
+      v.shape[0] = n_s;
+      feeds[feed_index_[i]] = v;
+    }
+    for (size_t k2 = 0; k2 < state_.size(); ++k2) {
+      const StateSpec& s = state_[k2];
+      TensorView v{s.dtype, ins[s.in_index].dims,
+                   st_base[k2] + sl * s.outer * S * s.inner * DTypeSize(s.dtype)};
+      v.shape[s.in_axis] = n_s;
+      feeds[s.in_index] = v;
+    }
+    return feeds;
+  };
+  const std::vector<int> axes = OutputAxes(slice_feeds(0));
+  std::vector<RunResult> res(k);
+  if (k == 1) {
+    res[0] = session_->Run(slice_feeds(0), nullptr, first.weights.get());
+  } else {
+    std::vector<std::exception_ptr> errors(k);
+    std::vector<double> us(k, 0.0);
+    slice_pool_->ParallelFor(k, 1e12, [&](int64_t s0, int64_t s1) {
+      for (int64_t sl = s0; sl < s1; ++sl) {
+        const auto a = Clock::now();
+        try {
+          res[sl] = session_->Run(slice_feeds(sl), nullptr, first.weights.get(), /*single_thread=*/true);
+        } catch (...) {
+          errors[sl] = std::current_exception();
+        }
+        us[sl] = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+      }
+    });
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    double sum = 0;
+    for (double u : us) sum += u;
+    const double per_row = sum / static_cast<double>(B);
+    const double old = row_us_.load(std::memory_order_relaxed);
+    row_us_.store(old > 0 ? 0.9 * old + 0.1 * per_row : per_row, std::memory_order_relaxed);
+  }
+
+  // Scatter: request rows [a, a + n) may span slices.
+  int64_t a = 0;
   for (size_t j = begin; j < end; ++j) {
     ServerRequest& r = *batch[j];
     const int64_t n = r.rows;
-    r.outputs.assign(res.outputs.size(), TensorView{});
-    r.owners.assign(res.outputs.size(), nullptr);
-    for (size_t k = 0; k < res.outputs.size(); ++k) {
-      const TensorView& o = res.outputs[k];
-      const int ax = axes[k];
+    const int64_t s_first = a / S, s_last = (a + n - 1) / S;
+    r.outputs.assign(axes.size(), TensorView{});
+    r.owners.assign(axes.size(), nullptr);
+    for (size_t k2 = 0; k2 < axes.size(); ++k2) {
+      const TensorView& o = res[s_first].outputs[k2];
+      const int ax = axes[k2];
       if (ax < 0) {  // no batch axis: everyone gets the whole output
-        r.outputs[k] = o;
-        r.owners[k] = res.owner;
+        r.outputs[k2] = o;
+        r.owners[k2] = res[s_first].owner;
         continue;
       }
-      const size_t esz = DTypeSize(o.dtype);
       const int64_t outer = Prod(o.shape, 0, ax);
-      const size_t inner_bytes = Prod(o.shape, ax + 1, o.shape.size()) * esz;
-      TensorView v;
-      v.dtype = o.dtype;
-      v.shape = o.shape;
+      const size_t inner_bytes = Prod(o.shape, ax + 1, o.shape.size()) * DTypeSize(o.dtype);
+      // Rows [a, a + n) of this output into dst laid out [outer, n, inner].
+      auto copy_rows = [&](char* dst) {
+        for (int64_t sl = s_first; sl <= s_last; ++sl) {
+          const int64_t lo = std::max(a, sl * S), hi = std::min(a + n, (sl + 1) * S);
+          const int64_t n_s = slice_rows(sl);
+          const char* src = static_cast<const char*>(res[sl].outputs[k2].data);
+          for (int64_t q = 0; q < outer; ++q)
+            std::memcpy(dst + (q * n + lo - a) * inner_bytes, src + (q * n_s + lo - sl * S) * inner_bytes,
+                        (hi - lo) * inner_bytes);
+        }
+      };
+      TensorView v{o.dtype, o.shape, nullptr};
       v.shape[ax] = n;
-      const char* src = static_cast<const char*>(o.data);
-      if (outer == 1) {
-        v.data = const_cast<char*>(src) + r0 * inner_bytes;
-        r.owners[k] = res.owner;
+      if (outer == 1 && s_first == s_last) {
+        v.data = static_cast<char*>(o.data) + (a - s_first * S) * inner_bytes;
+        r.owners[k2] = res[s_first].owner;
       } else {
         auto t = std::make_shared<Tensor>(o.dtype, v.shape);
-        char* dst = static_cast<char*>(t->data());
-        for (int64_t q = 0; q < outer; ++q)
-          std::memcpy(dst + q * n * inner_bytes, src + (q * B + r0) * inner_bytes, n * inner_bytes);
-        v.data = dst;
-        r.owners[k] = t;
+        copy_rows(static_cast<char*>(t->data()));
+        v.data = t->data();
+        r.owners[k2] = t;
       }
-      r.outputs[k] = v;
-      const int si = out_state_[k];
-      if (si >= 0) {  // next state, kept per actor as [outer, n, inner]
-        char* st = static_cast<char*>((*states[j])[si].data());
-        for (int64_t q = 0; q < outer; ++q)
-          std::memcpy(st + q * n * inner_bytes, src + (q * B + r0) * inner_bytes, n * inner_bytes);
-      }
+      r.outputs[k2] = v;
+      const int si = out_state_[k2];
+      if (si >= 0) copy_rows(static_cast<char*>((*states[j])[si].data()));  // next state
     }
-    r0 += n;
+    a += n;
   }
+  return k > 1;
 }
 
 void InferenceServer::Finish(ServerRequest& r) {

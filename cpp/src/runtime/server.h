@@ -47,10 +47,12 @@ struct ServerOptions {
   bool queue_block = true;     ///< full queue: block (true) or throw kQueueFull
   bool pad_batches = true;     ///< pad batch sizes to a few buckets (bounds plan count)
   int workers = 1;             ///< threads running batches
-  /// Run a batch as several slices side by side, each on one thread (data
-  /// parallel), instead of one Run with intra-op threads. Slices follow
-  /// request boundaries and are kept at >= ~30 us of work each (measured).
+  /// Run a batch as several slices of rows side by side, each on one thread
+  /// (data parallel), instead of one Run with intra-op threads. Slices are
+  /// kept at >= ~30 us of work each (from measured run times). Like
+  /// pad_batches, this assumes the model never mixes rows.
   bool split_batches = true;
+  double min_slice_us = 30;    ///< least work per slice (0: one slice per thread)
   std::string base_version = "base";
 };
 
@@ -160,14 +162,12 @@ class InferenceServer {
   void WorkerLoop();
   using States = std::vector<std::shared_ptr<std::vector<Tensor>>>;
   void RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states);
-  /// Runs requests [begin, end) as one Run; on failure retries each alone so
-  /// that only the bad ones fail.
-  void RunSlice(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states, size_t begin,
-                size_t end, bool single_thread);
-  void RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states, size_t begin,
-                size_t end, bool single_thread);
-  /// Slices for a batch of `rows` rows in `requests` requests.
-  int64_t Slices(int64_t rows, size_t requests) const;
+  /// Runs requests [begin, end) as one batch: k slices side by side, one
+  /// thread each, or one Run on all threads. Returns true when sliced.
+  bool RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states, size_t begin,
+                size_t end);
+  /// Slices for a batch of `rows` rows (1: run it whole).
+  int64_t Slices(int64_t rows) const;
   void Finish(ServerRequest& r);
   void Validate(const ServerRequest& r);
   std::vector<int> OutputAxes(const std::vector<TensorView>& feeds);
