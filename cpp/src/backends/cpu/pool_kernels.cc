@@ -72,6 +72,11 @@ void MaxPlane2D(const SpatialGeometry& g, const T* x, T* y, T* tmp) {
       for (int64_t q = q_lo; q < q_hi; ++q) tmp[q] = std::max(tmp[q], row[q]);
     }
     T* yrow = y + oh * OW;
+    if (sw == 2 && KW == 3) {  // the common 3x3 / stride 2: constant strides vectorize
+      for (int64_t ow = 0; ow < OW; ++ow)
+        yrow[ow] = std::max(std::max(tmp[2 * ow], tmp[2 * ow + 1]), tmp[2 * ow + 2]);
+      continue;
+    }
     for (int64_t ow = 0; ow < OW; ++ow) {
       const T* win = tmp + ow * sw;
       T m = win[0];
