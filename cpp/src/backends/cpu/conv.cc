@@ -1,4 +1,6 @@
-// Conv (1-D to 3-D, groups, dilations, auto_pad): im2col + one GEMM per group,
+// Conv (1-D to 3-D, groups, dilations, auto_pad). With AVX-512: a direct
+// kernel for 2-D stride-1 convs with rows of 16+ pixels (conv_direct.h), else
+// an implicit GEMM (conv_gemm.h). Otherwise im2col + one GEMM per group,
 // a direct GEMM for pointwise (1x1, stride 1, unpadded) kernels and a direct
 // loop for depthwise ones. Large batches run in parallel, one im2col buffer
 // per thread; small ones run image by image with the GEMM split across the pool.
@@ -6,6 +8,7 @@
 #include <cstdint>
 
 #include "backends/cpu/activation.h"
+#include "backends/cpu/conv_direct.h"
 #include "backends/cpu/conv_gemm.h"
 #include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/conv_im2col.h"
@@ -49,6 +52,11 @@ class ConvKernel : public Kernel {
     cg_ = c_ / group_;
     mg_ = m_ / group_;
     depthwise_ = cg_ == 1 && group_ > 1;
+    direct_ = ConvDirect::Supported(geo_, n_, c_, m_, group_);
+    if (direct_) {
+      direct_conv_ = ConvDirect(geo_, n_, c_, m_, act_);
+      return;
+    }
     implicit_ = !depthwise_ && ConvGemm::Supported(geo_, n_, c_, m_);
     if (implicit_) {
       gemm_ = ConvGemm(geo_, n_, c_, m_, group_, act_);
@@ -79,6 +87,10 @@ class ConvKernel : public Kernel {
     float* scratch = static_cast<float*>(io.scratch);
     const int64_t P = geo_.out_size(), K = geo_.kernel_size();
     if (n_ == 0 || m_ == 0 || P == 0) return;
+    if (direct_) {
+      direct_conv_.Run(x, w, bias, y, io.pool);
+      return;
+    }
     if (implicit_) {
       auto aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(io.scratch) + 63) & ~uintptr_t{63});
       gemm_.Run(x, w, bias, y, aligned, slots_, io.pool);
@@ -156,7 +168,8 @@ class ConvKernel : public Kernel {
   SpatialGeometry geo_;
   Activation act_;
   ConvGemm gemm_;
-  bool implicit_ = false;
+  ConvDirect direct_conv_;
+  bool direct_ = false, implicit_ = false;
   int64_t n_ = 0, c_ = 0, m_ = 0, group_ = 1, cg_ = 0, mg_ = 0;
   bool has_bias_ = false, depthwise_ = false, pointwise_ = false, block_parallel_ = false;
   int64_t nb_ = 1, col_floats_ = 0, tmp_floats_ = 0, slots_ = 1;
