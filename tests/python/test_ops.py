@@ -145,6 +145,36 @@ def test_conv2d(check, rng, case, opset):
     check(m, {"X": rand(rng, (N, C, H, W))}, **contraction_tol(C // g * k[0] * k[1]))
 
 
+# Stride-1 2-D convs with output rows of 16+ pixels: the direct kernel on
+# AVX-512 machines (row tails, strips across rows and images, pads past the
+# kernel, channel counts off the 8-row tile, 1..49 taps).
+# (N, C, H, W, M, kernel, pads)
+CONV2D_DIRECT_CASES = [
+    (3, 5, 9, 21, 11, (3, 3), (1, 1, 1, 1)),     # 21 = 16 + 5 lanes; M = 8 + 3
+    (2, 1, 4, 16, 3, (3, 3), (0, 2, 3, 0)),      # asymmetric pads, whole rows in padding
+    (1, 7, 6, 33, 13, (5, 5), (2, 2, 2, 2)),
+    (2, 16, 5, 40, 9, (1, 4), (0, 1, 0, 2)),
+    (1, 3, 12, 17, 8, (7, 7), (3, 3, 3, 3)),     # 49 taps
+    (4, 2, 1, 48, 16, (1, 3), (0, 0, 0, 0)),     # 1-row planes, 3 segments per row
+]
+
+
+@pytest.mark.parametrize("act", [None, "Relu", "LeakyRelu", "Clip", "Sigmoid"])
+@pytest.mark.parametrize("case", CONV2D_DIRECT_CASES, ids=[f"d{i}" for i in range(len(CONV2D_DIRECT_CASES))])
+def test_conv2d_stride1_wide_rows(check, rng, case, act):
+    N, C, H, W, M, k, p = case
+    w = rand(rng, (M, C) + k) * np.float32(1.0 / np.sqrt(C * k[0] * k[1]))
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["y" if act else "Y"], kernel_shape=list(k), pads=list(p))]
+    if act:  # fused into the conv by the optimizer
+        attrs = {"LeakyRelu": {"alpha": 0.1}}.get(act, {})
+        ins = ["y", "lo", "hi"] if act == "Clip" else ["y"]
+        nodes.append(helper.make_node(act, ins, ["Y"], **attrs))
+    m = make_model(nodes, [("X", F32, ("N", C, H, W))], ["Y"],
+                   initializers={"W": w.astype(F32), "B": rand(rng, (M,)),
+                                 "lo": np.array(-0.5, F32), "hi": np.array(0.5, F32)})
+    check(m, {"X": rand(rng, (N, C, H, W))}, **contraction_tol(C * k[0] * k[1]))
+
+
 @pytest.mark.parametrize("opset", [13, 21])
 def test_conv2d_opsets(check, rng, opset):
     m = single_op_model("Conv", [("X", F32, (2, 3, 7, 7)), ("W", F32, (5, 3, 3, 3)), ("B", F32, (5,))],
