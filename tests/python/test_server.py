@@ -123,6 +123,30 @@ def test_state_batch_axis_from_symbols(lstm_bytes):
         assert srv.feed_inputs == ["obs"]
 
 
+def _step_actors(srv, rows_of, steps):
+    """Each actor in its own thread steps `steps` times (obs and episode ends
+    from test_server_proc); returns {actor: [outputs per step]} and the stats."""
+    results: dict[int, list] = {}
+    errors = []
+
+    def actor(a):
+        try:
+            outs = []
+            for t in range(steps):
+                d = proc.done_for(a, t, rows_of[a])
+                r = srv.infer(a, {"obs": proc.obs_for(a, t, rows_of[a], OBS)}, done=d)
+                outs.append({k: np.array(v) for k, v in r.items()})
+            results[a] = outs
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=actor, args=(a,)) for a in rows_of]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert not errors, errors
+    return results, srv.stats()
+
+
 @pytest.mark.parametrize("threads,split", [(1, True), (4, True), (4, False)],
                          ids=["1thread", "4threads-sliced", "4threads-whole"])
 def test_many_thread_actors_equal_per_actor_sessions(lstm_bytes, threads, split):
@@ -131,26 +155,9 @@ def test_many_thread_actors_equal_per_actor_sessions(lstm_bytes, threads, split)
     sess = ki.Session(lstm_bytes, threads=threads)
     steps = 25
     rows_of = {a: (1 if a % 3 else 3) for a in range(12)}
-    results: dict[int, list] = {}
-    errors = []
     with ki.InferenceServer(sess, state=STATE, max_batch=16, max_wait_us=2000,
                             split_batches=split) as srv:
-        def actor(a):
-            try:
-                outs = []
-                for t in range(steps):
-                    d = proc.done_for(a, t, rows_of[a])
-                    r = srv.infer(a, {"obs": proc.obs_for(a, t, rows_of[a], OBS)}, done=d)
-                    outs.append({k: np.array(v) for k, v in r.items()})
-                results[a] = outs
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-
-        ts = [threading.Thread(target=actor, args=(a,)) for a in rows_of]
-        [t.start() for t in ts]
-        [t.join() for t in ts]
-        st = srv.stats()
-    assert not errors, errors
+        results, st = _step_actors(srv, rows_of, steps)
     for a, rows in rows_of.items():
         _assert_same(results[a], _reference(sess, a, steps, rows))
     assert st["requests"] == steps * len(rows_of)
@@ -170,26 +177,9 @@ def test_sliced_batches_split_requests_and_layered_state(pad):
     sess = ki.Session(data, threads=4)
     steps = 12
     rows_of = {a: [1, 3, 5, 2][a % 4] for a in range(10)}
-    results: dict[int, list] = {}
-    errors = []
     with ki.InferenceServer(sess, state=STATE, max_batch=64, max_wait_us=20000, pad_batches=pad,
                             min_slice_us=0) as srv:
-        def actor(a):
-            try:
-                outs = []
-                for t in range(steps):
-                    d = proc.done_for(a, t, rows_of[a])
-                    r = srv.infer(a, {"obs": proc.obs_for(a, t, rows_of[a], OBS)}, done=d)
-                    outs.append({k: np.array(v) for k, v in r.items()})
-                results[a] = outs
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-
-        ts = [threading.Thread(target=actor, args=(a,)) for a in rows_of]
-        [t.start() for t in ts]
-        [t.join() for t in ts]
-        st = srv.stats()
-    assert not errors, errors
+        results, st = _step_actors(srv, rows_of, steps)
     for a, rows in rows_of.items():
         _assert_same(results[a], _reference(sess, a, steps, rows, layers=2))
     assert st["sliced_batches"] > 0
