@@ -64,7 +64,14 @@ def refit_matches_fresh(engine, model, feeds, names, rng, atol=1e-5):
     fresh = engine.Session(updated, threads=1, optimize=True)
     assert_outputs_close(sess.run(dict(feeds)), fresh.run(dict(feeds)), rtol=1e-5, atol=atol,
                          context="refit vs fresh")
-    assert_outputs_close(sess.run(dict(feeds)), run_ort(updated, feeds), context="refit vs ort", **TOL)
+    # Random N(0, 1) weights push deep outputs to ~1e3, where a different but
+    # correct float32 summation order differs by ~1e-4 near cancellations:
+    # onnxruntime is compared with an absolute tolerance relative to each output's scale.
+    got, ref = sess.run(dict(feeds)), run_ort(updated, feeds)
+    for name, want in ref.items():
+        scale = max(1.0, float(np.abs(want).max())) if np.size(want) else 1.0
+        assert_outputs_close(got, {name: want}, rtol=TOL["rtol"], atol=TOL["atol"] * scale,
+                             context="refit vs ort")
 
 
 def vinfo(name, shape, dtype=TensorProto.FLOAT):
