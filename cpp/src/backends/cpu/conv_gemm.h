@@ -1,9 +1,9 @@
-// Conv as one implicit GEMM per group on AVX-512: the im2col matrix is never
-// built; each thread gathers one panel of kNr output columns (any mix of
-// images) straight into a packed [K, kNr] buffer, multiplies it by the weight
-// rows 8 at a time in registers, and writes the tile into y with bias and the
-// fused activation applied. Falls back (Supported() false) without AVX-512 or
-// when offsets do not fit 32 bits.
+// Conv as one implicit GEMM per group on AVX-512 or AVX2+FMA: the im2col
+// matrix is never built; each thread gathers one panel of kNr output columns
+// (any mix of images) straight into a packed [K, kNr] buffer, multiplies it by
+// the weight rows kMr at a time in registers, and writes the tile into y with
+// bias and the fused activation applied. Falls back (Supported() false)
+// without either instruction set or when offsets do not fit 32 bits.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,14 @@ namespace cpu {
 
 class ConvGemm {
  public:
+#if defined(__AVX512F__)
   static constexpr int64_t kNr = 48;  // output columns per panel (3 AVX-512 vectors)
   static constexpr int64_t kMr = 8;   // output channels per register tile
+#else
+  // AVX2 has 16 registers: 4 x 3 accumulators, 3 panel vectors, 1 broadcast.
+  static constexpr int64_t kNr = 24;  // output columns per panel (3 AVX2 vectors)
+  static constexpr int64_t kMr = 4;   // output channels per register tile
+#endif
 
   /// n images of c channels, m output channels in `group` groups.
   static bool Supported(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m);
