@@ -12,55 +12,6 @@
 namespace kaiwu {
 namespace cpu {
 
-bool ConvGemm::Supported(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m) {
-#ifdef KAIWU_CONV_SIMD
-  // Gather/scatter offsets are int32 (with headroom for pads and taps).
-  constexpr int64_t kLimit = std::numeric_limits<int32_t>::max() / 2;
-  return g.kernel_size() > 0 && g.out_size() > 0 && n * c * g.in_size() < kLimit &&
-         n * m * g.out_size() < kLimit && c * g.kernel_size() < kLimit;
-#else
-  (void)g, (void)n, (void)c, (void)m;
-  return false;
-#endif
-}
-
-ConvGemm::ConvGemm(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m, int64_t group,
-                   const Activation& act)
-    : geo_(g), act_(act), n_(n), c_(c), m_(m), group_(group) {
-  cg_ = c / group;
-  mg_ = m / group;
-  k_ = cg_ * g.kernel_size();
-  cols_ = n * g.out_size();
-  panels_ = (cols_ + kNr - 1) / kNr;
-  for (int d = 0; d < 3; ++d)
-    for (int64_t t = 0; t < g.kernel[d]; ++t) {
-      int64_t lo, hi;
-      g.ValidRange(d, t, &lo, &hi);
-      if (lo != 0 || hi != g.out[d]) all_valid_ = false;
-    }
-}
-
-int64_t ConvGemm::Slots(int64_t threads) const {
-  return std::max<int64_t>(1, std::min<int64_t>(threads, group_ * panels_));
-}
-
-void ConvGemm::Run(const float* x, const float* w, const float* bias, float* y, float* scratch,
-                   int64_t max_slots, ThreadPool* pool) const {
-  const int64_t tasks = group_ * panels_;
-  const int64_t slots = std::min(max_slots, Slots(pool ? pool->num_threads() : 1));
-  auto run = [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s)
-      for (int64_t t = tasks * s / slots; t < tasks * (s + 1) / slots; ++t)
-        Panel(x, w, bias, y, t / panels_, (t % panels_) * kNr, scratch + s * SlotFloats());
-  };
-  if (slots == 1) {
-    run(0, 1);
-    return;
-  }
-  const double cost = 2.0 * static_cast<double>(mg_ * k_ * kNr) * tasks / slots;
-  pool->ParallelFor(slots, cost, run);
-}
-
 #ifdef KAIWU_CONV_SIMD
 namespace {
 
@@ -70,12 +21,15 @@ namespace {
 #if defined(__AVX512F__)
 struct Simd {
   static constexpr int kLanes = 16;
+  static constexpr bool kRearrange = false;  // not measured on AVX-512 yet
   using V = __m512;
   using I = __m512i;
   using Mask = __mmask16;
   static V Zero() { return _mm512_setzero_ps(); }
   static V Set1(float f) { return _mm512_set1_ps(f); }
   static V Load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+  static V LoadU(const float* p) { return _mm512_loadu_ps(p); }
+  static void StoreU(float* p, V v) { _mm512_storeu_ps(p, v); }
   static void Store(float* p, V v) { _mm512_store_ps(p, v); }  // 64-byte aligned
   static V Fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -89,6 +43,8 @@ struct Simd {
     return m & _mm512_cmplt_epu32_mask(i, _mm512_set1_epi32(static_cast<int32_t>(n)));
   }
   static V LoadMasked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+  /// m ? a : b, per lane.
+  static V Select(Mask m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }
   static V Gather(Mask m, I idx, const float* base) {
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base, 4);
   }
@@ -100,12 +56,17 @@ struct Simd {
 // AVX2 masks are vectors with all bits set in the lanes that are on.
 struct Simd {
   static constexpr int kLanes = 8;
+  // Gathers are slow, and packing costs 20-50% of a conv here (one store
+  // per vector against 4 rows of FMAs): convs use the rearranged modes.
+  static constexpr bool kRearrange = true;
   using V = __m256;
   using I = __m256i;
   using Mask = __m256i;
   static V Zero() { return _mm256_setzero_ps(); }
   static V Set1(float f) { return _mm256_set1_ps(f); }
   static V Load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  static V LoadU(const float* p) { return _mm256_loadu_ps(p); }
+  static void StoreU(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void Store(float* p, V v) { _mm256_store_ps(p, v); }  // 32-byte aligned
   static V Fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
@@ -123,6 +84,7 @@ struct Simd {
     return _mm256_andnot_si256(negative, _mm256_and_si256(m, below));
   }
   static V LoadMasked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+  static V Select(Mask m, V a, V b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
   static V Gather(Mask m, I idx, const float* base) {
     return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, idx, _mm256_castsi256_ps(m), 4);
   }
@@ -163,10 +125,24 @@ struct PanelCols {
   int nv;
 };
 
-// C tile [kMr rows, NV vectors] = W rows [m0, m0 + rows) * packed panel, then
-// bias, activation and the store into y.
-template <int NV>
-void Tile(int64_t K, const float* w, int64_t ldw, int rows, const float* b, const PanelCols& pc,
+// Where the tile reads row k, vector v of the panel: the packed buffer...
+struct PackedB {
+  const float* b;
+  Simd::V Load(int64_t k, int v) const { return Simd::Load(b + k * ConvGemm::kNr + kL * v); }
+};
+
+// ... or, in direct mode, the rearranged input: vector v's columns start at
+// p[v] and tap k's window koff[k] floats further.
+struct DirectB {
+  const float* p[kNrV];
+  const int32_t* koff;
+  Simd::V Load(int64_t k, int v) const { return Simd::LoadU(p[v] + koff[k]); }
+};
+
+// C tile [kMr rows, NV vectors] = W rows [m0, m0 + rows) * panel, then bias,
+// activation and the store into y.
+template <int NV, class B>
+void Tile(int64_t K, const float* w, int64_t ldw, int rows, const B& b, const PanelCols& pc,
           const float* bias, const Activation& act, int64_t row_off, int64_t P, float* y) {
   // Rows past `rows` repeat the last one (computed, never stored).
   const float* a[kMr];
@@ -177,7 +153,7 @@ void Tile(int64_t K, const float* w, int64_t ldw, int rows, const float* b, cons
   for (int64_t k = 0; k < K; ++k) {
     Simd::V bv[NV];
     for (int v = 0; v < NV; ++v) {
-      Simd::V t = Simd::Load(b + k * ConvGemm::kNr + kL * v);
+      Simd::V t = b.Load(k, v);
       Simd::KeepInRegister(t);
       bv[v] = t;
     }
@@ -211,8 +187,156 @@ void Tile(int64_t K, const float* w, int64_t ldw, int rows, const float* b, cons
   }
 }
 
+// All mg output channels of one group, kMr at a time, against the panel.
+template <class B>
+void Multiply(int64_t K, const float* wg, int64_t mg, const B& b, const PanelCols& pc,
+              const float* bg, const Activation& act, int64_t P, float* y) {
+  for (int64_t m0 = 0; m0 < mg; m0 += kMr) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMr, mg - m0));
+    const float* bm = bg ? bg + m0 : nullptr;
+    switch (pc.nv) {
+      case 1: Tile<1>(K, wg + m0 * K, K, rows, b, pc, bm, act, m0 * P, P, y); break;
+      case 2: Tile<2>(K, wg + m0 * K, K, rows, b, pc, bm, act, m0 * P, P, y); break;
+      default: Tile<3>(K, wg + m0 * K, K, rows, b, pc, bm, act, m0 * P, P, y); break;
+    }
+  }
+}
+
+}  // namespace
+#endif  // KAIWU_CONV_SIMD
+
+namespace {
+
+// The rearranged modes rearrange about this many floats of x at a time (at
+// least one image), so that they are still in L1/L2 when the panels read
+// them (measured: 16K floats beat 64K by ~5% at batch 32, whole batches by
+// ~10%).
+constexpr int64_t kChunkTarget = int64_t{1} << 14;
+// Direct mode when output rows fill at least this share of their vectors,
+// else segment mode (measured: direct wins at 100%, segments at 83%, even
+// at 87.5%).
+constexpr int64_t kDirectMinPercent = 90;
+
+int64_t CeilDiv(int64_t a, int64_t b) {  // b > 0
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
 }  // namespace
 
+bool ConvGemm::Supported(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m) {
+#ifdef KAIWU_CONV_SIMD
+  // Gather/scatter offsets are int32 (with headroom for pads and taps).
+  constexpr int64_t kLimit = std::numeric_limits<int32_t>::max() / 2;
+  return g.kernel_size() > 0 && g.out_size() > 0 && n * c * g.in_size() < kLimit &&
+         n * m * g.out_size() < kLimit && c * g.kernel_size() < kLimit;
+#else
+  (void)g, (void)n, (void)c, (void)m;
+  return false;
+#endif
+}
+
+ConvGemm::ConvGemm(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m, int64_t group,
+                   const Activation& act)
+    : geo_(g), act_(act), n_(n), c_(c), m_(m), group_(group) {
+  cg_ = c / group;
+  mg_ = m / group;
+  k_ = cg_ * g.kernel_size();
+  cols_ = n * g.out_size();
+  panels_ = (cols_ + kNr - 1) / kNr;
+  for (int d = 0; d < 3; ++d)
+    for (int64_t t = 0; t < g.kernel[d]; ++t) {
+      int64_t lo, hi;
+      g.ValidRange(d, t, &lo, &hi);
+      if (lo != 0 || hi != g.out[d]) all_valid_ = false;
+    }
+#ifdef KAIWU_CONV_SIMD
+  // Direct mode: a vector is kL columns of one output row, so rows whose
+  // width is not a multiple of kL waste lanes. Segment mode: a vector is kL
+  // consecutive columns, from at most two rows (OW >= kL - 1).
+  const int64_t OW = g.out[2];
+  vrow_ = (OW + kL - 1) / kL;
+  Mode mode = 100 * OW >= kDirectMinPercent * kL * vrow_ ? Mode::kDirect : Mode::kSegments;
+  if (!Simd::kRearrange || (mode == Mode::kSegments && OW < kL - 1)) return;
+  // Tap t of dim d reads input o * stride + t * dilation - pad: in the plane
+  // of phase (t * dilation) % stride, position o + (t * dilation) / stride.
+  // A plane holds position e <-> input e * stride + phase - pad.
+  int64_t plane = 1;
+  for (int d = 0; d < 3; ++d) {
+    int64_t max_shift = 0;
+    for (int64_t t = 0; t < g.kernel[d]; ++t) {
+      const int64_t o = t * g.dilation[d];
+      if (std::find(phases_[d].begin(), phases_[d].end(), o % g.stride[d]) == phases_[d].end())
+        phases_[d].push_back(o % g.stride[d]);
+      max_shift = std::max(max_shift, o / g.stride[d]);
+    }
+    ext_[d] = g.out[d] + max_shift;
+    plane *= ext_[d];
+  }
+  cplane_ = plane * static_cast<int64_t>(phases_[0].size() * phases_[1].size() * phases_[2].size());
+  // Each chunk ends in a partial panel: enough images that it is at most a
+  // sixteenth of the panels.
+  const int64_t per_image = mode == Mode::kDirect ? g.out[0] * g.out[1] * vrow_ : g.out_size();
+  const int64_t per_panel = mode == Mode::kDirect ? kNrV : kNr;
+  chunk_ = std::clamp<int64_t>(std::max(kChunkTarget / (c_ * cplane_), CeilDiv(16 * per_panel, per_image)), 1, n_);
+  if (chunk_ * c_ * cplane_ >= std::numeric_limits<int32_t>::max() / 2) return;
+  for (int64_t cc = 0; cc < cg_; ++cc)
+    for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
+      for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
+        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+          const int64_t tap[3] = {kd, kh, kw};
+          int64_t phase = 0, pos = 0;
+          for (int d = 0; d < 3; ++d) {
+            const int64_t o = tap[d] * g.dilation[d];
+            const auto& ph = phases_[d];
+            phase = phase * static_cast<int64_t>(ph.size()) +
+                    (std::find(ph.begin(), ph.end(), o % g.stride[d]) - ph.begin());
+            pos = pos * ext_[d] + o / g.stride[d];
+          }
+          koff_.push_back(static_cast<int32_t>(cc * cplane_ + phase * plane + pos));
+        }
+  mode_ = mode;
+#endif
+}
+
+int64_t ConvGemm::Slots(int64_t threads) const {
+  return std::max<int64_t>(1, std::min<int64_t>(threads, group_ * panels_));
+}
+
+int64_t ConvGemm::ChunkFloats() const {
+  // Tail lanes read up to a vector past the last plane; whole 64-byte lines.
+  return (chunk_ * c_ * cplane_ + 31) / 16 * 16;
+}
+
+int64_t ConvGemm::SlotFloats() const {
+  switch (mode_) {
+    case Mode::kGather: return k_ * kNr;
+    case Mode::kDirect: return ChunkFloats();
+    default: return ChunkFloats() + k_ * kNr;
+  }
+}
+
+void ConvGemm::Run(const float* x, const float* w, const float* bias, float* y, float* scratch,
+                   int64_t max_slots, ThreadPool* pool) const {
+  const int64_t tasks = group_ * panels_;
+  const int64_t slots = std::min(max_slots, Slots(pool ? pool->num_threads() : 1));
+  if (mode_ != Mode::kGather) {
+    RunRearranged(x, w, bias, y, scratch, slots, pool);
+    return;
+  }
+  auto run = [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t t = tasks * s / slots; t < tasks * (s + 1) / slots; ++t)
+        Panel(x, w, bias, y, t / panels_, (t % panels_) * kNr, scratch + s * SlotFloats());
+  };
+  if (slots == 1) {
+    run(0, 1);
+    return;
+  }
+  const double cost = 2.0 * static_cast<double>(mg_ * k_ * kNr) * tasks / slots;
+  pool->ParallelFor(slots, cost, run);
+}
+
+#ifdef KAIWU_CONV_SIMD
 void ConvGemm::Panel(const float* x, const float* w, const float* bias, float* y, int64_t g,
                      int64_t j0, float* buf) const {
   const SpatialGeometry& geo = geo_;
@@ -292,22 +416,160 @@ void ConvGemm::Panel(const float* x, const float* w, const float* bias, float* y
         }
       }
 
-  // Multiply: kMr output channels at a time against the whole panel.
-  const float* wg = w + g * mg_ * k_;
-  const float* bg = bias ? bias + g * mg_ : nullptr;
-  for (int64_t m0 = 0; m0 < mg_; m0 += kMr) {
-    const int rows = static_cast<int>(std::min(kMr, mg_ - m0));
-    const float* bm = bg ? bg + m0 : nullptr;
-    switch (pc.nv) {
-      case 1: Tile<1>(k_, wg + m0 * k_, k_, rows, buf, pc, bm, act_, m0 * P, P, y); break;
-      case 2: Tile<2>(k_, wg + m0 * k_, k_, rows, buf, pc, bm, act_, m0 * P, P, y); break;
-      default: Tile<3>(k_, wg + m0 * k_, k_, rows, buf, pc, bm, act_, m0 * P, P, y); break;
+  Multiply(k_, w + g * mg_ * k_, mg_, PackedB{buf}, pc, bias ? bias + g * mg_ : nullptr, act_,
+           P, y);
+}
+
+void ConvGemm::RunRearranged(const float* x, const float* w, const float* bias, float* y,
+                             float* scratch, int64_t slots, ThreadPool* pool) const {
+  // Images [i0, i1), a chunk at a time; with a pool, each chunk's
+  // rearranging and panels are split across its threads.
+  auto images = [&](int64_t i0, int64_t i1, float* slot, int64_t nslots, ThreadPool* p) {
+    for (int64_t n0 = i0; n0 < i1; n0 += chunk_)
+      RunChunk(x, w, bias, y, slot, nslots, n0, std::min(chunk_, i1 - n0), p);
+  };
+  if (slots == 1 || n_ < slots) {
+    images(0, n_, scratch, slots, slots == 1 ? nullptr : pool);
+    return;
+  }
+  // Enough images: each thread takes its own, no synchronisation per chunk.
+  const double cost = 2.0 * static_cast<double>(m_ * k_ * geo_.out_size()) * n_ / slots;
+  pool->ParallelFor(slots, cost, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      images(n_ * s / slots, n_ * (s + 1) / slots, scratch + s * SlotFloats(), 1, nullptr);
+  });
+}
+
+void ConvGemm::RunChunk(const float* x, const float* w, const float* bias, float* y,
+                        float* slot, int64_t slots, int64_t n0, int64_t nn,
+                        ThreadPool* pool) const {
+  const int64_t P = geo_.out_size();
+  float* xt = slot;
+  std::fill(xt + nn * c_ * cplane_, xt + nn * c_ * cplane_ + kL, 0.f);
+  auto fill = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) Rearrange(x + (n0 * c_ + i) * geo_.in_size(), xt + i * cplane_);
+  };
+  // Direct panels are kNrV row vectors, segment panels kNr columns.
+  const bool direct = mode_ == Mode::kDirect;
+  const int64_t units = direct ? nn * geo_.out[0] * geo_.out[1] * vrow_ : nn * P;
+  const int64_t per_panel = direct ? kNrV : kNr, panels = (units + per_panel - 1) / per_panel;
+  const int64_t tasks = group_ * panels;
+  auto run = [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t t = tasks * s / slots; t < tasks * (s + 1) / slots; ++t) {
+        const int64_t g = t / panels, u0 = t % panels * per_panel;
+        if (direct) {
+          DirectPanel(xt, w, bias, y + n0 * m_ * P, g, u0, units);
+        } else {
+          SegmentPanel(xt, w, bias, y + n0 * m_ * P, g, u0, units,
+                       slot + s * SlotFloats() + ChunkFloats());
+        }
+      }
+  };
+  if (pool == nullptr) {
+    fill(0, nn * c_);
+    run(0, 1);
+  } else {
+    pool->ParallelFor(nn * c_, static_cast<double>(cplane_), fill);
+    pool->ParallelFor(slots, 2.0 * static_cast<double>(mg_ * k_ * kNr) * tasks / slots, run);
+  }
+}
+
+void ConvGemm::Rearrange(const float* x, float* xt) const {
+  const SpatialGeometry& g = geo_;
+  // Zero once, then copy the rows' inside parts: rows are short (10 floats
+  // at 8x8), so per-row fill and copy calls would cost more than the copying.
+  std::fill(xt, xt + cplane_, 0.f);
+  for (int64_t pd : phases_[0])
+    for (int64_t ph : phases_[1])
+      for (int64_t pw : phases_[2]) {
+        // Plane position e <-> input e * stride + phase - pad, per dim; along
+        // W, positions [lo, hi) are inside the input.
+        const int64_t off = pw - g.pad_begin[2], sw = g.stride[2], e2 = ext_[2];
+        const int64_t lo = std::clamp<int64_t>(CeilDiv(-off, sw), 0, e2);
+        const int64_t n = std::clamp<int64_t>(CeilDiv(g.in[2] - off, sw), lo, e2) - lo;
+        for (int64_t e0 = 0; e0 < ext_[0]; ++e0) {
+          const int64_t i0 = e0 * g.stride[0] + pd - g.pad_begin[0];
+          for (int64_t e1 = 0; e1 < ext_[1]; ++e1, xt += e2) {
+            const int64_t i1 = e1 * g.stride[1] + ph - g.pad_begin[1];
+            if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) continue;
+            const float* src = x + (i0 * g.in[1] + i1) * g.in[2] + lo * sw + off;
+            float* dst = xt + lo;
+            if (sw == 1) {
+              int64_t e = 0;
+              for (; e + kL <= n; e += kL) Simd::StoreU(dst + e, Simd::LoadU(src + e));
+              for (; e < n; ++e) dst[e] = src[e];
+            } else {
+              for (int64_t e = 0; e < n; ++e) dst[e] = src[e * sw];
+            }
+          }
+        }
+      }
+}
+
+void ConvGemm::DirectPanel(const float* xt, const float* w, const float* bias, float* y,
+                           int64_t g, int64_t u0, int64_t vectors) const {
+  const int64_t P = geo_.out_size(), OW = geo_.out[2], OH = geo_.out[1];
+  const int64_t rows = geo_.out[0] * OH;
+  PanelCols pc;
+  DirectB b;
+  b.koff = koff_.data();
+  pc.nv = static_cast<int>(std::min<int64_t>(kNrV, vectors - u0));
+  for (int v = 0; v < pc.nv; ++v) {
+    // Vector u: columns [ow, ow + kL) of output row r of image img.
+    const int64_t u = u0 + v, img = u / (rows * vrow_), r = u / vrow_ % rows, ow = u % vrow_ * kL;
+    b.p[v] = xt + (img * c_ + g * cg_) * cplane_ + ((r / OH) * ext_[1] + r % OH) * ext_[2] + ow;
+    const int64_t n = std::min<int64_t>(kL, OW - ow);
+    pc.yb[kL * v] = static_cast<int32_t>((img * m_ + g * mg_) * P + r * OW + ow);
+    pc.valid[v] = Simd::FirstN(n);
+    pc.full[v] = n == kL;
+    pc.ycontig[v] = true;
+  }
+  Multiply(k_, w + g * mg_ * k_, mg_, b, pc, bias ? bias + g * mg_ : nullptr, act_, P, y);
+}
+
+void ConvGemm::SegmentPanel(const float* xt, const float* w, const float* bias, float* y,
+                            int64_t g, int64_t j0, int64_t cols, float* buf) const {
+  const int64_t P = geo_.out_size(), OW = geo_.out[2], OH = geo_.out[1];
+  const int64_t rows = geo_.out[0] * OH, ncols = std::min(kNr, cols - j0);
+  auto row_start = [&](int64_t img, int64_t r) {
+    return xt + (img * c_ + g * cg_) * cplane_ + ((r / OH) * ext_[1] + r % OH) * ext_[2];
+  };
+  PanelCols pc;
+  pc.nv = static_cast<int>((ncols + kL - 1) / kL);
+  // Vector v: lanes [0, a) from row r at ow, the rest from the next row
+  // (maybe of the next image) at its start.
+  const float* p1[kNrV];
+  const float* p2[kNrV];
+  Simd::Mask first[kNrV];
+  for (int v = 0; v < pc.nv; ++v) {
+    const int64_t j = j0 + kL * v, img = j / P, p = j % P, r = p / OW, ow = p % OW;
+    const int64_t n = std::min<int64_t>(kL, ncols - kL * v), a = std::min(n, OW - ow);
+    p1[v] = p2[v] = row_start(img, r) + ow;
+    first[v] = Simd::FirstN(a);
+    pc.valid[v] = Simd::FirstN(n);
+    pc.full[v] = n == kL;
+    pc.ycontig[v] = a == n || r + 1 < rows;
+    if (a < n) p2[v] = r + 1 < rows ? row_start(img, r + 1) - a : row_start(img + 1, 0) - a;
+    for (int l = 0; l < (pc.ycontig[v] ? 1 : kL); ++l) {
+      const int64_t jl = j + std::min<int64_t>(l, n - 1);
+      pc.yb[kL * v + l] = static_cast<int32_t>((jl / P * m_ + g * mg_) * P + jl % P);
     }
   }
+  for (int64_t k = 0; k < k_; ++k) {
+    const int32_t o = koff_[k];
+    for (int v = 0; v < pc.nv; ++v)
+      Simd::Store(buf + k * kNr + kL * v,
+                  Simd::Select(first[v], Simd::LoadU(p1[v] + o), Simd::LoadU(p2[v] + o)));
+  }
+  Multiply(k_, w + g * mg_ * k_, mg_, PackedB{buf}, pc, bias ? bias + g * mg_ : nullptr, act_,
+           P, y);
 }
 #else
 void ConvGemm::Panel(const float*, const float*, const float*, float*, int64_t, int64_t,
                      float*) const {}
+void ConvGemm::RunRearranged(const float*, const float*, const float*, float*, float*,
+                             int64_t, ThreadPool*) const {}
 #endif
 
 }  // namespace cpu
