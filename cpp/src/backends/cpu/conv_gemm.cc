@@ -256,7 +256,7 @@ ConvGemm::ConvGemm(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m, in
   const int64_t OW = g.out[2];
   vrow_ = (OW + kL - 1) / kL;
   Mode mode = 100 * OW >= kDirectMinPercent * kL * vrow_ ? Mode::kDirect : Mode::kSegments;
-  if (!Simd::kRearrange || (mode == Mode::kSegments && OW < kL - 1)) return;
+  if (!Simd::kRearrange || n_ == 0 || k_ == 0 || (mode == Mode::kSegments && OW < kL - 1)) return;
   // Tap t of dim d reads input o * stride + t * dilation - pad: in the plane
   // of phase (t * dilation) % stride, position o + (t * dilation) / stride.
   // A plane holds position e <-> input e * stride + phase - pad.
@@ -277,7 +277,7 @@ ConvGemm::ConvGemm(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m, in
   // sixteenth of the panels.
   const int64_t per_image = mode == Mode::kDirect ? g.out[0] * g.out[1] * vrow_ : g.out_size();
   const int64_t per_panel = mode == Mode::kDirect ? kNrV : kNr;
-  chunk_ = std::clamp<int64_t>(std::max(kChunkTarget / (c_ * cplane_), CeilDiv(16 * per_panel, per_image)), 1, n_);
+  chunk_ = std::min(n_, std::max(kChunkTarget / (c_ * cplane_), CeilDiv(16 * per_panel, per_image)));
   if (chunk_ * c_ * cplane_ >= std::numeric_limits<int32_t>::max() / 2) return;
   for (int64_t cc = 0; cc < cg_; ++cc)
     for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
