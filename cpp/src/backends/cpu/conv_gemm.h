@@ -1,14 +1,19 @@
 // Conv as one implicit GEMM per group on AVX-512 or AVX2+FMA: the im2col
-// matrix is never built; each thread gathers one panel of kNr output columns
-// (any mix of images) straight into a packed [K, kNr] buffer, multiplies it by
-// the weight rows kMr at a time in registers, and writes the tile into y with
-// bias and the fused activation applied. Falls back (Supported() false)
-// without either instruction set or when offsets do not fit 32 bits.
+// matrix is never built; each panel of kNr output columns (any mix of images)
+// is multiplied by the weight rows kMr at a time in registers, and the tile
+// goes into y with bias and the fused activation applied. Falls back
+// (Supported() false) without either instruction set or when offsets do not
+// fit 32 bits.
 //
-// On AVX2 most convs skip the packing (see DirectLayout in conv_gemm.cc): x
-// is first rearranged, some images at a time, so that every tap reads a
-// vector of output columns from consecutive floats, and the register tile
-// loads those straight from the rearranged copy.
+// Where the panel comes from (Mode):
+//  - kGather (AVX-512, and AVX2 convs the others do not fit): gathered from x
+//    into a packed [K, kNr] buffer with masked loads and gathers;
+//  - kDirect, kSegments (AVX2): x is first rearranged, a chunk of images at
+//    a time, into zero-padded planes where every tap reads consecutive floats
+//    for consecutive output columns (one plane per tap phase, the tap offset
+//    modulo the stride). kDirect feeds the tile straight from there (vectors
+//    are output-row aligned); kSegments packs with two plain loads per
+//    vector (vectors cross rows).
 #pragma once
 
 #include <cstdint>
@@ -47,14 +52,12 @@ class ConvGemm {
            int64_t max_slots, ThreadPool* pool) const;
 
  private:
+  enum class Mode { kGather, kDirect, kSegments };
+
+  void InitRearranged();
+  int64_t ChunkFloats() const;
   void Panel(const float* x, const float* w, const float* bias, float* y, int64_t g, int64_t j0,
              float* buf) const;
-  // The modes: kGather packs each panel from x with masked gathers; the
-  // others first rearrange x (RunRearranged, a chunk of images at a time) so
-  // that taps read consecutive floats: kDirect feeds the tile from there,
-  // kSegments packs from there with two plain loads per vector.
-  enum class Mode { kGather, kDirect, kSegments };
-  int64_t ChunkFloats() const;
   void RunRearranged(const float* x, const float* w, const float* bias, float* y,
                      float* scratch, int64_t slots, ThreadPool* pool) const;
   void RunChunk(const float* x, const float* w, const float* bias, float* y, float* slot,
@@ -69,11 +72,11 @@ class ConvGemm {
   Activation act_;
   int64_t n_ = 0, c_ = 0, m_ = 0, group_ = 1, cg_ = 0, mg_ = 0, k_ = 0, cols_ = 0, panels_ = 0;
   bool all_valid_ = true;
-  // Direct mode: per channel, one plane of ext_ floats for each combination
-  // of tap phases (tap offset modulo stride, per dim); koff_[k] is where
-  // row k = (channel, tap) starts, relative to a column's first tap. chunk_
-  // images are rearranged at a time; vrow_ vectors cover an output row.
   Mode mode_ = Mode::kGather;
+  // Rearranged modes: per channel, one plane for each combination of tap
+  // phases (D, H, W), ext_ positions per dim; koff_[k] is where row
+  // k = (channel, tap) starts relative to a column's first tap. chunk_
+  // images are rearranged at a time; vrow_ vectors cover an output row.
   std::vector<int64_t> phases_[3];
   int64_t ext_[3] = {1, 1, 1}, cplane_ = 0, chunk_ = 1, vrow_ = 0;
   std::vector<int32_t> koff_;
