@@ -489,11 +489,12 @@ void ConvGemm::RunChunk(const float* x, const float* w, const float* bias, float
         }
       }
   };
+  // Rearranging costs about a pass over x, less than a round trip to the
+  // pool's threads for the chunks of one image.
+  fill(0, nn * c_);
   if (pool == nullptr) {
-    fill(0, nn * c_);
     run(0, 1);
   } else {
-    pool->ParallelFor(nn * c_, static_cast<double>(cplane_), fill);
     pool->ParallelFor(slots, 2.0 * static_cast<double>(mg_ * k_ * kNr) * tasks / slots, run);
   }
 }
