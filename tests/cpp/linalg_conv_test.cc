@@ -140,6 +140,63 @@ TEST(LinalgConv, SweepMatchesReference) {
   }
 }
 
+// Shapes for each way the implicit GEMM reads x (see conv_gemm.h): output
+// rows of whole vectors (direct tile loads), rows that are not (vectors
+// across rows and images, two loads each), strides with several tap phases,
+// dilations, 3-D and 1-D, pads wider than the kernel, groups, chunks of
+// images and thread counts around the batch size.
+TEST(LinalgConv, ImplicitGemmLayouts) {
+  struct Case {
+    Shape x;  // N, C, spatial...
+    int64_t m, group;
+    Window win;
+  };
+  auto win = [](std::vector<int64_t> k, std::vector<int64_t> s, std::vector<int64_t> d,
+                std::vector<int64_t> p, std::string auto_pad = "NOTSET") {
+    Window w;
+    w.kernel = std::move(k);
+    w.strides = std::move(s);
+    w.dilations = std::move(d);
+    w.pads = std::move(p);
+    w.auto_pad = std::move(auto_pad);
+    return w;
+  };
+  const Case cases[] = {
+      {{7, 16, 32, 32}, 13, 1, win({3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1})},  // rows of 32
+      {{1, 6, 32, 32}, 8, 1, win({3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1})},    // batch 1
+      {{3, 5, 33, 32}, 6, 1, win({3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1})},    // 2 phases per dim
+      {{2, 3, 20, 27}, 5, 1, win({4, 5}, {3, 3}, {2, 2}, {2, 1, 0, 3})},    // phases of 2t % 3
+      {{2, 3, 5, 6, 16}, 4, 1, win({2, 3, 3}, {2, 1, 1}, {1, 2, 1}, {1, 1, 1, 0, 2, 1})},
+      {{3, 8, 16, 16}, 6, 2, win({3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1})},    // groups
+      {{2, 4, 11, 11}, 5, 1, win({2, 2}, {1, 1}, {1, 1}, {3, 2, 3, 3})},    // pads past the kernel
+      {{2, 2, 100}, 3, 1, win({5}, {2}, {3}, {4, 0})},                      // 1-D, 46 wide
+      {{1, 4, 44, 44}, 7, 1, win({8, 8}, {4, 4}, {1, 1}, {0, 0, 0, 0})},    // rows of 10
+      {{11, 6, 20, 20}, 9, 1, win({4, 4}, {2, 2}, {1, 1}, {0, 0, 0, 0})},   // rows of 9
+      {{20, 7, 9, 9}, 5, 1, win({3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0})},     // rows of 7
+      {{4, 3, 21, 23}, 4, 1, win({3, 3}, {2, 2}, {1, 1}, {}, "SAME_LOWER")},
+      {{3, 2, 10, 12}, 3, 1, win({2, 2}, {1, 1}, {1, 1}, {3, 3, 3, 3})},    // rows of 17
+      {{2, 6, 30}, 6, 3, win({3}, {1}, {1}, {1, 1})},                       // 1-D groups, 30 wide
+  };
+  std::mt19937 rng(21);
+  for (const Case& cs : cases) {
+    Shape ws = {cs.m, cs.x[1] / cs.group};
+    ws.insert(ws.end(), cs.win.kernel.begin(), cs.win.kernel.end());
+    Window w = cs.win;
+    if (w.pads.empty()) w.pads.assign(2 * w.kernel.size(), 0);
+    Tensor x = RandomTensor(cs.x, rng), wt = RandomTensor(ws, rng), b = RandomTensor({cs.m}, rng);
+    auto attrs = WindowAttrs(w, true);
+    attrs["group"] = IntAttr(cs.group);
+    Shape want_shape;
+    std::vector<double> want = RefConv(x, wt, &b, cs.group, w, &want_shape);
+    for (int threads : {1, 2, 3}) {
+      Tensor y = RunNode(MakeNode("Conv", 3, 1, attrs), {x, wt, b}, threads)[0];
+      ExpectNear(y, want_shape, want,
+                 "X " + ShapeToString(cs.x) + " W " + ShapeToString(ws) + " threads " +
+                     std::to_string(threads));
+    }
+  }
+}
+
 TEST(LinalgConv, RejectsBadInputs) {
   std::mt19937 rng(12);
   auto conv = [&](Shape xs, Shape ws, std::map<std::string, Attribute> attrs) {
