@@ -233,7 +233,8 @@ class InferenceServer:
     def stats(self) -> dict:
         """Throughput (rows_per_s, requests_per_s over elapsed_s), batch_rows_hist
         {rows: batches}, queue_wait_p50_us / _p99_us (recent requests), run_mean_us,
-        sliced_batches (batches run as slices side by side), per-version request and row counts, connected actors, queued and running requests."""
+        sliced_batches (batches run as slices side by side), per-version request and row
+        counts, connected actors, queued and running requests."""
         return self._server.stats()
 
     def reset_stats(self) -> None:
