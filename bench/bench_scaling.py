@@ -25,7 +25,6 @@ import tempfile
 import threading
 import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -14,7 +14,6 @@ Writes bench/results/server.md and server.json.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import multiprocessing as mp
 import os

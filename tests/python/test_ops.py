@@ -10,7 +10,6 @@ kaiwu_infer is compared with onnxruntime's:
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
