@@ -609,7 +609,7 @@ def markdown(result: dict) -> str:
         f"- versions: kaiwu_infer {v.get('kaiwu_infer')} ({v.get('kaiwu_infer_git', '?')}), onnxruntime "
         f"{v.get('onnxruntime')}, numpy {v.get('numpy')}, torch {v.get('torch')}, python {v.get('python')}",
         f"- command: `{result['command']}`",
-        *([f"- **kaiwu_infer ran with optimize=False** (graph as imported)"] if not s.get("kaiwu_optimize", True) else []),
+        *(["- **kaiwu_infer ran with optimize=False** (graph as imported)"] if not s.get("kaiwu_optimize", True) else []),
         f"- method: per config {s['repeats']} interleaved repeats x ~{s['block_s']}s blocks per engine after "
         f"warmup; µs = median over repeats of the per-call median (p90 likewise); samples/s = batch x "
         f"calls / block wall time (median over repeats). Outputs checked against onnxruntime first "

@@ -23,7 +23,7 @@ import math
 import os
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx

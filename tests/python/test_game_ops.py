@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
 
-from helpers import make_model, rand, run_ort, single_op_model
+from helpers import rand, run_ort, single_op_model
 
 F32, F64, I64, I32, U8, BOOL = np.float32, np.float64, np.int64, np.int32, np.uint8, np.bool_
 
