@@ -153,7 +153,8 @@ class PoolKernel : public Kernel {
                         /*allow_ceil=*/true);
     planes_ = x[0] * x[1];
     separable_ = geo_.in[0] == 1 && geo_.kernel[0] == 1 && geo_.dilation[1] == 1 &&
-                 geo_.dilation[2] == 1;
+                 geo_.dilation[2] == 1 &&
+                 (geo_.out[2] - 1) * geo_.stride[2] + geo_.kernel[2] <= kMaxSpan;
     Shape out = {x[0], x[1]};
     for (int64_t d : geo_.OutShape()) out.push_back(d);
     ctx.SetOutput(0, dtype_, out);
@@ -197,10 +198,8 @@ class PoolKernel : public Kernel {
           ArgMaxPoolPlane<T>(geo_, col_major_, i, x + i * in, y + i * P,
                              static_cast<int64_t*>(io.outputs[1]) + i * P);
         } else if (max_ && separable_) {
-          thread_local std::vector<T> tmp;
-          const int64_t span = (geo_.out[2] - 1) * geo_.stride[2] + geo_.kernel[2];
-          if (static_cast<int64_t>(tmp.size()) < span) tmp.resize(span);
-          MaxPlane2D<T>(geo_, x + i * in, y + i * P, tmp.data());
+          T tmp[kMaxSpan];  // on the stack: Run allocates nothing
+          MaxPlane2D<T>(geo_, x + i * in, y + i * P, tmp);
         } else if (max_) {
           PoolPlane<T, true>(geo_, x + i * in, y + i * P);
         } else {
@@ -226,7 +225,8 @@ class PoolKernel : public Kernel {
 
   bool max_;
   bool indices_ = false, col_major_ = false;  // MaxPool's Indices output
-  bool separable_ = false;  // 2-D (or 1-D) without dilation: MaxPlane2D
+  static constexpr int64_t kMaxSpan = 4096;  // MaxPlane2D's row buffer (elements)
+  bool separable_ = false;  // 2-D (or 1-D), no dilation, rows up to kMaxSpan: MaxPlane2D
   DType dtype_ = DType::kFloat32;
   SpatialGeometry geo_;
   int64_t planes_ = 0;
