@@ -186,6 +186,13 @@ def test_sliced_batches_split_requests_and_layered_state(pad):
     assert st["mean_batch_rows"] > 5
 
 
+@pytest.mark.parametrize("kw,match", [({"max_batch": 0}, "max_batch"), ({"workers": 0}, "workers"),
+                                      ({"min_slice_us": -1.0}, "min_slice_us")])
+def test_bad_server_options_raise_input_error(mlp_bytes, kw, match):
+    with pytest.raises(ki.InputError, match=match):
+        ki.InferenceServer(mlp_bytes, threads=1, **kw)
+
+
 def test_submit_future_and_reset(lstm_bytes):
     sess = ki.Session(lstm_bytes, threads=1)
     with ki.InferenceServer(sess, state=STATE, max_wait_us=100) as srv:
