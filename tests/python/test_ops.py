@@ -144,9 +144,10 @@ def test_conv2d(check, rng, case, opset):
     check(m, {"X": rand(rng, (N, C, H, W))}, **contraction_tol(C // g * k[0] * k[1]))
 
 
-# Stride-1 2-D convs with output rows of 16+ pixels: the direct kernel on
-# AVX-512 machines (row tails, strips across rows and images, pads past the
-# kernel, channel counts off the 8-row tile, 1..49 taps).
+# Stride-1 2-D convs with output rows of 16+ pixels, or as wide as their input
+# (any width): the direct kernel on AVX-512 machines (row tails, strips across
+# rows and images, pads past the kernel, channel counts off the 8-row tile,
+# 1..81 taps; flat segments of 16 pixels that span several rows).
 # (N, C, H, W, M, kernel, pads)
 CONV2D_DIRECT_CASES = [
     (3, 5, 9, 21, 11, (3, 3), (1, 1, 1, 1)),     # 21 = 16 + 5 lanes; M = 8 + 3
@@ -155,6 +156,13 @@ CONV2D_DIRECT_CASES = [
     (2, 16, 5, 40, 9, (1, 4), (0, 1, 0, 2)),
     (1, 3, 12, 17, 8, (7, 7), (3, 3, 3, 3)),     # 49 taps
     (4, 2, 1, 48, 16, (1, 3), (0, 0, 0, 0)),     # 1-row planes, 3 segments per row
+    # W == OW < 16: flat segments across rows
+    (3, 32, 8, 8, 32, (3, 3), (1, 1, 1, 1)),     # IMPALA's last stage: 2 rows per segment
+    (2, 5, 7, 5, 11, (3, 3), (1, 1, 1, 1)),      # segments start mid-row; 35 = 2 x 16 + 3
+    (2, 3, 6, 9, 4, (3, 3), (0, 2, 2, 0)),       # asymmetric pads, W == OW
+    (5, 4, 1, 1, 9, (3, 3), (1, 1, 1, 1)),       # 1x1 planes: 8 of 9 taps in the padding
+    (2, 6, 9, 9, 8, (9, 9), (4, 4, 4, 4)),       # 81 taps
+    (3, 2, 4, 12, 5, (1, 1), (0, 0, 0, 0)),      # pointwise, 48 = 3 x 16
 ]
 
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -15,13 +14,16 @@ namespace cpu {
 bool ConvDirect::Supported(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m,
                            int64_t group) {
 #ifdef KAIWU_CONV_DIRECT
-  constexpr int64_t kTaps = 64;  // per-strip mask/offset tables are on the stack
   const bool plain_2d = g.in[0] == 1 && g.kernel[0] == 1 && g.stride[1] == 1 &&
                         g.stride[2] == 1 && g.dilation[1] == 1 && g.dilation[2] == 1;
-  // Rows narrower than 16 would leave most lanes empty: the packed path does better.
-  return plain_2d && group == 1 && g.out[2] >= 16 && g.kernel_size() <= kTaps && n > 0 &&
-         c > 0 && m > 0 && g.out_size() > 0 &&
-         n * std::max(c * g.in_size(), m * g.out_size()) < std::numeric_limits<int32_t>::max();
+  // Row segments need rows of 16+ pixels (narrower ones would leave most lanes
+  // empty: the packed path does better); flat segments need W == OW.
+  const bool rows = g.out[2] >= 16;
+  if (!plain_2d || group != 1 || !(rows || g.in[2] == g.out[2]) || n <= 0 || c <= 0 || m <= 0 ||
+      g.out_size() <= 0)
+    return false;
+  const int64_t segs = rows ? g.out[1] * ((g.out[2] + 15) / 16) : (g.out_size() + 15) / 16;
+  return segs * g.kernel_size() <= (int64_t{1} << 22);  // (tap, segment) tables stay small
 #else
   (void)g, (void)n, (void)c, (void)m, (void)group;
   return false;
@@ -31,10 +33,42 @@ bool ConvDirect::Supported(const SpatialGeometry& g, int64_t n, int64_t c, int64
 ConvDirect::ConvDirect(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m,
                        const Activation& act)
     : geo_(g), act_(act), n_(n), c_(c), m_(m) {
-  k_ = c * g.kernel_size();
-  segs_per_row_ = (g.out[2] + 15) / 16;
-  segs_ = g.out[1] * segs_per_row_;
+  const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2], P = g.out_size();
+  const int64_t KH = g.kernel[1], KW = g.kernel[2], taps = KH * KW;
+  k_ = c * taps;
+  const bool rows = OW >= 16;  // else flat segments (W == OW)
+  const int64_t per_row = (OW + 15) / 16;
+  segs_ = rows ? OH * per_row : (P + 15) / 16;
   strips_ = (segs_ + kSegs - 1) / kSegs;
+  in_off_.assign(taps * segs_, 0);
+  in_mask_.assign(taps * segs_, 0);
+  out_off_.assign(segs_, 0);
+  out_mask_.assign(segs_, 0);
+  for (int64_t s = 0; s < segs_; ++s) {
+    // Lane l is output pixel p0 + l of the flattened image (at most 16 lanes).
+    const int64_t p0 = rows ? (s / per_row) * OW + (s % per_row) * 16 : s * 16;
+    const int64_t lanes = rows ? std::min<int64_t>(16, OW - (s % per_row) * 16)
+                               : std::min<int64_t>(16, P - p0);
+    out_off_[s] = p0;
+    out_mask_[s] = static_cast<uint16_t>((uint32_t{1} << lanes) - 1);
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const int64_t t = kh * KW + kw;
+        uint32_t mask = 0;
+        for (int64_t l = 0; l < lanes; ++l) {
+          const int64_t oh = (p0 + l) / OW, ow = (p0 + l) % OW;
+          const int64_t ih = oh - g.pad_begin[1] + kh, iw = ow - g.pad_begin[2] + kw;
+          mask |= static_cast<uint32_t>(ih >= 0 && ih < H && iw >= 0 && iw < W) << l;
+        }
+        // Lane l reads input (oh0 + dh) * W + ow0 + l + dw: consecutive within
+        // a row segment, and across rows too when W == OW.
+        const int64_t oh0 = p0 / OW, ow0 = p0 % OW;
+        const int64_t off = (oh0 - g.pad_begin[1] + kh) * W + ow0 - g.pad_begin[2] + kw;
+        // A fully masked load reads nothing; keep its address inside x anyway.
+        in_off_[t * segs_ + s] = mask ? off : 0;
+        in_mask_[t * segs_ + s] = static_cast<uint16_t>(mask);
+      }
+  }
 }
 
 void ConvDirect::Run(const float* x, const float* w, const float* bias, float* y,
@@ -60,9 +94,9 @@ namespace {
 // the accumulators never need an address and stay in registers.
 template <int NV>
 void DirectTile(int64_t C, int64_t HW, int64_t taps, int64_t K, const float* x,
-                const int64_t* off, const __mmask16* mask, const float* w, int rows,
-                const float* bias, const Activation& act, float* const* dst,
-                const __mmask16* store_mask, int64_t P) {
+                const int64_t* off, const uint16_t* mask, int64_t tap_stride, const float* w,
+                int rows, const float* bias, const Activation& act, float* const* dst,
+                const uint16_t* store_mask, int64_t P) {
   __m512 acc[8][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r)
@@ -73,8 +107,8 @@ void DirectTile(int64_t C, int64_t HW, int64_t taps, int64_t K, const float* x,
     __mmask16 mv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      xv[v] = x + off[t * NV + v];
-      mv[v] = mask[t * NV + v];
+      xv[v] = x + off[t * tap_stride + v];
+      mv[v] = static_cast<__mmask16>(mask[t * tap_stride + v]);
     }
     const float* a[8];
 #pragma GCC unroll 8
@@ -108,7 +142,7 @@ void DirectTile(int64_t C, int64_t HW, int64_t taps, int64_t K, const float* x,
         act.Apply(tmp, 16);
         o = _mm512_load_ps(tmp);
       }
-      _mm512_mask_storeu_ps(dst[v] + r * P, store_mask[v], o);
+      _mm512_mask_storeu_ps(dst[v] + r * P, static_cast<__mmask16>(store_mask[v]), o);
     }
   }
 }
@@ -117,43 +151,22 @@ void DirectTile(int64_t C, int64_t HW, int64_t taps, int64_t K, const float* x,
 
 void ConvDirect::Strip(const float* x, const float* w, const float* bias, float* y, int64_t img,
                        int64_t seg0) const {
-  const SpatialGeometry& g = geo_;
-  const int64_t H = g.in[1], W = g.in[2], OW = g.out[2], HW = H * W, P = g.out_size();
-  const int64_t KH = g.kernel[1], KW = g.kernel[2], taps = KH * KW;
+  const int64_t HW = geo_.in_size(), P = geo_.out_size(), taps = geo_.kernel_size();
   const int nv = static_cast<int>(std::min<int64_t>(kSegs, segs_ - seg0));
-  // Per (tap, segment): input offset of lane 0 and the lanes that read inside x.
-  int64_t off[64 * kSegs];
-  __mmask16 mask[64 * kSegs], store_mask[kSegs];
-  float* dst[kSegs];
   const float* xi = x + img * c_ * HW;
-  for (int v = 0; v < nv; ++v) {
-    const int64_t seg = seg0 + v, oh = seg / segs_per_row_, ow = (seg % segs_per_row_) * 16;
-    const int64_t lanes = std::min<int64_t>(16, OW - ow);
-    store_mask[v] = static_cast<__mmask16>((uint32_t{1} << lanes) - 1);
-    dst[v] = y + img * m_ * P + oh * OW + ow;
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      const int64_t ih = oh - g.pad_begin[1] + kh;
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        const int64_t t = kh * KW + kw, iw = ow - g.pad_begin[2] + kw;
-        uint32_t m = 0;
-        if (ih >= 0 && ih < H)
-          for (int64_t l = 0; l < lanes; ++l) m |= static_cast<uint32_t>(iw + l >= 0 && iw + l < W) << l;
-        // A fully masked load reads nothing; keep its address inside x anyway.
-        off[t * nv + v] = m ? ih * W + iw : 0;
-        mask[t * nv + v] = static_cast<__mmask16>(m);
-      }
-    }
-  }
+  const int64_t* off = in_off_.data() + seg0;
+  const uint16_t* mask = in_mask_.data() + seg0;
+  const uint16_t* store_mask = out_mask_.data() + seg0;
   for (int64_t m0 = 0; m0 < m_; m0 += kMr) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m_ - m0));
     float* d[kSegs];
-    for (int v = 0; v < nv; ++v) d[v] = dst[v] + m0 * P;
+    for (int v = 0; v < nv; ++v) d[v] = y + (img * m_ + m0) * P + out_off_[seg0 + v];
     const float* bm = bias ? bias + m0 : nullptr;
     const float* wm = w + m0 * k_;
     switch (nv) {
-      case 1: DirectTile<1>(c_, HW, taps, k_, xi, off, mask, wm, rows, bm, act_, d, store_mask, P); break;
-      case 2: DirectTile<2>(c_, HW, taps, k_, xi, off, mask, wm, rows, bm, act_, d, store_mask, P); break;
-      default: DirectTile<3>(c_, HW, taps, k_, xi, off, mask, wm, rows, bm, act_, d, store_mask, P); break;
+      case 1: DirectTile<1>(c_, HW, taps, k_, xi, off, mask, segs_, wm, rows, bm, act_, d, store_mask, P); break;
+      case 2: DirectTile<2>(c_, HW, taps, k_, xi, off, mask, segs_, wm, rows, bm, act_, d, store_mask, P); break;
+      default: DirectTile<3>(c_, HW, taps, k_, xi, off, mask, segs_, wm, rows, bm, act_, d, store_mask, P); break;
     }
   }
 }
