@@ -153,7 +153,7 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     if mode == "server":
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches", "sliced_batches")}
+                                            "run_mean_us", "batches", "sliced_batches", "batch_rows_hist")}
         srv.close()
     return res
 
@@ -247,7 +247,7 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     if srv:
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches", "sliced_batches")}
+                                            "run_mean_us", "batches", "sliced_batches", "batch_rows_hist")}
         srv.close()
     return res
 
@@ -264,6 +264,11 @@ def main():
     ap.add_argument("--workers", type=int, default=1, help="server batch workers")
     ap.add_argument("--max-wait-us", type=int, default=500, help="server max_wait_us")
     ap.add_argument("--sweep", action="store_true", help="server only: impala_lstm 64 threads and 4x32")
+    ap.add_argument("--policies", default="impala_lstm,mlp", help="comma list of policies to run")
+    ap.add_argument("--actors", default="64,256,procs",
+                    help="comma list of actor setups: thread counts and/or 'procs' (4 processes x 32 envs)")
+    ap.add_argument("--no-ceiling", action="store_true", help="skip the MLP queries/s ceiling runs")
+    ap.add_argument("--name", default="", help="output file stem (default server)")
     ap.add_argument("--no-split", action="store_true",
                     help="server runs each batch whole with intra-op threads (split_batches=False)")
     args = ap.parse_args()
@@ -289,11 +294,13 @@ def main():
     modes = ["server", "kaiwu_per_actor", "onnxruntime_per_actor"]
     results = []
     configs = []
-    for pname in (["mlp"] if args.quick else ["impala_lstm", "mlp"]):
-        for n in ([64] if args.quick else [64, 256]):
-            configs.append((pname, f"{n} threads x 1 env", ("threads", n)))
-        if not args.quick:
-            configs.append((pname, "4 processes x 32 envs", ("procs", 4, 32)))
+    setups = ["64"] if args.quick else args.actors.split(",")
+    for pname in (["mlp"] if args.quick else args.policies.split(",")):
+        for a in setups:
+            if a == "procs":
+                configs.append((pname, "4 processes x 32 envs", ("procs", 4, 32)))
+            else:
+                configs.append((pname, f"{int(a)} threads x 1 env", ("threads", int(a))))
     for pname, label, cfg in ([] if args.ceiling_only else configs):
         for mode in modes:
             t = time.time()
@@ -307,16 +314,18 @@ def main():
 
     # MLP queries/s ceiling: 1-row requests from many shm client processes and from threads.
     ceiling = []
-    for n_procs, rows in ([(4, 1)] if args.quick else [(8, 1), (32, 1), (16, 16), (32, 32)]):
+    ceiling_runs = [] if args.no_ceiling else [(4, 1)] if args.quick else [(8, 1), (32, 1), (16, 16), (32, 32)]
+    for n_procs, rows in ceiling_runs:
         r = run_procs("server", policies["mlp"], n_procs, rows, args.seconds, threads)
         r.update(what=f"{n_procs} processes x {rows} row{'s' if rows > 1 else ''} (shm)",
                  queries_per_s=r["steps_per_s"] / rows)
         ceiling.append(r)
         print(json.dumps(r), flush=True)
-    r = run_threads("server", policies["mlp"], 64, args.seconds, threads)
-    r.update(what="64 threads x 1 row (in-process)", queries_per_s=r["steps_per_s"])
-    ceiling.append(r)
-    print(json.dumps(r), flush=True)
+    if not args.no_ceiling:
+        r = run_threads("server", policies["mlp"], 64, args.seconds, threads)
+        r.update(what="64 threads x 1 row (in-process)", queries_per_s=r["steps_per_s"])
+        ceiling.append(r)
+        print(json.dumps(r), flush=True)
     # Raw engine time per batch of 256 (what batching alone could reach).
     s = ki.Session(policies["mlp"].path, threads=threads)
     x = np.random.default_rng(0).standard_normal((256, *policies["mlp"].obs_shape)).astype(np.float32)
@@ -340,7 +349,7 @@ def main():
         "mlp_engine_rows_per_s_batch256": engine_rows_s,
     }
     os.makedirs(args.out, exist_ok=True)
-    stem = "server" if not args.ceiling_only else f"server_ceiling_t{threads}"
+    stem = args.name or ("server" if not args.ceiling_only else f"server_ceiling_t{threads}")
     with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump({"meta": meta, "results": results, "ceiling": ceiling}, f, indent=1)
     lines = ["# InferenceServer benchmark", ""]
@@ -360,9 +369,10 @@ def main():
             lines[-1] += f" {s['queue_wait_p50_us']:.0f} / {s['queue_wait_p99_us']:.0f} |"
         else:
             lines[-1] += " - |"
-    lines += ["", "## MLP queries/s ceiling of one server", "",
-              "| clients | queries/s | rows/s | p50 us | p99 us | mean batch rows | batch run mean us |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    if ceiling:
+        lines += ["", "## MLP queries/s ceiling of one server", "",
+                  "| clients | queries/s | rows/s | p50 us | p99 us | mean batch rows | batch run mean us |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
     for r in ceiling:
         s = r["server"]
         lines.append(f"| {r['what']} | {r['queries_per_s']:.0f} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
