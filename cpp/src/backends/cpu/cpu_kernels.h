@@ -21,7 +21,8 @@ void RegisterFusedKernels(KernelRegistry& r);        // fused_*.cc (domain "kaiw
 
 /// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major with leading
 /// dimensions; beta == 0 ignores C's old contents. Splits rows (or columns when
-/// M is small) across the pool.
+/// M is small) across the pool. With 2 to 16 rows and op(A) = A, SIMD kernels
+/// read B in place (no packing, no allocation); otherwise Eigen.
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc, ThreadPool* pool);
