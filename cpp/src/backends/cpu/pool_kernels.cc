@@ -234,34 +234,35 @@ void RowMaxF32(const float* t, int64_t KW, int64_t sw, int64_t OW, float* y) {
 }
 
 // 2-D float32 MaxPool (no dilation, (out[2] - 1) * stride + kernel <= kMaxSpan)
-// of planes [b, e). As MaxPlane2D: per output row, the vertical max of its
-// kernel rows into a row buffer whose slots outside the input hold -inf (set
-// once: the vertical max writes only the slots inside), then each window's max
-// along the buffer (RowMaxF32). Two buffers: row oh's vertical max runs before
-// row oh - 1's window max, since loads straddling stores still in flight
-// would stall (no store forwarding). Vector loads run past the last window by
-// less than 2 * kN slots; stores past a row's end are masked.
+// of planes [b, e). As MaxPlane2D, a band of output rows at a time: the
+// vertical max of each row's kernel rows into that row's `span` slots of the
+// band buffer, then each window's max along each row (RowMaxF32). The buffer
+// starts as -inf and the vertical max writes only the slots inside the input,
+// so padding stays -inf. Finishing the band's vertical max first keeps the
+// window max's loads away from stores still in flight (a load straddling them
+// would stall). Vector loads run past a row's span by less than 2 * kN slots,
+// into the next row or the -inf tail: they feed only lanes past the row's end,
+// whose stores are masked.
 void MaxPoolF32(const SpatialGeometry& g, const float* x, float* y, int64_t b, int64_t e) {
-  constexpr int64_t kBuf = kMaxSpan + 2 * F32Vec::kN;
+  constexpr int64_t kBuf = 2 * kMaxSpan;
   const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2];
   const int64_t KH = g.kernel[1], KW = g.kernel[2], sh = g.stride[1], sw = g.stride[2];
   const int64_t ph = g.pad_begin[1], pw = g.pad_begin[2];
   const int64_t span = (OW - 1) * sw + KW;
   const int64_t q_lo = std::min(span, pw), q_hi = std::min(span, W + pw);  // slots inside
-  alignas(64) float buf[2 * kBuf];  // on the stack: Run allocates nothing
-  for (float* t : {buf, buf + kBuf}) {
-    std::fill(t, t + q_lo, MaxIdentity<float>());
-    std::fill(t + q_hi, t + span + 2 * F32Vec::kN, MaxIdentity<float>());
-  }
+  const int64_t band = std::min(OH, (kBuf - 2 * F32Vec::kN) / span);   // rows per band
+  alignas(64) float buf[kBuf];  // on the stack: Run allocates nothing
+  std::fill(buf, buf + band * span + 2 * F32Vec::kN, MaxIdentity<float>());
   for (int64_t p = b; p < e; ++p) {
     const float* xp = x + p * H * W + (q_lo - pw);  // the input of slot q_lo
     float* yp = y + p * OH * OW;
-    for (int64_t oh = 0; oh <= OH; ++oh) {
-      if (oh < OH) {
+    for (int64_t oh0 = 0; oh0 < OH; oh0 += band) {
+      const int64_t oh1 = std::min(OH, oh0 + band);
+      float* t = buf + q_lo;
+      for (int64_t oh = oh0; oh < oh1; ++oh, t += span) {
         const int64_t ih0 = oh * sh - ph;
         const int64_t ih_lo = std::max<int64_t>(0, ih0), ih_hi = std::min(H, ih0 + KH);
         const float* rows = xp + ih_lo * W;
-        float* t = buf + (oh & 1) * kBuf + q_lo;
         switch (ih_hi - ih_lo) {
           case 1: VerticalMaxF32<1>(rows, W, 1, q_hi - q_lo, t); break;
           case 2: VerticalMaxF32<2>(rows, W, 2, q_hi - q_lo, t); break;
@@ -269,7 +270,8 @@ void MaxPoolF32(const SpatialGeometry& g, const float* x, float* y, int64_t b, i
           default: VerticalMaxF32<0>(rows, W, ih_hi - ih_lo, q_hi - q_lo, t); break;
         }
       }
-      if (oh > 0) RowMaxF32(buf + ((oh - 1) & 1) * kBuf, KW, sw, OW, yp + (oh - 1) * OW);
+      for (int64_t oh = oh0; oh < oh1; ++oh)
+        RowMaxF32(buf + (oh - oh0) * span, KW, sw, OW, yp + oh * OW);
     }
   }
 }
