@@ -122,7 +122,7 @@ struct F32Vec {
   static void StoreN(float* p, V v, int64_t n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
   static V Max(V x, V acc) { return _mm512_max_ps(x, acc); }
   // Even(a, b) / Odd(a, b): the even / odd elements of the 2 * kN elements a:b,
-  // permuted by Order's inverse (here in order already).
+  // in an order that Order makes ascending (here they already are).
   static V Even(V a, V b) {
     return _mm512_permutex2var_ps(
         a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
@@ -186,9 +186,9 @@ void VerticalMaxF32(const float* x, int64_t W, int64_t rows, int64_t n, float* o
   }
 }
 
-// y[ow] = max(t[2 * ow + k]) over taps k < KW (kKW when > 0), ow < OW. The
-// buffer is split into even and odd elements with shuffles, so taps k and
-// k + 1 (k even) are the even and odd elements of t[2 * ow + k + ...].
+// y[ow] = max(t[2 * ow + k]) over taps k < KW (kKW when > 0), ow < OW. For kN
+// windows from ow, taps k and k + 1 (k even) are the even and odd elements of
+// the 2 * kN slots from t + 2 * ow + k (Even / Odd).
 template <int kKW>
 void Stride2MaxF32(const float* t, int64_t KW, int64_t OW, float* y) {
   using S = F32Vec;
