@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from helpers import NP2ONNX, contraction_tol, make_model, rand, single_op_model
+from helpers import NP2ONNX, contraction_tol, make_model, rand, run_kaiwu, single_op_model
 
 F32 = np.float32
 I64 = np.int64
@@ -259,6 +259,87 @@ def test_maxpool_dilations(check, rng):
     m = single_op_model("MaxPool", [("X", F32, (1, 3, 10, 10))], kernel_shape=[2, 2],
                         dilations=[2, 2], strides=[1, 1])
     check(m, {"X": rand(rng, (1, 3, 10, 10))})
+
+
+# float32 2-D MaxPool row kernel: widths around the vector lengths (8, 16), every
+# kernel/stride pairing, pads with begin != end, ceil_mode. The data is mostly
+# negative, so padding that were read as 0 rather than -inf would win at the edges.
+MAXPOOL_WIDTHS = [5, 15, 16, 17, 31, 33, 64, 65, 100]
+MAXPOOL_PADS = [(0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 1, 0), (2, 0, 1, 2), (1, 2, 2, 1)]
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+@pytest.mark.parametrize("kernel", [2, 3, 4])
+@pytest.mark.parametrize("W", MAXPOOL_WIDTHS)
+def test_maxpool_row_edges(check, rng, W, kernel, stride):
+    H = 6 + W % 4
+    shape = (2, 3, H, W)
+    for pads in MAXPOOL_PADS:
+        pads = [min(p, kernel - 1) for p in pads]  # onnxruntime needs pads < kernel
+        for ceil_mode in (0, 1):
+            m = single_op_model("MaxPool", [("X", F32, shape)], kernel_shape=[kernel, kernel],
+                                strides=[stride, stride], pads=pads, ceil_mode=ceil_mode)
+            check(m, {"X": rand(rng, shape) - 2}, rtol=0, atol=0,
+                  context=f"pads={pads} ceil_mode={ceil_mode}")
+
+
+@pytest.mark.parametrize("case", [
+    ((2, 3, 9, 33), (3, 2), (2, 1), (1, 0, 0, 1)),   # kernel and stride differ per dim
+    ((1, 4, 7, 40), (2, 5), (1, 2), (0, 2, 1, 4)),   # stride-2 window of 5 taps
+    ((1, 2, 5, 26), (1, 3), (3, 3), (0, 1, 0, 0)),
+    ((3, 2, 33), (3,), (2,), (1, 1)),                # 1-D
+    ((1, 3, 70), (4,), (1,), (2, 3)),                # 1-D, stride 1
+], ids=lambda c: "x".join(map(str, c[0])) + f"_k{c[1]}_s{c[2]}")
+def test_maxpool_mixed_geometry(check, rng, case):
+    shape, k, s, pads = case
+    m = single_op_model("MaxPool", [("X", F32, shape)], kernel_shape=list(k), strides=list(s),
+                        pads=list(pads))
+    check(m, {"X": rand(rng, shape) - 2}, rtol=0, atol=0, threads=2)
+
+
+@pytest.mark.parametrize("W", [4094, 4100])  # row buffer of 4096: the last to fit, the first not
+def test_maxpool_long_rows(check, rng, W):
+    shape = (1, 2, 3, W)
+    m = single_op_model("MaxPool", [("X", F32, shape)], kernel_shape=[3, 3], strides=[2, 2],
+                        pads=[1, 1, 1, 1])
+    check(m, {"X": rand(rng, shape) - 2}, rtol=0, atol=0)
+
+
+def _maxpool3x3s2p1(x):
+    """MaxPool 3x3, stride 2, pads 1 in numpy; NaN inputs and the padding never win (fmax)."""
+    padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=np.nan)
+    win = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    return np.fmax.reduce(win.reshape(win.shape[:4] + (9,)), axis=-1)
+
+
+def _maxpool3x3s2p1_model(x):
+    return single_op_model("MaxPool", [("X", x.dtype.type, x.shape)], kernel_shape=[3, 3],
+                           strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_maxpool_negative_infinity(engine, rng, dtype):
+    """A window of -inf inputs (and padding) gives -inf. (onnxruntime gives -FLT_MAX for
+    some such windows and -inf for others, so the reference is numpy.)"""
+    x = rand(rng, (1, 2, 8, 20), dtype)
+    x[0, 0, :3, :5] = -np.inf
+    x[0, 1, 4:, :] = -np.inf
+    got = run_kaiwu(engine, _maxpool3x3s2p1_model(x), {"X": x})["y0"]
+    want = _maxpool3x3s2p1(x)
+    assert np.isneginf(want).sum() >= 10
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_maxpool_skips_nan(engine, rng, dtype):
+    """NaN inputs never win a window. (onnxruntime's result depends on the tap order, so
+    the reference is numpy.)"""
+    x = rand(rng, (2, 3, 10, 37), dtype) - 2
+    x[rng.random(x.shape) < 0.2] = np.nan
+    got = run_kaiwu(engine, _maxpool3x3s2p1_model(x), {"X": x})["y0"]
+    want = _maxpool3x3s2p1(x)
+    assert not np.isnan(want).any()
+    np.testing.assert_array_equal(got, want)
 
 
 def test_maxpool_indices(check, rng):
