@@ -87,7 +87,9 @@ class InferenceServer:
         model_or_session: a :class:`Session`, or anything ``Session()`` loads (path,
             bytes, ``onnx.ModelProto``); the server uses (and keeps alive) the session.
         max_batch: most rows in one run.
-        max_wait_us: a batch runs this long after its first request at the latest.
+        max_wait_us: a batch runs this long after its first request at the latest,
+            or, for requests that queued while every worker was busy, this long after a
+            worker came free (so the actors of the batch that just ran can join them).
             It runs earlier when it reaches ``max_batch`` rows or when every connected
             actor has a request waiting.
         state: ``{state_input: next_state_output}``, e.g. ``{"h0": "hn", "c0": "cn"}``.

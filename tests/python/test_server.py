@@ -418,6 +418,40 @@ def _slow_bytes(dim=512, layers=6) -> bytes:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+def test_requests_queued_behind_a_long_batch_wait_for_its_actors():
+    """Actor 2 queues while actor 1's long batch runs. When the batch ends, actor 2's
+    request has waited longer than max_wait_us, but it still waits (up to max_wait_us
+    from then) for actor 1's next step, and both run as one batch instead of two
+    batches of one (which would repeat: the actors would alternate)."""
+    model = _slow_bytes(layers=24)
+    probe = ki.Session(model, threads=1)
+    big = np.ones((256, 512), np.float32)
+    probe.run({"obs": big})
+    t0 = time.perf_counter()
+    probe.run({"obs": big})
+    t_run = time.perf_counter() - t0
+    # max_wait_us well under the long batch's run time, yet far above a thread's wake-up.
+    wait_us = int(max(t_run / 2, 0.01) * 1e6)
+    one = np.full((1, 512), 0.5, np.float32)
+    with ki.InferenceServer(model, threads=1, max_batch=256, max_wait_us=wait_us) as srv:
+        both = [srv.submit(a, {"obs": one}) for a in (1, 2)]  # connects both actors
+        [f.result(timeout=60) for f in both]
+        srv.reset_stats()
+        long_batch = srv.submit(1, {"obs": big})  # 256 rows: runs at once
+        deadline = time.time() + 60
+        while srv.stats()["running_requests"] == 0 and time.time() < deadline:
+            time.sleep(0.0005)
+        late = srv.submit(2, {"obs": one})  # queues behind the running batch
+        long_batch.result(timeout=60)
+        again = srv.submit(1, {"obs": one})
+        r2, r1 = late.result(timeout=60), again.result(timeout=60)
+        hist = srv.stats()["batch_rows_hist"]
+    ref = probe.run({"obs": one})["y"]
+    np.testing.assert_allclose(r1["y"], ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r2["y"], ref, rtol=1e-5, atol=1e-5)
+    assert hist == {2: 1, 256: 1}, hist
+
+
 def test_close_finishes_the_running_batch(mlp_bytes):
     srv = ki.InferenceServer(_slow_bytes(), threads=1, max_batch=256, max_wait_us=30_000_000)
     srv.infer(999, {"obs": np.zeros((256, 512), np.float32)})  # actor 999: connected, idle

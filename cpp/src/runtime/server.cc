@@ -263,6 +263,12 @@ void InferenceServer::Release(int64_t actor) {
 
 void InferenceServer::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  // The wait for more actors counts from a queue's first request, or from when
+  // this worker came free if that is later: requests that queued behind a
+  // running batch still give that batch's actors, about to step again, up to
+  // max_wait_us to join them. Otherwise the actors settle into groups that
+  // alternate in half-size batches (each group queues while the other runs).
+  Clock::time_point free_since = Clock::now();
   while (!closed_) {
     const auto now = Clock::now();
     const bool all_waiting = queued_actors_ > 0 &&
@@ -272,7 +278,7 @@ void InferenceServer::WorkerLoop() {
     for (auto it = queues_.begin(); it != queues_.end(); ++it) {
       if (it->second.reqs.empty()) continue;
       auto first = it->second.reqs.front()->enqueued;
-      auto due = first + std::chrono::microseconds(opt_.max_wait_us);
+      auto due = std::max(first, free_since) + std::chrono::microseconds(opt_.max_wait_us);
       bool ready = all_waiting || it->second.rows >= opt_.max_batch || due <= now;
       if (ready && (best == queues_.end() || first < best->second.reqs.front()->enqueued)) best = it;
       deadline = std::min(deadline, due);
@@ -336,6 +342,7 @@ void InferenceServer::WorkerLoop() {
     for (auto& r : batch) Finish(*r);
     batch.clear();
     lock.lock();
+    free_since = Clock::now();
   }
 }
 

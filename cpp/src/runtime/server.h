@@ -38,7 +38,8 @@ class ServerError : public Error {
 
 struct ServerOptions {
   int max_batch = 256;         ///< rows per Session::Run
-  int64_t max_wait_us = 500;   ///< flush a batch this long after its first request
+  int64_t max_wait_us = 500;   ///< flush a batch this long after its first request (or after a
+                               ///< worker came free, if later)
   /// state input name -> output name carrying its next value.
   std::vector<std::pair<std::string, std::string>> state;
   /// Optional explicit batch axis per state input (else from symbolic dims, else 0).
