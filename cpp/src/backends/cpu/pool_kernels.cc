@@ -72,6 +72,17 @@ void PoolPlane(const SpatialGeometry& g, const T* x, T* y) {
   }
 }
 
+// y[ow] = max(t[ow * sw + k]) over taps k < KW, ow < OW (scalar).
+template <typename T>
+void WindowMax(const T* t, int64_t KW, int64_t sw, int64_t OW, T* y) {
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const T* win = t + ow * sw;
+    T m = win[0];
+    for (int64_t k = 1; k < KW; ++k) m = std::max(m, win[k]);
+    y[ow] = m;
+  }
+}
+
 // 2-D MaxPool (no dilation), separable: for each output row, the max over the
 // kernel rows into a padded row buffer (unit stride, vectorizes), then the max
 // over each window of that buffer. `tmp` holds (out[2] - 1) * stride + kernel
@@ -98,12 +109,7 @@ void MaxPlane2D(const SpatialGeometry& g, const T* x, T* y, T* tmp) {
         yrow[ow] = std::max(std::max(tmp[2 * ow], tmp[2 * ow + 1]), tmp[2 * ow + 2]);
       continue;
     }
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      const T* win = tmp + ow * sw;
-      T m = win[0];
-      for (int64_t kw = 1; kw < KW; ++kw) m = std::max(m, win[kw]);
-      yrow[ow] = m;
-    }
+    WindowMax(tmp, KW, sw, OW, yrow);
   }
 }
 
@@ -225,12 +231,7 @@ void RowMaxF32(const float* t, int64_t KW, int64_t sw, int64_t OW, float* y) {
     }
     return;
   }
-  for (int64_t ow = 0; ow < OW; ++ow) {
-    const float* win = t + ow * sw;
-    float m = win[0];
-    for (int64_t k = 1; k < KW; ++k) m = std::max(m, win[k]);
-    y[ow] = m;
-  }
+  WindowMax(t, KW, sw, OW, y);
 }
 
 // 2-D float32 MaxPool (no dilation, (out[2] - 1) * stride + kernel <= kMaxSpan)
