@@ -1,6 +1,7 @@
 // Conv (1-D to 3-D, groups, dilations, auto_pad). With AVX-512: a direct
-// kernel for 2-D stride-1 convs with rows of 16+ pixels (conv_direct.h), else
-// an implicit GEMM (conv_gemm.h). Otherwise im2col + one GEMM per group,
+// kernel for 2-D stride-1 convs with rows of 16+ pixels or as wide as their
+// input (conv_direct.h), else an implicit GEMM (conv_gemm.h; also on AVX2 +
+// FMA). Otherwise im2col + one GEMM per group,
 // a direct GEMM for pointwise (1x1, stride 1, unpadded) kernels and a direct
 // loop for depthwise ones. Large batches run in parallel, one im2col buffer
 // per thread; small ones run image by image with the GEMM split across the pool.

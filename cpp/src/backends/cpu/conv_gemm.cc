@@ -4,16 +4,13 @@
 #include <cstdint>
 #include <limits>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#define KAIWU_CONV_SIMD 1
-#endif
+#include "backends/cpu/simd_f32.h"
 
 namespace kaiwu {
 namespace cpu {
 namespace {
 
-#ifdef KAIWU_CONV_SIMD
+#ifdef KAIWU_SIMD_F32
 // Rearranged modes: about this many floats of x are rearranged at a time (at
 // least one image), so that they are still in L1/L2 when the panels read
 // them (measured: 16K floats beat 64K by ~5% at batch 32, whole batches by
@@ -27,38 +24,26 @@ int64_t CeilDiv(int64_t a, int64_t b) {  // b > 0
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
 
-// The vector operations the panel code needs, for the one instruction set
-// the build targets. Masks select lanes: loads read zero and stores skip
-// where they are off.
+// SimdF32 plus the vector operations only the panel code needs. Masks select
+// lanes: stores skip where they are off.
 #if defined(__AVX512F__)
-struct Simd {
-  static constexpr int kLanes = 16;
+struct Simd : SimdF32 {
   static constexpr bool kRearrange = false;  // kGather only: not measured here yet
-  using V = __m512;
   using I = __m512i;
-  using Mask = __mmask16;
-  static V Zero() { return _mm512_setzero_ps(); }
-  static V Set1(float f) { return _mm512_set1_ps(f); }
   static V Load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
-  static V LoadU(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, V v) { _mm512_store_ps(p, v); }  // 64-byte aligned
-  static void StoreU(float* p, V v) { _mm512_storeu_ps(p, v); }
-  static V Fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm512_add_ps(a, b); }
   static V Relu(V a) { return _mm512_max_ps(a, _mm512_setzero_ps()); }
   static I LoadI(const int32_t* p) { return _mm512_load_si512(p); }
   static I AddI(I a, int64_t b) {
     return _mm512_add_epi32(a, _mm512_set1_epi32(static_cast<int32_t>(b)));
   }
-  /// Lanes [0, n).
-  static Mask FirstN(int64_t n) { return static_cast<__mmask16>((uint32_t{1} << n) - 1); }
   /// m and 0 <= i < n (one unsigned compare).
   static Mask InRange(Mask m, I i, int64_t n) {
     return m & _mm512_cmplt_epu32_mask(i, _mm512_set1_epi32(static_cast<int32_t>(n)));
   }
   /// m ? a : b, per lane.
   static V Select(Mask m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }
-  static V LoadMasked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
   static V Gather(Mask m, I idx, const float* base) {
     return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base, 4);
   }
@@ -72,22 +57,13 @@ struct Simd {
   static void KeepInRegister(V&) {}
 };
 #else
-// AVX2: masks are vectors with all bits set in the lanes that are on.
-struct Simd {
-  static constexpr int kLanes = 8;
+struct Simd : SimdF32 {
   // Gathers are slow, and packing costs 20-50% of a conv here (a store per
   // vector against 4 rows of FMAs): use the rearranged modes where they fit.
   static constexpr bool kRearrange = true;
-  using V = __m256;
   using I = __m256i;
-  using Mask = __m256i;
-  static V Zero() { return _mm256_setzero_ps(); }
-  static V Set1(float f) { return _mm256_set1_ps(f); }
   static V Load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
-  static V LoadU(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, V v) { _mm256_store_ps(p, v); }  // 32-byte aligned
-  static void StoreU(float* p, V v) { _mm256_storeu_ps(p, v); }
-  static V Fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static V Relu(V a) { return _mm256_max_ps(a, _mm256_setzero_ps()); }
   static I LoadI(const int32_t* p) {
@@ -96,10 +72,6 @@ struct Simd {
   static I AddI(I a, int64_t b) {
     return _mm256_add_epi32(a, _mm256_set1_epi32(static_cast<int32_t>(b)));
   }
-  static Mask FirstN(int64_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
   // No unsigned compare: two signed ones.
   static Mask InRange(Mask m, I i, int64_t n) {
     const __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), i);
@@ -107,7 +79,6 @@ struct Simd {
     return _mm256_andnot_si256(negative, _mm256_and_si256(m, below));
   }
   static V Select(Mask m, V a, V b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
-  static V LoadMasked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
   static V Gather(Mask m, I idx, const float* base) {
     return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, idx, _mm256_castsi256_ps(m), 4);
   }
@@ -229,12 +200,12 @@ void Multiply(int64_t K, const float* wg, int64_t mg, const B& b, const PanelCol
     }
   }
 }
-#endif  // KAIWU_CONV_SIMD
+#endif  // KAIWU_SIMD_F32
 
 }  // namespace
 
 bool ConvGemm::Supported(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m) {
-#ifdef KAIWU_CONV_SIMD
+#ifdef KAIWU_SIMD_F32
   // Gather/scatter offsets are int32 (with headroom for pads and taps).
   constexpr int64_t kLimit = std::numeric_limits<int32_t>::max() / 2;
   return g.kernel_size() > 0 && g.out_size() > 0 && n * c * g.in_size() < kLimit &&
@@ -263,7 +234,7 @@ ConvGemm::ConvGemm(const SpatialGeometry& g, int64_t n, int64_t c, int64_t m, in
 }
 
 void ConvGemm::InitRearranged() {
-#ifdef KAIWU_CONV_SIMD
+#ifdef KAIWU_SIMD_F32
   const SpatialGeometry& g = geo_;
   // kDirect: a vector is kL columns of one output row, so rows that are not
   // whole vectors waste lanes. kSegments: a vector is kL consecutive columns
@@ -355,7 +326,7 @@ void ConvGemm::Run(const float* x, const float* w, const float* bias, float* y, 
   pool->ParallelFor(slots, cost, run);
 }
 
-#ifdef KAIWU_CONV_SIMD
+#ifdef KAIWU_SIMD_F32
 void ConvGemm::Panel(const float* x, const float* w, const float* bias, float* y, int64_t g,
                      int64_t j0, float* buf) const {
   const SpatialGeometry& geo = geo_;

@@ -9,10 +9,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#define KAIWU_SGEMM_SIMD 1
-#endif
+#include "backends/cpu/simd_f32.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -52,32 +49,28 @@ void GemmBlock(bool ta, bool tb, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
   }
 }
 
-#ifdef KAIWU_SGEMM_SIMD
-// The vector operations the skinny kernels need, for the one instruction set
-// the build targets. kDotRows, kAxpyRows and kAxpyVecs size the register
-// tiles: accumulators plus the vectors of B (and one of A) fill the register
-// file (16 vectors for AVX2, 32 for AVX-512).
+#ifdef KAIWU_SIMD_F32
+// {sum(a), sum(b), sum(c), sum(d)} of 8-lane vectors: hadd(a, b) =
+// [a01 a23 b01 b23 | a45 a67 b45 b67], hadd(c, d) alike; the third hadd gives
+// [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7].
+inline __m128 Sum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// SimdF32 plus what the skinny kernels need. kDotRows, kAxpyRows and
+// kAxpyVecs size the register tiles: accumulators plus the vectors of B (and
+// one of A) fill the register file (16 vectors for AVX2, 32 for AVX-512).
 #if defined(__AVX512F__)
-struct Simd {
-  static constexpr int kLanes = 16;
+struct Simd : SimdF32 {
   static constexpr int kDotRows = 4;   // 4 x 4 accumulators
   // 8 x 3 accumulators: 8 rows of A make one pass over B (measured: 4 x 4
   // tiles, reading B twice, took up to 2x longer at 8 rows).
   static constexpr int kAxpyRows = 8;
   static constexpr int kAxpyVecs = 3;
-  using V = __m512;
-  using Mask = __mmask16;
-  static V Zero() { return _mm512_setzero_ps(); }
-  static V Set1(float f) { return _mm512_set1_ps(f); }
-  static V LoadU(const float* p) { return _mm512_loadu_ps(p); }
-  static void StoreU(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V Fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  /// Lanes [0, n), 0 < n <= kLanes.
-  static Mask FirstN(int64_t n) { return static_cast<Mask>((uint32_t{1} << n) - 1); }
-  static V LoadMasked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
   static void StoreMasked(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
-  /// {sum(a), sum(b), sum(c), sum(d)}: folds each vector to 8 lanes, then as AVX2.
+  /// {sum(a), sum(b), sum(c), sum(d)}: folds each vector to 8 lanes first.
   static __m128 Sum4(V a, V b, V c, V d) {
     return Sum4x8(Fold(a), Fold(b), Fold(c), Fold(d));
   }
@@ -90,39 +83,16 @@ struct Simd {
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     return _mm256_add_ps(_mm512_castps512_ps256(a), hi);
   }
-  static __m128 Sum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
-    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-  }
 };
 #else
-// AVX2: masks are vectors with all bits set in the lanes that are on.
-struct Simd {
-  static constexpr int kLanes = 8;
+struct Simd : SimdF32 {
   static constexpr int kDotRows = 3;   // 3 x 4 accumulators, 3 of A, 1 of B
   static constexpr int kAxpyRows = 4;  // 4 x 3 accumulators, 3 of B, 1 of A
   static constexpr int kAxpyVecs = 3;
-  using V = __m256;
-  using Mask = __m256i;
-  static V Zero() { return _mm256_setzero_ps(); }
-  static V Set1(float f) { return _mm256_set1_ps(f); }
-  static V LoadU(const float* p) { return _mm256_loadu_ps(p); }
-  static void StoreU(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V Fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static Mask FirstN(int64_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  static V LoadMasked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
   static void StoreMasked(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
   /// {sum(a), sum(b), sum(c), sum(d)}.
-  static __m128 Sum4(V a, V b, V c, V d) {
-    // hadd(a, b) = [a01 a23 b01 b23 | a45 a67 b45 b67], hadd(c, d) alike;
-    // the third hadd gives [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7].
-    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-  }
+  static __m128 Sum4(V a, V b, V c, V d) { return Sum4x8(a, b, c, d); }
   // See the AVX-512 version.
   static void KeepInRegister(V& v) { asm("" : "+x"(v)); }
 };
@@ -327,7 +297,7 @@ void SkinnyGemm(bool trans_b, const Problem& p, ThreadPool* pool) {
     s.columns(s.p, b0 * s.block, std::min(s.p.n, b1 * s.block));
   });
 }
-#endif  // KAIWU_SGEMM_SIMD
+#endif  // KAIWU_SIMD_F32
 }  // namespace
 
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -339,7 +309,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
     return;
   }
-#ifdef KAIWU_SGEMM_SIMD
+#ifdef KAIWU_SIMD_F32
   if (!trans_a && m >= kSkinnyMinRows && m <= kSkinnyMaxRows) {
     SkinnyGemm(trans_b, Problem{m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, pool);
     return;
