@@ -66,6 +66,8 @@ struct KernelIO {
   void* const* outputs;
   void* scratch;
   ThreadPool* pool;
+  /// Backend state for device kernels (cuda::DeviceContext); null on the CPU.
+  const void* device = nullptr;
 };
 
 class Kernel {

@@ -1,0 +1,73 @@
+// The CUDA backend's kernel contract, on top of backends/kernel.h.
+//
+// Shapes: a CUDA kernel infers its outputs with the CPU kernel of the same op
+// (CudaKernel::Prepare runs it first), so both backends agree on every shape
+// and every model error. PrepareDevice then checks what the CUDA kernel
+// supports (throwing kUnsupported naming the node and the attribute) and asks
+// for device scratch.
+//
+// Run: every pointer in KernelIO (inputs, outputs, scratch) is device memory.
+// Kernels launch asynchronously on Dev(io).stream and never synchronize,
+// allocate or copy through the host; cuBLAS calls use Dev(io).blas, which is
+// already bound to that stream. A kernel that finds bad data (an index out of
+// range) calls ReportError on the device; the run then fails with kRuntime
+// naming the node.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "backends/kernel.h"
+
+namespace kaiwu {
+
+/// Registry of the CUDA backend, built once.
+const KernelRegistry& CudaKernels();
+
+namespace cuda {
+
+/// Per-run device state, one per concurrent run; KernelIO::device points to it.
+struct DeviceContext {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  int* error_flag = nullptr;  // device int: 0, or 1 + the step that failed
+  int step = 0;               // the step being launched (set by the plan)
+};
+
+inline const DeviceContext& Dev(const KernelIO& io) {
+  return *static_cast<const DeviceContext*>(io.device);
+}
+
+/// Throws kRuntime (or kUnsupported for a missing device) naming `what`.
+void CheckCuda(cudaError_t err, const char* what);
+void CheckBlas(cublasStatus_t status, const char* what);
+/// Checks the launch just made (cudaGetLastError).
+void CheckLaunch(const char* what);
+
+/// Threads per block for one-thread-per-element kernels, and the grid for n elements.
+constexpr int kBlock = 256;
+inline unsigned GridFor(int64_t n) {
+  int64_t g = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(g < 1 ? 1 : (g > 65535LL * 64 ? 65535LL * 64 : g));
+}
+
+class CudaKernel : public Kernel {
+ public:
+  void Prepare(PrepareContext& ctx) final;
+
+ protected:
+  /// After the CPU kernel set the outputs (ctx.outputs, ctx.alias): check what
+  /// this kernel supports, read attributes, set ctx.scratch_bytes (device).
+  virtual void PrepareDevice(PrepareContext& ctx) = 0;
+};
+
+// Registration, one function per file group (called by CudaKernels()).
+void RegisterElementwiseKernels(KernelRegistry& r);  // elementwise*.cu
+void RegisterTensorKernels(KernelRegistry& r);       // tensor*.cu
+void RegisterConvKernels(KernelRegistry& r);         // conv*.cu, pool*.cu, norm*.cu
+void RegisterLinalgKernels(KernelRegistry& r);       // gemm*.cu, rnn*.cu
+
+}  // namespace cuda
+}  // namespace kaiwu

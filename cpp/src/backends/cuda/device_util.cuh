@@ -1,0 +1,50 @@
+// Device-side helpers shared by the CUDA kernels: fused activations, the
+// error flag, grid-stride loops. Included only by .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cpu/activation.h"
+
+namespace kaiwu {
+namespace cuda {
+
+/// The fused activation of a node (Conv/Gemm/MatMul "_kaiwu_act"), by value for kernels.
+struct DeviceActivation {
+  int kind = 0;  // cpu::Activation::Kind as int
+  float alpha = 0.f, beta = 0.f;
+
+  static DeviceActivation From(const cpu::Activation& a) {
+    return DeviceActivation{static_cast<int>(a.kind), a.alpha, a.beta};
+  }
+  __host__ __device__ bool active() const { return kind != 0; }
+  __device__ float operator()(float v) const {
+    using K = cpu::Activation::Kind;
+    switch (static_cast<K>(kind)) {
+      case K::kNone: return v;
+      case K::kRelu: return v > 0.f ? v : 0.f;
+      case K::kLeakyRelu: return v >= 0.f ? v : v * alpha;
+      case K::kTanh: return tanhf(v);
+      case K::kSigmoid: return 1.f / (1.f + expf(-v));
+      case K::kClip: return fminf(fmaxf(v, alpha), beta);
+      case K::kHardSigmoid: return fminf(fmaxf(v * alpha + beta, 0.f), 1.f);
+      case K::kHardSwish: return v * fminf(fmaxf(v * (1.f / 6.f) + 0.5f, 0.f), 1.f);
+    }
+    return v;
+  }
+};
+
+/// Records that the step `step` found bad data (first report wins).
+__device__ inline void ReportError(int* flag, int step) {
+  if (flag) atomicCAS(flag, 0, step + 1);
+}
+
+/// for (i = global thread; i < n; i += grid stride)
+#define KAIWU_CUDA_LOOP(i, n)                                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+}  // namespace cuda
+}  // namespace kaiwu

@@ -1,0 +1,45 @@
+#include "backends/cuda/cuda_kernels.h"
+
+#include "backends/cpu/cpu_kernels.h"
+
+namespace kaiwu {
+
+const KernelRegistry& CudaKernels() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    cuda::RegisterElementwiseKernels(r);
+    cuda::RegisterTensorKernels(r);
+    cuda::RegisterConvKernels(r);
+    cuda::RegisterLinalgKernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+namespace cuda {
+
+void CheckCuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  StatusCode code = err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver
+                        ? StatusCode::kUnsupported
+                        : StatusCode::kRuntime;
+  Fail(code, "CUDA: ", what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+}
+
+void CheckBlas(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  Fail(StatusCode::kRuntime, "cuBLAS: ", what, ": status ", static_cast<int>(status));
+}
+
+void CheckLaunch(const char* what) { CheckCuda(cudaGetLastError(), what); }
+
+void CudaKernel::Prepare(PrepareContext& ctx) {
+  KernelFactory cpu = CpuKernels().Find(ctx.node.op_type, ctx.node.domain);
+  if (!cpu) Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": no kernel for this op");
+  cpu(ctx.node)->Prepare(ctx);
+  ctx.scratch_bytes = 0;
+  PrepareDevice(ctx);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
