@@ -12,6 +12,7 @@ from ._core import (
     RefitError,
     ServerClosedError,
     UnsupportedOpError,
+    cuda_available,
 )
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
@@ -37,4 +38,5 @@ __all__ = [
     "InternalError",
     "ServerClosedError",
     "QueueFullError",
+    "cuda_available",
 ]

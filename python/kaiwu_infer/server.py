@@ -109,7 +109,11 @@ class InferenceServer:
             instead of one run with the session's intra-op threads. Each slice keeps
             at least ``min_slice_us`` of work (from measured run times), so cheap
             batches still run whole. Like ``pad_batches``, assumes rows are independent.
+            Ignored on a GPU, which runs each batch whole.
         min_slice_us: least work per slice (0: one slice per thread, or per row).
+        device: where a session the server loads runs (``"cpu"``, ``"cuda"``); see
+            ``Session``. With ``"cuda"``, ``workers=2`` lets one batch's copies overlap
+            another's compute.
         base_version: tag of the session's own weights in the version pool (the
             weights it holds when the server starts; a later ``Session.refit`` does not
             change the server's versions: use ``server.refit``).
@@ -142,13 +146,14 @@ class InferenceServer:
         base_version: str = "base",
         split_batches: bool = True,
         min_slice_us: float = 30.0,
+        device: str = "cpu",
     ):
         if queue_full not in ("block", "raise"):
             raise ValueError("queue_full must be 'block' or 'raise'")
         if isinstance(model_or_session, _core._Session):
             session = model_or_session
         else:
-            session = Session(model_or_session, threads=threads)
+            session = Session(model_or_session, threads=threads, device=device)
         self.session = session
         pairs, axes = _state_pairs(state)
         self._server = _core._InferenceServer(

@@ -40,12 +40,16 @@ def _model_bytes(model: Any) -> tuple[bytes, str]:
 
 
 class Session(_core._Session):
-    """An ONNX model ready to run batches on the CPU.
+    """An ONNX model ready to run batches on the CPU or a CUDA GPU.
 
     Args:
         model: a file path, the model's bytes, or an ``onnx.ModelProto``.
         threads: worker threads for one run (default: the physical cores).
         optimize: apply graph rewrites (fusions, folding); False runs the graph as imported.
+        device: ``"cpu"`` (default), or ``"cuda"`` / ``"cuda:N"`` in a build with the CUDA
+            backend (``kaiwu_infer.cuda_available()``). Feeds and results are numpy arrays
+            in host memory either way; weights live on the device and refit uploads the
+            weights that changed.
 
     ``run(feeds)`` returns a dict; ``run(output_names, feeds)`` returns a list as in
     onnxruntime; ``run(feeds, out={name: array})`` writes into preallocated arrays.
@@ -54,9 +58,10 @@ class Session(_core._Session):
     The GIL is released while computing, and one session may be used from many threads.
     """
 
-    def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True):
+    def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True,
+                 device: str = "cpu"):
         data, base_dir = _model_bytes(model)
-        super().__init__(data, base_dir, threads, optimize)
+        super().__init__(data, base_dir, threads, optimize, str(device))
         self._weight_names = frozenset(self.weights_info)
         self.refit_map = None
         text = self.metadata.get(REFIT_MAP_KEY)

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "bindings.h"
+
+#include "backends/device.h"
 #include "kaiwu/session.h"
 
 namespace kaiwu {
@@ -64,9 +66,11 @@ PyIOInfo MakeInfo(const IOInfo& io) {
 
 class PySession {
  public:
-  PySession(py::bytes model, const std::string& base_dir, py::object threads, bool optimize) {
+  PySession(py::bytes model, const std::string& base_dir, py::object threads, bool optimize,
+            const std::string& device) {
     SessionOptions opts;
     opts.optimize = optimize;
+    opts.device = device;
     if (!threads.is_none()) {
       int t = threads.cast<int>();
       if (t < 1) ThrowPython(StatusCode::kInput, "threads must be >= 1, got " + std::to_string(t));
@@ -295,9 +299,14 @@ void BindSession(py::module_& m) {
                ", dtype=" + py::str(i.dtype).cast<std::string>() + ")";
       });
 
+  m.def("cuda_available", &CudaAvailable,
+        "True when this build has the CUDA backend and a CUDA device is present.");
+
   py::class_<PySession>(m, "_Session")
-      .def(py::init<py::bytes, const std::string&, py::object, bool>(), py::arg("model"),
-           py::arg("base_dir"), py::arg("threads"), py::arg("optimize"))
+      .def(py::init<py::bytes, const std::string&, py::object, bool, const std::string&>(),
+           py::arg("model"), py::arg("base_dir"), py::arg("threads"), py::arg("optimize"),
+           py::arg("device") = "cpu")
+      .def_property_readonly("device", [](PySession& s) { return s.session().device(); })
       .def_property_readonly("inputs", &PySession::inputs)
       .def_property_readonly("outputs", &PySession::outputs)
       .def_property_readonly("threads", [](PySession& s) { return s.session().num_threads(); })

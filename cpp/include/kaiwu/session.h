@@ -16,6 +16,9 @@ namespace kaiwu {
 struct SessionOptions {
   int threads = 0;        ///< 0: the number of physical cores
   bool optimize = true;   ///< run the graph rewrite passes
+  /// Where runs execute: "cpu", or "cuda" / "cuda:N" in a build with the CUDA
+  /// backend. Feeds and results stay in host memory either way.
+  std::string device = "cpu";
 };
 
 /// A graph input or output as declared by the model.
@@ -56,6 +59,9 @@ class Session {
   const std::vector<IOInfo>& inputs() const;
   const std::vector<IOInfo>& outputs() const;
   int num_threads() const;
+  /// "cpu", or the device's name, e.g. "cuda:0 (NVIDIA H100 80GB HBM3)".
+  std::string device() const;
+  bool on_device() const;
   /// The model's metadata_props (e.g. "kaiwu.refit_map" written by kaiwu_infer.torch.export).
   const std::map<std::string, std::string>& metadata() const;
 

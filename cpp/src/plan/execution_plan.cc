@@ -8,7 +8,9 @@
 namespace kaiwu {
 
 struct ExecutionPlan::RunContext {
-  void* arena = nullptr;
+  void* arena = nullptr;                   // host arena (CPU plans)
+  std::shared_ptr<void> device_arena;      // device plans
+  std::unique_ptr<DeviceBackend::Stream> stream;
   std::vector<const void*> ptr;  // by value id
   std::vector<const void*> in_flat;
   std::vector<void*> out_flat;
@@ -17,7 +19,8 @@ struct ExecutionPlan::RunContext {
 
 ExecutionPlan::~ExecutionPlan() = default;
 
-ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& input_shapes) {
+ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& input_shapes)
+    : device_(in.device) {
   const Graph& g = *in.graph;
   const size_t nv = g.values.size();
   std::vector<TensorInfo> info(nv);
@@ -47,6 +50,16 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
   // Prepare each runtime node; fold what is known at plan time.
   std::vector<BufferRequest> requests;
   std::vector<int> request_of(nv, -1);
+  if (device_) {
+    // Feeds are copied into device buffers at the start of each run.
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      int v = g.inputs[i];
+      input_bytes_.push_back(static_cast<size_t>(NumElements(input_shapes[i])) *
+                             DTypeSize(info[v].dtype));
+      request_of[v] = static_cast<int>(requests.size());
+      requests.push_back(BufferRequest{input_bytes_.back(), 0, 0});
+    }
+  }
   std::vector<const void*> fold_in;
   std::vector<void*> fold_out;
   for (int n : *in.runtime_nodes) {
@@ -68,11 +81,24 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
     ctx.outputs.resize(node.outputs.size());
     ctx.alias.assign(node.outputs.size(), -1);
     kernel->Prepare(ctx);
+    const bool fold = ctx.shape_only || all_known;
+    if (device_ && !fold) {
+      // Shapes and folding were decided on the CPU kernel; the step runs on the device.
+      KernelFactory factory = device_->kernels().Find(node.op_type, node.domain);
+      if (!factory)
+        Fail(StatusCode::kUnsupported, node.Describe(), ": the ", device_->name(),
+             " backend has no kernel for ", node.op_type);
+      kernel = factory(node);
+      ctx.outputs.assign(node.outputs.size(), TensorInfo{});
+      ctx.alias.assign(node.outputs.size(), -1);
+      ctx.scratch_bytes = 0;
+      kernel->Prepare(ctx);
+    }
     for (size_t o = 0; o < node.outputs.size(); ++o)
       if (node.outputs[o] >= 0 && !ctx.outputs[o].present)
         Fail(StatusCode::kInternal, node.Describe(), " did not set output ", o);
 
-    if (ctx.shape_only || all_known) {
+    if (fold) {
       // Fold now: the outputs become plan constants.
       fold_in.clear();
       fold_out.clear();
@@ -115,7 +141,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       info[v] = ctx.outputs[o];
       info[v].data = nullptr;
       int a = ctx.alias[o];
-      if (is_output[v]) {
+      if (is_output[v] && !device_) {
         slot_[v] = Slot::kOutput;
       } else if (a >= 0 && a < node.num_inputs() && node.inputs[a] >= 0 &&
                  info[node.inputs[a]].dtype == ctx.outputs[o].dtype) {
@@ -138,13 +164,23 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
     }
     steps_.push_back(step);
     step_shapes_.push_back(ctx.outputs.empty() ? Shape{} : ctx.outputs[0].shape);
+    step_names_.push_back(node.Describe());
     kernels_.push_back(std::move(kernel));
+  }
+  if (device_) {
+    // Device outputs live in the arena until the copy out after the last step.
+    const int end = static_cast<int>(steps_.size());
+    for (int v : g.outputs) {
+      int r = slot_[v] == Slot::kAlias ? root[v] : v;
+      if (request_of[r] >= 0) requests[request_of[r]].last_use = end;
+    }
   }
 
   MemoryPlan mem = PlanMemory(requests);
   arena_bytes_ = mem.total_bytes;
   for (size_t v = 0; v < nv; ++v)
-    if (slot_[v] == Slot::kArena) arena_offset_[v] = mem.offsets[request_of[v]];
+    if (slot_[v] == Slot::kArena || (device_ && slot_[v] == Slot::kInput))
+      arena_offset_[v] = mem.offsets[request_of[v]];
   for (Step& s : steps_)
     if (s.scratch_offset != SIZE_MAX) s.scratch_offset = mem.offsets[s.scratch_offset];
   for (int v : alias_order_) alias_root_.push_back(root[v]);
@@ -159,7 +195,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
     outputs_.push_back(ti);
     output_offsets_.push_back(output_block_bytes_);
     output_block_bytes_ += (static_cast<size_t>(ti.size()) * DTypeSize(ti.dtype) + 63) / 64 * 64;
-    if (slot_[v] == Slot::kOutput && !written[v]) {
+    if (slot_[v] == Slot::kOutput && !written[v] && !device_) {
       written[v] = true;
       output_values_.push_back(v);
     } else {
@@ -167,15 +203,34 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       output_copies_.emplace_back(static_cast<int>(k), v);
     }
   }
+  if (device_) {
+    device_consts_.resize(nv);
+    for (size_t v = 0; v < nv; ++v)
+      if (slot_[v] == Slot::kConst) device_consts_[v] = device_->Upload(consts_[v]->data(), consts_[v]->bytes());
+  }
 }
 
 std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
   auto ctx = std::make_unique<RunContext>();
-  ctx->arena = AlignedAlloc(arena_bytes_);
+  char* base;
+  if (device_) {
+    ctx->device_arena = device_->Alloc(arena_bytes_);
+    base = static_cast<char*>(ctx->device_arena.get());
+    size_t in_bytes = 0, out_bytes = 0;
+    for (size_t b : input_bytes_) in_bytes += (b + 255) / 256 * 256;
+    for (const TensorInfo& o : outputs_)
+      out_bytes += (static_cast<size_t>(o.size()) * DTypeSize(o.dtype) + 255) / 256 * 256;
+    ctx->stream = device_->NewStream(in_bytes, out_bytes);
+  } else {
+    ctx->arena = AlignedAlloc(arena_bytes_);
+    base = static_cast<char*>(ctx->arena);
+  }
   ctx->ptr.assign(slot_.size(), nullptr);
   for (size_t v = 0; v < slot_.size(); ++v) {
-    if (slot_[v] == Slot::kArena) ctx->ptr[v] = static_cast<char*>(ctx->arena) + arena_offset_[v];
-    if (slot_[v] == Slot::kConst) ctx->ptr[v] = consts_[v]->data();
+    if (slot_[v] == Slot::kArena || (device_ && slot_[v] == Slot::kInput))
+      ctx->ptr[v] = base + arena_offset_[v];
+    if (slot_[v] == Slot::kConst)
+      ctx->ptr[v] = device_ ? device_consts_[v].get() : consts_[v]->data();
   }
   ctx->in_flat.assign(step_inputs_.size(), nullptr);
   ctx->out_flat.assign(step_outputs_.size(), nullptr);
@@ -201,6 +256,10 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
       plan->free_contexts_.push_back(std::move(*ctx));
     }
   } release{this, &ctx};
+  if (device_) {
+    RunOnDevice(*ctx, feeds, outputs, weights, step_seconds);
+    return;
+  }
 
   std::vector<const void*>& ptr = ctx->ptr;
   for (size_t i = 0; i < input_values_.size(); ++i) ptr[input_values_[i]] = feeds[i];
@@ -234,6 +293,61 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
     const void* src = slot_[v] == Slot::kStatic ? weights.pointers[v] : ptr[v];
     std::memcpy(outputs[k], src, static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));
   }
+}
+
+void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void* const* outputs,
+                                const WeightSet& weights, double* step_seconds) const {
+  DeviceBackend::Stream& stream = *ctx.stream;
+  auto describe = [this](int step) {
+    return step >= 0 && step < static_cast<int>(step_names_.size()) ? step_names_[step]
+                                                                      : std::string("a step");
+  };
+  if (weights.device_pointers.size() != slot_.size())
+    Fail(StatusCode::kInternal, "the weights have no copy on ", device_->name());
+  std::vector<const void*>& ptr = ctx.ptr;
+  for (int v : static_values_used_) ptr[v] = weights.device_pointers[v];
+  for (size_t i = 0; i < alias_order_.size(); ++i) ptr[alias_order_[i]] = ptr[alias_root_[i]];
+  try {
+    for (size_t i = 0; i < input_values_.size(); ++i)
+      stream.CopyIn(const_cast<void*>(ptr[input_values_[i]]), feeds[i], input_bytes_[i]);
+    char* arena = static_cast<char*>(ctx.device_arena.get());
+    for (size_t si = 0; si < steps_.size(); ++si) {
+      const Step& s = steps_[si];
+      for (int j = 0; j < s.in_count; ++j) {
+        int v = step_inputs_[s.in_begin + j];
+        ctx.in_flat[s.in_begin + j] = v >= 0 ? ptr[v] : nullptr;
+      }
+      for (int j = 0; j < s.out_count; ++j) {
+        int v = step_outputs_[s.out_begin + j];
+        ctx.out_flat[s.out_begin + j] = v >= 0 ? const_cast<void*>(ptr[v]) : nullptr;
+      }
+      stream.SetStep(static_cast<int>(si));
+      KernelIO io{ctx.in_flat.data() + s.in_begin, ctx.out_flat.data() + s.out_begin,
+                  s.scratch_offset == SIZE_MAX ? nullptr : arena + s.scratch_offset, nullptr,
+                  stream.kernel_context()};
+      if (step_seconds) {
+        auto t0 = std::chrono::steady_clock::now();
+        s.kernel->Run(io);
+        stream.Finish(describe);
+        step_seconds[si] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      } else {
+        s.kernel->Run(io);
+      }
+    }
+    for (const auto& [k, v] : output_copies_) {
+      const void* src = slot_[v] == Slot::kStatic ? weights.device_pointers[v] : ptr[v];
+      stream.CopyOut(outputs[k], src, static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));
+    }
+  } catch (...) {
+    // Drain the stream so the context is clean for the next run, then report the first error.
+    try {
+      stream.Finish(describe);
+    } catch (...) {
+    }
+    throw;
+  }
+  stream.Finish(describe);
 }
 
 }  // namespace kaiwu

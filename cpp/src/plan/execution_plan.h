@@ -5,8 +5,10 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "backends/device.h"
 #include "backends/kernel.h"
 #include "ir/graph.h"
 #include "runtime/weight_set.h"
@@ -24,6 +26,10 @@ struct PlanInputs {
   /// Per graph input: its data when the plan depends on its values (inputs that
   /// feed shape operands, keyed by value in the plan cache), else null.
   const std::vector<const void*>* input_values = nullptr;
+  /// Where the kernels run: null for the CPU. A device plan keeps inputs,
+  /// intermediates and outputs in device memory and reads weights from
+  /// WeightSet::device_pointers.
+  const DeviceBackend* device = nullptr;
 };
 
 class ExecutionPlan {
@@ -40,7 +46,8 @@ class ExecutionPlan {
   size_t num_steps() const { return steps_.size(); }
 
   /// feeds: one pointer per graph input; outputs: one writable pointer per
-  /// graph output, sized per outputs(). Does not allocate once warm.
+  /// graph output, sized per outputs(); both in host memory, also for a
+  /// device plan. Does not allocate once warm.
   void Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
            ThreadPool* pool, double* step_seconds = nullptr) const;
 
@@ -59,6 +66,8 @@ class ExecutionPlan {
   struct RunContext;
 
   std::unique_ptr<RunContext> NewContext() const;
+  void RunOnDevice(RunContext& ctx, const void* const* feeds, void* const* outputs,
+                   const WeightSet& weights, double* step_seconds) const;
 
   std::vector<std::unique_ptr<Kernel>> kernels_;
   std::vector<Step> steps_;
@@ -68,6 +77,10 @@ class ExecutionPlan {
   std::vector<int> alias_root_;                  // for kAlias, in creation order
   std::vector<int> alias_order_;
   std::vector<std::shared_ptr<Tensor>> consts_;  // by value id, folded at plan time
+  const DeviceBackend* device_ = nullptr;
+  std::vector<std::shared_ptr<void>> device_consts_;  // by value id: device copies of consts_
+  std::vector<size_t> input_bytes_;                   // per graph input (device plans)
+  std::vector<std::string> step_names_;               // node descriptions, for device errors
   std::vector<int> input_values_, output_values_, static_values_used_;
   std::vector<std::pair<int, int>> output_copies_;  // (output index, source value)
   std::vector<TensorInfo> outputs_;

@@ -121,7 +121,8 @@ InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions
   st_hist_.assign(opt_.max_batch + 1, 0);
   st_wait_.reserve(1 << 16);
   stats_start_ = Clock::now();
-  if (opt_.split_batches && session_->num_threads() > 1)
+  // Slices side by side pay off on CPU cores; a device runs each batch whole.
+  if (opt_.split_batches && session_->num_threads() > 1 && !session_->on_device())
     slice_pool_ = std::make_unique<ThreadPool>(session_->num_threads());
   for (int w = 0; w < opt_.workers; ++w) workers_.emplace_back([this] { WorkerLoop(); });
 }

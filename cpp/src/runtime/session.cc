@@ -5,6 +5,7 @@
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "core/thread_pool.h"
@@ -66,10 +67,29 @@ std::shared_ptr<void> AcquireBlock(const std::shared_ptr<BlockPool>& pool) {
   });
 }
 
+
+// Gives `next` device copies of its static values, sharing those of `base`
+// where the value itself is shared (a refit uploads only what changed).
+void UploadWeights(const DeviceBackend& device, WeightSet* next, const WeightSet* base) {
+  const size_t n = next->values.size();
+  next->device_values.assign(n, nullptr);
+  next->device_pointers.assign(n, nullptr);
+  for (size_t v = 0; v < n; ++v) {
+    const auto& t = next->values[v];
+    if (!t) continue;
+    if (base && v < base->device_values.size() && base->values[v] == t && base->device_values[v])
+      next->device_values[v] = base->device_values[v];
+    else
+      next->device_values[v] = device.Upload(t->data(), t->bytes());
+    next->device_pointers[v] = next->device_values[v].get();
+  }
+}
+
 }  // namespace
 
 struct Session::Impl {
   SessionOptions options;
+  const DeviceBackend* device = nullptr;  // null: the CPU
   Graph graph;
   std::map<std::string, int> ops_before, ops_after;
   PassStats pass_stats;
@@ -171,7 +191,7 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
   for (size_t i = 0; i < feeds.size(); ++i)
     if (value_keyed_input[i]) input_values[i] = feeds[i].data;
   PlanInputs pin{&graph, &runtime_nodes, &is_static, &depends_on_weight, ws.get(),
-                 pool->num_threads(), &input_values};
+                 pool->num_threads(), &input_values, device};
   std::shared_ptr<const ExecutionPlan> plan;
   try {
     plan = std::make_shared<ExecutionPlan>(pin, shapes);
@@ -198,6 +218,7 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
                                        const SessionOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->device = FindDevice(options.device);
   impl->graph = LoadOnnxModel(bytes, size, base_dir);
   Graph& g = impl->graph;
   impl->ops_before = CountOps(g);
@@ -240,6 +261,24 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].data) ws->values[v] = g.values[v].data;
   impl->statics->Evaluate(g, ws.get(), nullptr, impl->pool.get());
+  if (impl->device) {
+    // Every op that runs per step needs a device kernel; Shape and Size are
+    // computed from shapes at plan time on the host.
+    std::set<std::string> missing;
+    for (int n : impl->runtime_nodes) {
+      const Node& node = g.nodes[n];
+      if (node.op_type == "Shape" || node.op_type == "Size") continue;
+      if (!impl->device->kernels().Find(node.op_type, node.domain))
+        missing.insert((node.domain.empty() ? "" : node.domain + ".") + node.op_type);
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (const auto& op : missing) list += (list.empty() ? "" : ", ") + op;
+      Fail(StatusCode::kUnsupported, "device '", impl->device->name(), "' has no kernel for: ", list,
+           " (run this model with device='cpu')");
+    }
+    UploadWeights(*impl->device, ws.get(), nullptr);
+  }
   impl->weights = ws;
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -256,6 +295,8 @@ std::unique_ptr<Session> Session::LoadFile(const std::string& path, const Sessio
 const std::vector<IOInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IOInfo>& Session::outputs() const { return impl_->outputs; }
 int Session::num_threads() const { return impl_->pool->num_threads(); }
+std::string Session::device() const { return impl_->device ? impl_->device->name() : "cpu"; }
+bool Session::on_device() const { return impl_->device != nullptr; }
 const std::map<std::string, std::string>& Session::metadata() const { return impl_->graph.metadata; }
 
 std::vector<TensorView> Session::OutputShapes(const std::vector<TensorView>& feeds) const {
@@ -431,6 +472,7 @@ std::shared_ptr<const WeightSet> Session::BuildWeights(
   }
   static_cast<const StaticProgram&>(*impl_->statics).Evaluate(g, next.get(), base,
                                                               impl_->pool.get());
+  if (impl_->device) UploadWeights(*impl_->device, next.get(), base);
   next->version = base->version + 1;
   report.version = next->version;
   if (report_out) *report_out = std::move(report);
@@ -468,6 +510,7 @@ std::string Session::Describe() const {
   os << "\n";
   for (const auto& [rule, n] : impl_->pass_stats.fired) os << "  " << rule << ": " << n << "\n";
   os << "threads: " << impl_->pool->num_threads() << "\n";
+  os << "device: " << device() << "\n";
   return os.str();
 }
 

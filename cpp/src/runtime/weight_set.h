@@ -17,6 +17,10 @@ struct WeightSet {
   uint64_t version = 0;
   std::vector<std::shared_ptr<const Tensor>> values;  // by value id; null if not static
   std::vector<const void*> pointers;                  // values[i]->data(), or null
+  /// For a session on a device: device copies of `values`, by value id (empty
+  /// on the CPU). A new version shares the copies of the values it shares.
+  std::vector<std::shared_ptr<void>> device_values;
+  std::vector<const void*> device_pointers;
 };
 
 /// The nodes whose inputs are all static. They run once at load and again

@@ -1,0 +1,184 @@
+// The CUDA backend's memory, streams and staging (DeviceBackend for CUDA).
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/device.h"
+
+namespace kaiwu {
+namespace cuda {
+
+namespace {
+
+class Device;
+
+// Page-locked host memory (staging for copies in and out).
+struct PinnedBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  explicit PinnedBuffer(size_t n) : bytes(n) {
+    if (n) CheckCuda(cudaMallocHost(&ptr, n), "cudaMallocHost (staging)");
+  }
+  ~PinnedBuffer() {
+    if (ptr) cudaFreeHost(ptr);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+};
+
+class CudaStream final : public DeviceBackend::Stream {
+ public:
+  CudaStream(int ordinal, size_t in_bytes, size_t out_bytes)
+      : ordinal_(ordinal), in_(Round(in_bytes)), out_(Round(out_bytes) + 64) {
+    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+    CheckCuda(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // A blocking-sync event: waiting threads sleep instead of spinning a core.
+    CheckCuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming),
+              "cudaEventCreate");
+    CheckBlas(cublasCreate(&ctx_.blas), "cublasCreate");
+    CheckBlas(cublasSetStream(ctx_.blas, ctx_.stream), "cublasSetStream");
+    CheckBlas(cublasSetMathMode(ctx_.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    CheckCuda(cudaMalloc(&flag_, sizeof(int)), "cudaMalloc (error flag)");
+    CheckCuda(cudaMemset(flag_, 0, sizeof(int)), "cudaMemset (error flag)");
+    ctx_.error_flag = static_cast<int*>(flag_);
+  }
+  ~CudaStream() override {
+    cudaSetDevice(ordinal_);
+    cudaStreamSynchronize(ctx_.stream);
+    if (ctx_.blas) cublasDestroy(ctx_.blas);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(ctx_.stream);
+    cudaFree(flag_);
+  }
+
+  const void* kernel_context() const override { return &ctx_; }
+  void SetStep(int step) override { ctx_.step = step; }
+
+  void CopyIn(void* device_dst, const void* host, size_t bytes) override {
+    if (bytes == 0) return;
+    if (in_used_ + bytes > in_.bytes)
+      Fail(StatusCode::kInternal, "CUDA staging (in) overflow: ", in_used_ + bytes, " > ", in_.bytes);
+    char* stage = static_cast<char*>(in_.ptr) + in_used_;
+    std::memcpy(stage, host, bytes);
+    CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
+              "copy to device");
+    in_used_ += Round(bytes);
+  }
+
+  void CopyOut(void* host, const void* device_src, size_t bytes) override {
+    if (bytes == 0) return;
+    if (out_used_ + bytes > out_.bytes)
+      Fail(StatusCode::kInternal, "CUDA staging (out) overflow: ", out_used_ + bytes, " > ",
+           out_.bytes);
+    char* stage = static_cast<char*>(out_.ptr) + out_used_;
+    CheckCuda(cudaMemcpyAsync(stage, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
+              "copy to host");
+    pending_.push_back(Pending{host, stage, bytes});
+    out_used_ += Round(bytes);
+  }
+
+  void Finish(const std::function<std::string(int)>& describe_step) override {
+    // The error flag travels back with the outputs, in the last staging slot.
+    int* flag_host = reinterpret_cast<int*>(static_cast<char*>(out_.ptr) + out_.bytes - 64);
+    cudaError_t launch = cudaGetLastError();
+    cudaError_t copy = cudaMemcpyAsync(flag_host, flag_, sizeof(int), cudaMemcpyDeviceToHost,
+                                       ctx_.stream);
+    cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
+    cudaError_t sync = cudaEventSynchronize(done_);
+    in_used_ = out_used_ = 0;
+    struct Clear {
+      std::vector<Pending>& v;
+      ~Clear() { v.clear(); }
+    } clear{pending_};
+    for (cudaError_t e : {launch, copy, rec, sync})
+      if (e != cudaSuccess) CheckCuda(e, "running the plan");
+    if (int step = *flag_host) {
+      cudaMemsetAsync(flag_, 0, sizeof(int), ctx_.stream);
+      cudaStreamSynchronize(ctx_.stream);
+      Fail(StatusCode::kRuntime, describe_step(step - 1),
+           ": found bad data on the device (e.g. an index out of range)");
+    }
+    for (const Pending& p : pending_) std::memcpy(p.host, p.stage, p.bytes);
+  }
+
+ private:
+  struct Pending {
+    void* host;
+    const void* stage;
+    size_t bytes;
+  };
+  static size_t Round(size_t n) { return (n + 255) / 256 * 256; }
+
+  int ordinal_;
+  DeviceContext ctx_;
+  cudaEvent_t done_ = nullptr;
+  void* flag_ = nullptr;
+  PinnedBuffer in_, out_;
+  size_t in_used_ = 0, out_used_ = 0;
+  std::vector<Pending> pending_;
+};
+
+class Device final : public DeviceBackend {
+ public:
+  explicit Device(int ordinal) : ordinal_(ordinal) {
+    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    CheckCuda(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
+    name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
+  }
+  std::string name() const override { return name_; }
+  const KernelRegistry& kernels() const override { return CudaKernels(); }
+
+  std::shared_ptr<void> Alloc(size_t bytes) const override {
+    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+    void* p = nullptr;
+    CheckCuda(cudaMalloc(&p, bytes ? bytes : 256), "cudaMalloc");
+    const int ordinal = ordinal_;
+    return std::shared_ptr<void>(p, [ordinal](void* q) {
+      cudaSetDevice(ordinal);
+      cudaFree(q);
+    });
+  }
+
+  std::shared_ptr<void> Upload(const void* host, size_t bytes) const override {
+    std::shared_ptr<void> d = Alloc(bytes);
+    if (bytes) CheckCuda(cudaMemcpy(d.get(), host, bytes, cudaMemcpyHostToDevice), "upload");
+    return d;
+  }
+
+  std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes) const override {
+    return std::make_unique<CudaStream>(ordinal_, in_bytes, out_bytes);
+  }
+
+ private:
+  int ordinal_;
+  std::string name_;
+};
+
+}  // namespace
+
+int DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+const DeviceBackend* GetBackend(int ordinal) {
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<Device>> devices;
+  std::lock_guard<std::mutex> lock(mu);
+  const int count = DeviceCount();
+  if (count == 0) Fail(StatusCode::kUnsupported, "device 'cuda': no CUDA device is present");
+  if (ordinal >= count)
+    Fail(StatusCode::kInput, "device 'cuda:", ordinal, "': only ", count, " CUDA device(s)");
+  if (devices.empty()) devices.resize(static_cast<size_t>(count));
+  if (!devices[ordinal]) devices[ordinal] = std::make_unique<Device>(ordinal);
+  return devices[ordinal].get();
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
