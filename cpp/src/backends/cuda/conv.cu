@@ -17,7 +17,8 @@ namespace kaiwu {
 namespace cuda {
 namespace {
 
-// Scratch for the column matrices of one chunk of images.
+// Bound on the column matrices of one chunk of images (a single image whose
+// columns exceed it still runs, alone).
 constexpr int64_t kMaxScratchBytes = int64_t{128} << 20;
 
 // The 2-D window of a conv by value (a 1-D conv has H = OH = KH = 1).
