@@ -111,7 +111,8 @@ inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tenso
 }
 
 /// Element-wise |a - b| <= atol + rtol * |b| for float32 tensors of equal shape
-/// (NaN only where the reference has NaN); exact equality for other dtypes.
+/// (NaN only where the reference has NaN, infinities equal); exact equality for
+/// other dtypes.
 inline void ExpectTensorsClose(const Tensor& got, const Tensor& want, float rtol, float atol,
                                const std::string& what) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
@@ -125,7 +126,8 @@ inline void ExpectTensorsClose(const Tensor& got, const Tensor& want, float rtol
   int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < want.size(); ++i) {
     bool ok = std::isnan(w[i]) ? std::isnan(g[i])
-                               : std::fabs(g[i] - w[i]) <= atol + rtol * std::fabs(w[i]);
+                               : g[i] == w[i] ||  // also equal infinities
+                                     std::fabs(g[i] - w[i]) <= atol + rtol * std::fabs(w[i]);
     if (!ok && bad++ == 0) first = i;
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size()

@@ -1,0 +1,164 @@
+// Conv (1-D and 2-D, float32; groups, dilations, pads/auto_pad, bias, fused
+// "_kaiwu_act"): im2col into device scratch, then one strided-batched cuBLAS
+// GEMM per group over a chunk of images, then one epilogue kernel for the bias
+// and the activation. Pointwise convs (1x1, stride 1, unpadded) skip im2col:
+// the input already is the column matrix.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "backends/cpu/activation.h"
+#include "backends/cpu/conv_geometry.h"
+#include "backends/cuda/conv_family.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+// Bound on the column matrices of one chunk of images (a single image whose
+// columns exceed it still runs, alone).
+constexpr int64_t kMaxScratchBytes = int64_t{128} << 20;
+
+// The 2-D window of a conv by value (a 1-D conv has H = OH = KH = 1).
+struct ConvWindow {
+  int64_t c, h, w, oh, ow, kh, kw;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+};
+
+// col[img][k][p] for images x + img * C * H * W, img < images: row
+// k = (c * KH + kh) * KW + kw (the layout of W's [C, KH, KW]), column
+// p = oh * OW + ow; taps in the padding read 0.
+__global__ void Im2ColKernel(ConvWindow g, int64_t images, const float* __restrict__ x,
+                             float* __restrict__ col) {
+  const int64_t P = g.oh * g.ow, taps = g.kh * g.kw, K = g.c * taps;
+  KAIWU_CUDA_LOOP(i, images * K * P) {
+    const int64_t p = i % P, k = (i / P) % K, img = i / (P * K);
+    const int64_t c = k / taps, kh = (k / g.kw) % g.kh, kw = k % g.kw;
+    const int64_t ih = (p / g.ow) * g.stride_h - g.pad_h + kh * g.dil_h;
+    const int64_t iw = (p % g.ow) * g.stride_w - g.pad_w + kw * g.dil_w;
+    const bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
+    col[i] = inside ? x[((img * g.c + c) * g.h + ih) * g.w + iw] : 0.f;
+  }
+}
+
+// y[n, m, p] = act(y[n, m, p] + bias[m]) (bias may be null).
+__global__ void BiasActivationKernel(int64_t total, int64_t M, int64_t P,
+                                     const float* __restrict__ bias, DeviceActivation act,
+                                     float* __restrict__ y) {
+  KAIWU_CUDA_LOOP(i, total) {
+    float v = y[i];
+    if (bias) v += bias[(i / P) % M];
+    y[i] = act(v);
+  }
+}
+
+class ConvKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    const float* x = static_cast<const float*>(io.inputs[0]);
+    const float* w = static_cast<const float*>(io.inputs[1]);
+    const float* bias = has_bias_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
+    float* y = static_cast<float*>(io.outputs[0]);
+    const DeviceContext& dev = Dev(io);
+    const int64_t total = n_ * m_ * p_;
+    if (total == 0) return;
+    if (k_ == 0) {  // no input channels: the products are all 0
+      CheckCuda(cudaMemsetAsync(y, 0, total * sizeof(float), dev.stream), "Conv memset");
+    } else {
+      const int64_t in_image = win_.c * win_.h * win_.w;
+      const int64_t col_image = group_ * k_ * p_;  // == in_image when pointwise
+      const int64_t mg = m_ / group_;
+      const float one = 1.f, zero = 0.f;
+      for (int64_t n0 = 0; n0 < n_; n0 += chunk_) {
+        const int64_t images = std::min(chunk_, n_ - n0);
+        const float* col = x + n0 * in_image;
+        if (!pointwise_) {
+          float* scratch = static_cast<float*>(io.scratch);
+          Im2ColKernel<<<GridFor(images * col_image), kBlock, 0, dev.stream>>>(win_, images, col,
+                                                                              scratch);
+          CheckLaunch("Conv im2col kernel");
+          col = scratch;
+        }
+        // Row-major per image and group: y[mg, P] = W_g[mg, K] x col_g[K, P],
+        // i.e. column-major y^T[P, mg] = col_g^T[P, K] x W_g^T[K, mg].
+        for (int64_t g = 0; g < group_; ++g) {
+          CheckBlas(cublasSgemmStridedBatched(
+                        dev.blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p_),
+                        static_cast<int>(mg), static_cast<int>(k_), &one, col + g * k_ * p_,
+                        static_cast<int>(p_), col_image, w + g * mg * k_, static_cast<int>(k_), 0,
+                        &zero, y + (n0 * m_ + g * mg) * p_, static_cast<int>(p_), m_ * p_,
+                        static_cast<int>(images)),
+                    "Conv cublasSgemmStridedBatched");
+        }
+      }
+    }
+    if (bias || act_.active()) {
+      BiasActivationKernel<<<GridFor(total), kBlock, 0, dev.stream>>>(total, m_, p_, bias, act_, y);
+      CheckLaunch("Conv bias/activation kernel");
+    }
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const Shape& x = ctx.in(0).shape;
+    const Shape& w = ctx.in(1).shape;
+    if (x.size() > 4)
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(),
+           ": 3-D Conv is not supported by the CUDA backend");
+    std::vector<int64_t> kernel(w.begin() + 2, w.end());
+    const cpu::SpatialGeometry geo =
+        cpu::MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
+    n_ = x[0];
+    m_ = w[0];
+    group_ = ctx.node.GetInt("group", 1);
+    // The geometry's spatial dims are (D, H, W): D = 1 here, and H = 1 in 1-D.
+    win_.c = x[1];
+    win_.h = geo.in[1];
+    win_.w = geo.in[2];
+    win_.oh = geo.out[1];
+    win_.ow = geo.out[2];
+    win_.kh = geo.kernel[1];
+    win_.kw = geo.kernel[2];
+    win_.stride_h = geo.stride[1];
+    win_.stride_w = geo.stride[2];
+    win_.pad_h = geo.pad_begin[1];
+    win_.pad_w = geo.pad_begin[2];
+    win_.dil_h = geo.dilation[1];
+    win_.dil_w = geo.dilation[2];
+    p_ = geo.out_size();
+    k_ = w[1] * geo.kernel_size();
+    pointwise_ = geo.IsPointwise();
+    has_bias_ = ctx.HasInput(2);
+    act_ = DeviceActivation::From(cpu::Activation::FromNode(ctx.node));
+    if (p_ > INT_MAX || k_ > INT_MAX || m_ > INT_MAX)
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(),
+           ": Conv GEMM dimensions beyond 32-bit are not supported by the CUDA backend");
+    // Column floats per image, all groups: C * KH * KW rows of P.
+    const int64_t per_image = group_ * k_ * p_;
+    const int64_t fit = kMaxScratchBytes / static_cast<int64_t>(sizeof(float)) /
+                        std::max<int64_t>(per_image, 1);
+    chunk_ = std::max<int64_t>(1, std::min<int64_t>({n_, fit, INT_MAX}));
+    ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(float);
+  }
+
+ private:
+  ConvWindow win_{};
+  DeviceActivation act_;
+  int64_t n_ = 0, m_ = 0, group_ = 1;
+  int64_t p_ = 0, k_ = 0;  // output pixels per image; GEMM depth (C / group * KH * KW)
+  int64_t chunk_ = 1;      // images per im2col + GEMM round
+  bool pointwise_ = false, has_bias_ = false;
+};
+
+}  // namespace
+
+void RegisterConvKernels(KernelRegistry& r) {
+  r.Register("Conv", &MakeKernel<ConvKernel>);
+  RegisterPoolKernels(r);
+  RegisterNormKernels(r);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu

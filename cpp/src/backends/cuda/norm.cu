@@ -1,0 +1,224 @@
+// BatchNormalization (inference, one thread per element), InstanceNormalization
+// and LayerNormalization (one block per normalised plane or row: two-pass mean
+// and variance in float, as the CPU's ComputeRowStats), float32.
+#include <cstdint>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/linalg_util.h"
+#include "backends/cuda/conv_family.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/norm_reduce.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+// y = x * a + b with a = scale / sqrt(var + epsilon), b = bias - mean * a of
+// channel (i / plane) % C.
+__global__ void BatchNormElements(int64_t total, int64_t C, int64_t plane, float epsilon,
+                                const float* __restrict__ x, const float* __restrict__ scale,
+                                const float* __restrict__ bias, const float* __restrict__ mean,
+                                const float* __restrict__ var, float* __restrict__ y) {
+  KAIWU_CUDA_LOOP(i, total) {
+    const int64_t c = (i / plane) % C;
+    const float a = scale[c] / sqrtf(var[c] + epsilon);
+    const float b = bias[c] - mean[c] * a;
+    y[i] = x[i] * a + b;
+  }
+}
+
+struct RowStats {
+  float mean, inv_std;  // inv_std = 1 / sqrt(variance + epsilon)
+};
+
+// Mean and inverse standard deviation of x[0, n), n > 0, over the block (two-pass).
+__device__ RowStats BlockRowStats(const float* __restrict__ x, int64_t n, float epsilon) {
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += x[j];
+  const float mean = BlockReduce(sum, SumOp()) / static_cast<float>(n);
+  float sq = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float d = x[j] - mean;
+    sq += d * d;
+  }
+  const float var = BlockReduce(sq, SumOp()) / static_cast<float>(n);
+  return RowStats{mean, 1.f / sqrtf(var + epsilon)};
+}
+
+// One block per (n, c) plane of `size` elements: y = x * a + b with
+// a = scale[c] * inv_std, b = bias[c] - mean * a.
+__global__ void InstanceNormPlanes(int64_t planes, int64_t C, int64_t size, float epsilon,
+                                   const float* __restrict__ x, const float* __restrict__ scale,
+                                   const float* __restrict__ bias, float* __restrict__ y) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const float* xp = x + p * size;
+    const RowStats st = BlockRowStats(xp, size, epsilon);
+    const float a = scale[p % C] * st.inv_std;
+    const float b = bias[p % C] - st.mean * a;
+    for (int64_t j = threadIdx.x; j < size; j += blockDim.x) y[p * size + j] = xp[j] * a + b;
+  }
+}
+
+// Index into Scale or B of element f of the normalised shape: f itself when
+// the input has as many elements, else through broadcast strides.
+struct BroadcastIndex {
+  static constexpr int kMaxDims = 8;
+  bool identity = true;
+  int nd = 0;
+  int64_t dims[kMaxDims] = {}, strides[kMaxDims] = {};
+
+  __device__ int64_t operator()(int64_t f) const {
+    if (identity) return f;
+    int64_t idx = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      idx += (f % dims[d]) * strides[d];
+      f /= dims[d];
+    }
+    return idx;
+  }
+};
+
+// One block per row of `n` elements: y = (x - mean) * inv_std * scale (+ bias),
+// and the row's mean and inv_std where those outputs are wanted (non-null).
+__global__ void LayerNormRows(int64_t rows, int64_t n, float epsilon, BroadcastIndex scale_at,
+                                BroadcastIndex bias_at, const float* __restrict__ x,
+                                const float* __restrict__ scale, const float* __restrict__ bias,
+                                float* __restrict__ y, float* __restrict__ mean_out,
+                                float* __restrict__ inv_std_out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * n;
+    const RowStats st = BlockRowStats(xr, n, epsilon);
+    if (threadIdx.x == 0) {
+      if (mean_out) mean_out[r] = st.mean;
+      if (inv_std_out) inv_std_out[r] = st.inv_std;
+    }
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      float v = (xr[j] - st.mean) * st.inv_std * scale[scale_at(j)];
+      if (bias) v += bias[bias_at(j)];
+      y[r * n + j] = v;
+    }
+  }
+}
+
+const float* In(const KernelIO& io, int i) { return static_cast<const float*>(io.inputs[i]); }
+
+class BatchNormKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    if (total_ == 0) return;
+    BatchNormElements<<<GridFor(total_), kBlock, 0, Dev(io).stream>>>(
+        total_, c_, plane_, epsilon_, In(io, 0), In(io, 1), In(io, 2), In(io, 3), In(io, 4),
+        static_cast<float*>(io.outputs[0]));
+    CheckLaunch("BatchNormalization kernel");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const Shape& x = ctx.in(0).shape;
+    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    c_ = x[1];
+    plane_ = NumElements(Shape(x.begin() + 2, x.end()));
+    total_ = NumElements(x);
+  }
+
+ private:
+  float epsilon_ = 1e-5f;
+  int64_t c_ = 0, plane_ = 0, total_ = 0;
+};
+
+class InstanceNormKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    if (planes_ == 0 || size_ == 0) return;
+    InstanceNormPlanes<<<RowGrid(planes_), kBlock, 0, Dev(io).stream>>>(
+        planes_, c_, size_, epsilon_, In(io, 0), In(io, 1), In(io, 2),
+        static_cast<float*>(io.outputs[0]));
+    CheckLaunch("InstanceNormalization kernel");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const Shape& x = ctx.in(0).shape;
+    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    c_ = x[1];
+    planes_ = x[0] * c_;
+    size_ = NumElements(Shape(x.begin() + 2, x.end()));
+  }
+
+ private:
+  float epsilon_ = 1e-5f;
+  int64_t c_ = 0, planes_ = 0, size_ = 0;
+};
+
+class LayerNormKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    if (rows_ == 0 || n_ == 0) return;
+    float* mean_out = want_mean_ ? static_cast<float*>(io.outputs[1]) : nullptr;
+    float* inv_std_out = want_inv_std_ ? static_cast<float*>(io.outputs[2]) : nullptr;
+    LayerNormRows<<<RowGrid(rows_), kBlock, 0, Dev(io).stream>>>(
+        rows_, n_, epsilon_, scale_at_, bias_at_, In(io, 0), In(io, 1),
+        has_bias_ ? In(io, 2) : nullptr,
+        static_cast<float*>(io.outputs[0]), mean_out, inv_std_out);
+    CheckLaunch("LayerNormalization kernel");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const Shape& x = ctx.in(0).shape;
+    const int64_t rank = static_cast<int64_t>(x.size());
+    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), rank);
+    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    const Shape norm_shape(x.begin() + axis, x.end());
+    rows_ = NumElements(Shape(x.begin(), x.begin() + axis));
+    n_ = NumElements(norm_shape);
+    scale_at_ = IndexOf(ctx, 1, norm_shape);
+    has_bias_ = ctx.HasInput(2);
+    if (has_bias_) bias_at_ = IndexOf(ctx, 2, norm_shape);
+    // The CPU kernel gives Mean and InvStdDev shapes; write those the node wants.
+    const auto wanted = [&](size_t i) {
+      return ctx.outputs.size() > i && ctx.node.outputs.size() > i && ctx.node.outputs[i] >= 0;
+    };
+    want_mean_ = wanted(1);
+    want_inv_std_ = wanted(2);
+  }
+
+ private:
+  // As the CPU kernel's IndexMap (which already checked that input i
+  // broadcasts to the normalised shape), but computed on the device.
+  static BroadcastIndex IndexOf(const PrepareContext& ctx, int i, const Shape& norm_shape) {
+    Shape s = ctx.in(i).shape;
+    while (s.size() > norm_shape.size() && s.front() == 1) s.erase(s.begin());
+    BroadcastIndex index;
+    if (NumElements(s) == NumElements(norm_shape)) return index;
+    if (norm_shape.size() > BroadcastIndex::kMaxDims)
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": broadcasting input ", i,
+           " over more than ", BroadcastIndex::kMaxDims,
+           " normalised dims is not supported by the CUDA backend");
+    const std::vector<int64_t> strides = cpu::BroadcastStrides(s, norm_shape);
+    index.identity = false;
+    index.nd = static_cast<int>(norm_shape.size());
+    for (int d = 0; d < index.nd; ++d) {
+      index.dims[d] = norm_shape[d];
+      index.strides[d] = strides[d];
+    }
+    return index;
+  }
+
+  float epsilon_ = 1e-5f;
+  int64_t rows_ = 0, n_ = 0;
+  BroadcastIndex scale_at_, bias_at_;
+  bool has_bias_ = false, want_mean_ = false, want_inv_std_ = false;
+};
+
+}  // namespace
+
+void RegisterNormKernels(KernelRegistry& r) {
+  r.Register("BatchNormalization", &MakeKernel<BatchNormKernel>);
+  r.Register("InstanceNormalization", &MakeKernel<InstanceNormKernel>);
+  r.Register("LayerNormalization", &MakeKernel<LayerNormKernel>);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
