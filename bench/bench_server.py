@@ -107,6 +107,7 @@ def actor_loop(step_fn, env, seconds, lat, counts, start_evt, stop_at):
 WORKERS = [1]
 MAX_WAIT = [500]
 SPLIT = [True]
+DEVICE = ["cpu"]  # where the server's session runs (--device)
 
 
 def run_threads(mode, policy, n_actors, seconds, threads):
@@ -115,7 +116,8 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     path, stateful, on = policy.path, policy.stateful, policy.obs_name
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], state={"h0": "hn", "c0": "cn"} if stateful else None)
+                                 split_batches=SPLIT[0], device=DEVICE[0],
+                                 state={"h0": "hn", "c0": "cn"} if stateful else None)
 
         def make(a):
             def f(obs, done):
@@ -224,7 +226,8 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     srv, name = None, None
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], state={"h0": "hn", "c0": "cn"} if stateful else None)
+                                 split_batches=SPLIT[0], device=DEVICE[0],
+                                 state={"h0": "hn", "c0": "cn"} if stateful else None)
         name = srv.serve_shm(max_clients=n_procs, max_rows=rows)
     ps = [ctx.Process(target=proc_main, args=(mode, policy, rows, seconds, name, q, gos[i], i))
           for i in range(n_procs)]
@@ -269,6 +272,9 @@ def main():
                     help="comma list of actor setups: thread counts and/or 'procs' (4 processes x 32 envs)")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the MLP queries/s ceiling runs")
     ap.add_argument("--name", default="", help="output file stem (default server)")
+    ap.add_argument("--device", default="cpu", help="where the server's session runs: cpu or cuda")
+    ap.add_argument("--modes", default="server,kaiwu_per_actor,onnxruntime_per_actor",
+                    help="comma list of modes to run")
     ap.add_argument("--no-split", action="store_true",
                     help="server runs each batch whole with intra-op threads (split_batches=False)")
     args = ap.parse_args()
@@ -281,6 +287,7 @@ def main():
     WORKERS[0] = args.workers
     MAX_WAIT[0] = args.max_wait_us
     SPLIT[0] = not args.no_split
+    DEVICE[0] = args.device
     if args.sweep:
         policies = build_policies(tempfile.mkdtemp())
         for n in (64,):
@@ -291,7 +298,7 @@ def main():
         return
     tmp = tempfile.mkdtemp()
     policies = build_policies(tmp)
-    modes = ["server", "kaiwu_per_actor", "onnxruntime_per_actor"]
+    modes = args.modes.split(",")
     results = []
     configs = []
     setups = ["64"] if args.quick else args.actors.split(",")
@@ -327,7 +334,7 @@ def main():
         ceiling.append(r)
         print(json.dumps(r), flush=True)
     # Raw engine time per batch of 256 (what batching alone could reach).
-    s = ki.Session(policies["mlp"].path, threads=threads)
+    s = ki.Session(policies["mlp"].path, threads=threads, device=args.device)
     x = np.random.default_rng(0).standard_normal((256, *policies["mlp"].obs_shape)).astype(np.float32)
     for _ in range(20):
         s.run({"obs": x})
@@ -342,6 +349,7 @@ def main():
         "python": sys.version.split()[0],
         "command": "PYTHONPATH=python python bench/bench_server.py " + " ".join(sys.argv[1:]),
         "server_threads": threads,
+        "server_device": ki.Session(policies["mlp"].path, threads=1, device=args.device).device,
         "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",
         "seconds_per_run": args.seconds,
         "server_options": f"max_batch=256, max_wait_us={args.max_wait_us}, workers={args.workers}, "
@@ -377,7 +385,7 @@ def main():
         s = r["server"]
         lines.append(f"| {r['what']} | {r['queries_per_s']:.0f} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
                      f"{s['mean_batch_rows']:.1f} | {s['run_mean_us']:.0f} |")
-    lines.append(f"\nEngine alone, MLP batch 256: {engine_rows_s:.0f} rows/s.")
+    lines.append(f"\nEngine alone ({args.device}), MLP batch 256: {engine_rows_s:.0f} rows/s.")
     with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The CUDA backend's tests, on a machine with an NVIDIA GPU and the CUDA toolkit
+# (nvcc, cuBLAS): builds with -DKAIWU_CUDA=ON into build/cuda (the Python module
+# lands in python/kaiwu_infer), then runs the CUDA kernel tests (GoogleTest,
+# each op against the CPU kernel), the whole C++ suite, and the CUDA pytest
+# module (policies against onnxruntime, refit, the server on the GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+PYBIND11_DIR=$(python3 -c "import pybind11; print(pybind11.get_cmake_dir())")
+cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAIWU_CUDA=ON -DKAIWU_BUILD_TESTS=ON \
+  -DKAIWU_BUILD_PYTHON=ON -Dpybind11_DIR="$PYBIND11_DIR" >/dev/null
+cmake --build build/cuda -j "$JOBS"
+echo "== C++ tests (CUDA kernels first)"
+./build/cuda/kaiwu_tests --gtest_filter='Cuda*' --gtest_brief=1
+./build/cuda/kaiwu_tests --gtest_filter='-Cuda*' --gtest_brief=1
+echo "== pytest (CUDA)"
+PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider "$@"
