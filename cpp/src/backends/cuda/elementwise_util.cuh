@@ -1,13 +1,13 @@
 // Shared machinery of the CUDA elementwise kernels: the per-input index map
 // of numpy broadcasting (built at Prepare, passed by value to kernels), the
-// generic map / binary / ternary kernels, and the registration functions of
+// generic one-input and two-input kernels, and the registration functions of
 // the family's files (elementwise.cu calls them).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
@@ -16,12 +16,12 @@
 namespace kaiwu {
 namespace cuda {
 
-void RegisterUnaryKernels(KernelRegistry& r);     // elementwise_unary.cu
+void RegisterUnaryKernels(KernelRegistry& r);       // elementwise_unary.cu
 void RegisterArithmeticKernels(KernelRegistry& r);  // elementwise_binary.cu
-void RegisterCompareKernels(KernelRegistry& r);   // elementwise_compare.cu
-void RegisterCastKernels(KernelRegistry& r);      // elementwise_cast.cu
-void RegisterSoftmaxKernels(KernelRegistry& r);   // elementwise_softmax.cu
-void RegisterFusedKernels(KernelRegistry& r);     // elementwise_fused.cu
+void RegisterCompareKernels(KernelRegistry& r);     // elementwise_compare.cu
+void RegisterCastKernels(KernelRegistry& r);        // elementwise_cast.cu
+void RegisterSoftmaxKernels(KernelRegistry& r);     // elementwise_softmax.cu
+void RegisterFusedKernels(KernelRegistry& r);       // elementwise_fused.cu
 
 /// Most distinct dimensions a broadcast may have after merging neighbours that
 /// share a broadcast pattern (ONNX shapes of rank <= 8 always fit).
