@@ -5,12 +5,12 @@ namespace kaiwu {
 namespace cuda {
 
 void RegisterElementwiseKernels(KernelRegistry& r) {
-  RegisterUnaryKernels(r);
-  RegisterArithmeticKernels(r);
-  RegisterCompareKernels(r);
-  RegisterCastKernels(r);
-  RegisterSoftmaxKernels(r);
-  RegisterFusedKernels(r);
+  eltwise::RegisterUnaryKernels(r);
+  eltwise::RegisterArithmeticKernels(r);
+  eltwise::RegisterCompareKernels(r);
+  eltwise::RegisterCastKernels(r);
+  eltwise::RegisterSoftmaxKernels(r);
+  eltwise::RegisterFusedKernels(r);
 }
 
 }  // namespace cuda

@@ -10,6 +10,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace eltwise {
 namespace {
 
 enum class ArithOp { kAdd, kSub, kMul, kDiv, kMod, kFmod, kMin, kMax, kSum, kMean };
@@ -292,5 +293,6 @@ void RegisterArithmeticKernels(KernelRegistry& r) {
   r.Register("PRelu", &MakeKernel<PReluKernel>);
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu

@@ -8,6 +8,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace eltwise {
 namespace {
 
 template <DType D> struct StorageOf;
@@ -116,5 +117,6 @@ void RegisterCastKernels(KernelRegistry& r) {
   r.Register("CastLike", &MakeKernel<CastKernel>);
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu

@@ -10,6 +10,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace eltwise {
 namespace {
 
 enum class CmpOp { kEqual, kLess, kGreater, kLessEqual, kGreaterEqual, kAnd, kOr, kXor };
@@ -163,5 +164,6 @@ void RegisterCompareKernels(KernelRegistry& r) {
   r.Register("Where", &MakeKernel<WhereKernel>);
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu

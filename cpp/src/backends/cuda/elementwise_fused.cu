@@ -10,6 +10,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace eltwise {
 namespace {
 
 enum class FusedOp : int {
@@ -150,5 +151,6 @@ void RegisterFusedKernels(KernelRegistry& r) {
   r.Register("FusedElementwise", &MakeKernel<FusedElementwiseKernel>, "kaiwu");
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu

@@ -10,6 +10,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace eltwise {
 namespace {
 
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
@@ -204,5 +205,6 @@ void RegisterSoftmaxKernels(KernelRegistry& r) {
   r.Register("Hardmax", &MakeSoftmax<SoftmaxKind::kHardmax>);
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu

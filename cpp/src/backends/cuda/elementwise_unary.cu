@@ -12,6 +12,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace eltwise {
 namespace {
 
 enum class UnaryOp {
@@ -312,5 +313,6 @@ void RegisterUnaryKernels(KernelRegistry& r) {
   r.Register("IsInf", &MakeIsSpecial<false>);
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu

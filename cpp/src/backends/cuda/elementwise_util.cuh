@@ -15,6 +15,8 @@
 
 namespace kaiwu {
 namespace cuda {
+// The family's names live apart from the other CUDA kernel groups' helpers.
+namespace eltwise {
 
 void RegisterUnaryKernels(KernelRegistry& r);       // elementwise_unary.cu
 void RegisterArithmeticKernels(KernelRegistry& r);  // elementwise_binary.cu
@@ -215,5 +217,6 @@ inline void RequireDType(const PrepareContext& ctx, int i, std::initializer_list
   Unsupported(ctx, std::string("dtype ") + DTypeName(dt) + " of input " + std::to_string(i));
 }
 
+}  // namespace eltwise
 }  // namespace cuda
 }  // namespace kaiwu
