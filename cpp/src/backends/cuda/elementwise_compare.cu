@@ -1,0 +1,169 @@
+// Comparisons and selection on CUDA, matching elementwise_compare.cc and
+// elementwise_select.cc: Equal Less Greater LessOrEqual GreaterOrEqual on
+// float32/int32/int64 (Equal also on bool), And Or Xor Not on bool, and
+// Where(condition, X, Y) with three-way broadcasting for any element size.
+// Bools are bytes; logical ops work on the bytes as the CPU kernels do.
+#include <string>
+#include <type_traits>
+
+#include "backends/cuda/elementwise_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace eltwise {
+namespace {
+
+enum class CmpOp { kEqual, kLess, kGreater, kLessEqual, kGreaterEqual, kAnd, kOr, kXor };
+
+bool IsLogical(CmpOp op) { return op == CmpOp::kAnd || op == CmpOp::kOr || op == CmpOp::kXor; }
+
+template <typename T>
+struct CompareFn {
+  CmpOp op;
+
+  __device__ uint8_t operator()(T a, T b) const {
+    switch (op) {
+      case CmpOp::kEqual: return a == b;
+      case CmpOp::kLess: return a < b;
+      case CmpOp::kGreater: return a > b;
+      case CmpOp::kLessEqual: return a <= b;
+      case CmpOp::kGreaterEqual: return a >= b;
+      default: break;
+    }
+    if constexpr (std::is_integral_v<T>) {  // the logical ops, which Prepare allows on bool only
+      switch (op) {
+        case CmpOp::kAnd: return a & b;
+        case CmpOp::kOr: return a | b;
+        default: return a ^ b;
+      }
+    }
+    return 0;
+  }
+};
+
+class CompareKernel : public CudaKernel {
+ public:
+  explicit CompareKernel(CmpOp op) : op_(op) {}
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    if (IsLogical(op_) || ctx.in(0).dtype == DType::kBool) {
+      RequireDType(ctx, 0, {DType::kBool});
+    } else {
+      RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
+    }
+    dtype_ = ctx.in(0).dtype;
+    const Shape& out = ctx.outputs[0].shape;
+    size_ = NumElements(out);
+    ix_ = MakeIndexer<2>(ctx, {ctx.in(0).shape, ctx.in(1).shape}, out);
+  }
+
+  void Run(const KernelIO& io) const override {
+    switch (dtype_) {
+      case DType::kBool: return RunTyped<uint8_t>(io);
+      case DType::kInt32: return RunTyped<int32_t>(io);
+      case DType::kInt64: return RunTyped<int64_t>(io);
+      default: return RunTyped<float>(io);
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    LaunchBinary(ix_, size_, static_cast<const T*>(io.inputs[0]),
+                 static_cast<const T*>(io.inputs[1]), static_cast<uint8_t*>(io.outputs[0]),
+                 CompareFn<T>{op_}, Dev(io).stream, "comparison kernel");
+  }
+
+  CmpOp op_;
+  DType dtype_ = DType::kUndefined;
+  int64_t size_ = 0;
+  ElementIndexer<2> ix_;
+};
+
+struct NotFn {
+  __device__ uint8_t operator()(uint8_t x) const { return x ^ 1; }
+};
+
+class NotKernel : public CudaKernel {
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override { size_ = ctx.in(0).size(); }
+
+  void Run(const KernelIO& io) const override {
+    LaunchMap(size_, static_cast<const uint8_t*>(io.inputs[0]),
+              static_cast<uint8_t*>(io.outputs[0]), NotFn{}, Dev(io).stream, "Not kernel");
+  }
+
+ private:
+  int64_t size_ = 0;
+};
+
+// o = c ? x : y on words of the element size (a select only moves elements).
+template <typename W>
+__global__ void SelectKernel(ElementIndexer<3> ix, int64_t n, const uint8_t* c, const W* x,
+                            const W* y, W* o) {
+  KAIWU_CUDA_LOOP(i, n) {
+    int64_t off[3];
+    ix.Offsets(i, off);
+    o[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+  }
+}
+
+class WhereKernel : public CudaKernel {
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    word_ = DTypeSize(ctx.in(1).dtype);
+    if (word_ != 1 && word_ != 2 && word_ != 4 && word_ != 8)
+      Unsupported(ctx, std::string("dtype ") + DTypeName(ctx.in(1).dtype));
+    const Shape& out = ctx.outputs[0].shape;
+    size_ = NumElements(out);
+    ix_ = MakeIndexer<3>(ctx, {ctx.in(0).shape, ctx.in(1).shape, ctx.in(2).shape}, out);
+  }
+
+  void Run(const KernelIO& io) const override {
+    switch (word_) {
+      case 1: return RunTyped<uint8_t>(io);
+      case 2: return RunTyped<uint16_t>(io);
+      case 4: return RunTyped<uint32_t>(io);
+      default: return RunTyped<uint64_t>(io);
+    }
+  }
+
+ private:
+  template <typename W>
+  void RunTyped(const KernelIO& io) const {
+    if (size_ <= 0) return;
+    SelectKernel<W><<<GridFor(size_), kBlock, 0, Dev(io).stream>>>(
+        ix_, size_, static_cast<const uint8_t*>(io.inputs[0]), static_cast<const W*>(io.inputs[1]),
+        static_cast<const W*>(io.inputs[2]), static_cast<W*>(io.outputs[0]));
+    CheckLaunch("Where kernel");
+  }
+
+  size_t word_ = 4;
+  int64_t size_ = 0;
+  ElementIndexer<3> ix_;
+};
+
+template <CmpOp kOp>
+std::unique_ptr<Kernel> MakeCompare(const Node&) {
+  return std::make_unique<CompareKernel>(kOp);
+}
+
+}  // namespace
+
+void RegisterCompareKernels(KernelRegistry& r) {
+  r.Register("Equal", &MakeCompare<CmpOp::kEqual>);
+  r.Register("Less", &MakeCompare<CmpOp::kLess>);
+  r.Register("Greater", &MakeCompare<CmpOp::kGreater>);
+  r.Register("LessOrEqual", &MakeCompare<CmpOp::kLessEqual>);
+  r.Register("GreaterOrEqual", &MakeCompare<CmpOp::kGreaterEqual>);
+  r.Register("And", &MakeCompare<CmpOp::kAnd>);
+  r.Register("Or", &MakeCompare<CmpOp::kOr>);
+  r.Register("Xor", &MakeCompare<CmpOp::kXor>);
+  r.Register("Not", &MakeKernel<NotKernel>);
+  r.Register("Where", &MakeKernel<WhereKernel>);
+}
+
+}  // namespace eltwise
+}  // namespace cuda
+}  // namespace kaiwu

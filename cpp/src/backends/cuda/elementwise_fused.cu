@@ -1,0 +1,156 @@
+// FusedElementwise (domain "kaiwu") on CUDA: the chain of float32 ops that
+// backends/cpu/fused_elementwise.h describes, applied per element in
+// registers. A launch runs up to kFusedSteps ops; longer chains continue in
+// place on the output in further launches. Each binary op's operand has its
+// own broadcast index map (slot s + 1 for step s; slot 0 is the chain's input).
+#include <string>
+#include <utility>
+
+#include "backends/cuda/elementwise_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace eltwise {
+namespace {
+
+enum class FusedOp : int {
+  kAdd, kSub, kMul, kDiv, kRelu, kSigmoid, kTanh, kExp, kNeg, kAbs, kSqrt, kClip, kLeakyRelu,
+};
+
+const std::pair<const char*, FusedOp> kFusedOps[] = {
+    {"Add", FusedOp::kAdd},   {"Sub", FusedOp::kSub},         {"Mul", FusedOp::kMul},
+    {"Div", FusedOp::kDiv},   {"Relu", FusedOp::kRelu},       {"Sigmoid", FusedOp::kSigmoid},
+    {"Tanh", FusedOp::kTanh}, {"Exp", FusedOp::kExp},         {"Neg", FusedOp::kNeg},
+    {"Abs", FusedOp::kAbs},   {"Sqrt", FusedOp::kSqrt},       {"Clip", FusedOp::kClip},
+    {"LeakyRelu", FusedOp::kLeakyRelu},
+};
+
+__host__ __device__ inline bool IsBinary(FusedOp op) {
+  return op == FusedOp::kAdd || op == FusedOp::kSub || op == FusedOp::kMul || op == FusedOp::kDiv;
+}
+
+constexpr int kFusedSteps = 16;
+constexpr int kSlots = kFusedSteps + 1;
+
+struct FusedStep {
+  FusedOp op;
+  bool swapped;  // the operand is the left one: c - v, c / v
+  float p0, p1;  // Clip bounds; LeakyRelu alpha
+};
+
+// What one launch runs; built at Prepare.
+struct FusedProgram {
+  int num_steps = 0;
+  FusedStep steps[kFusedSteps];
+  ElementIndexer<kSlots> ix;
+};
+
+// The launch's data pointers, per slot; set in Run.
+struct FusedOperands {
+  const float* slot[kSlots];
+};
+
+static_assert(sizeof(FusedProgram) + sizeof(FusedOperands) + 64 < 4096,
+              "kernel parameters stay under 4 KiB");
+
+__device__ inline float ApplyStep(const FusedStep& s, float v, float c) {
+  switch (s.op) {
+    case FusedOp::kAdd: return v + c;
+    case FusedOp::kSub: return s.swapped ? c - v : v - c;
+    case FusedOp::kMul: return v * c;
+    case FusedOp::kDiv: return s.swapped ? c / v : v / c;
+    case FusedOp::kRelu: return v < 0.f ? 0.f : v;
+    case FusedOp::kSigmoid: return 1.f / (1.f + expf(-v));
+    case FusedOp::kTanh: return tanhf(v);
+    case FusedOp::kExp: return expf(v);
+    case FusedOp::kNeg: return -v;
+    case FusedOp::kAbs: return fabsf(v);
+    case FusedOp::kSqrt: return sqrtf(v);
+    case FusedOp::kClip: return v < s.p0 ? s.p0 : (v > s.p1 ? s.p1 : v);
+    case FusedOp::kLeakyRelu: return v < 0.f ? s.p0 * v : v;
+  }
+  return v;
+}
+
+__global__ void FusedKernel(FusedProgram p, FusedOperands in, int64_t n, float* y) {
+  KAIWU_CUDA_LOOP(i, n) {
+    int64_t off[kSlots];
+    p.ix.Offsets(i, off);
+    float v = in.slot[0][off[0]];
+#pragma unroll
+    for (int s = 0; s < kFusedSteps; ++s) {
+      if (s >= p.num_steps) break;
+      const float c = IsBinary(p.steps[s].op) ? in.slot[s + 1][off[s + 1]] : 0.f;
+      v = ApplyStep(p.steps[s], v, c);
+    }
+    y[i] = v;
+  }
+}
+
+class FusedElementwiseKernel : public CudaKernel {
+ protected:
+  // The CPU kernel checked the attributes' lengths, the op names and the operands.
+  void PrepareDevice(PrepareContext& ctx) override {
+    const Node& node = ctx.node;
+    const std::vector<std::string>& ops = node.attrs.at("ops").strings;
+    const std::vector<int64_t> operand = node.GetInts("operand"), swapped = node.GetInts("swapped");
+    const std::vector<float> params = node.GetFloats("params");
+    const Shape& out = ctx.outputs[0].shape;
+    size_ = NumElements(out);
+    programs_.clear();
+    operand_.clear();
+    for (size_t first = 0; first < ops.size(); first += kFusedSteps) {
+      FusedProgram p;
+      // Slot 0: the chain's input first, then the output that earlier launches wrote.
+      std::vector<Shape> shapes = {first == 0 ? ctx.in(0).shape : out};
+      for (size_t k = first; k < ops.size() && p.num_steps < kFusedSteps; ++k) {
+        FusedStep& s = p.steps[p.num_steps++];
+        s.op = Lookup(ops[k]);
+        s.swapped = swapped[k] != 0;
+        s.p0 = params[2 * k];
+        s.p1 = params[2 * k + 1];
+        const int in = IsBinary(s.op) ? static_cast<int>(operand[k]) : -1;
+        operand_.push_back(in);
+        shapes.push_back(in >= 0 ? ctx.in(in).shape : Shape{});  // unused slots: one element
+      }
+      p.ix = MakeIndexer<kSlots>(ctx, shapes, out);
+      programs_.push_back(p);
+    }
+  }
+
+  void Run(const KernelIO& io) const override {
+    if (size_ <= 0) return;
+    float* y = static_cast<float*>(io.outputs[0]);
+    for (size_t l = 0; l < programs_.size(); ++l) {
+      FusedOperands in{};
+      in.slot[0] = l == 0 ? static_cast<const float*>(io.inputs[0]) : y;
+      for (int s = 0; s < programs_[l].num_steps; ++s) {
+        const int k = operand_[l * kFusedSteps + s];
+        in.slot[s + 1] = k >= 0 ? static_cast<const float*>(io.inputs[k]) : nullptr;
+      }
+      FusedKernel<<<GridFor(size_), kBlock, 0, Dev(io).stream>>>(programs_[l], in, size_, y);
+      CheckLaunch("FusedElementwise kernel");
+    }
+  }
+
+ private:
+  static FusedOp Lookup(const std::string& name) {
+    for (const auto& [n, op] : kFusedOps)
+      if (name == n) return op;
+    Fail(StatusCode::kInternal, "FusedElementwise: unknown op '", name, "'");
+  }
+
+  int64_t size_ = 0;
+  std::vector<FusedProgram> programs_;  // one per launch
+  std::vector<int> operand_;            // per step: the input its operand is, or -1
+};
+
+}  // namespace
+
+void RegisterFusedKernels(KernelRegistry& r) {
+  r.Register("FusedElementwise", &MakeKernel<FusedElementwiseKernel>, "kaiwu");
+}
+
+}  // namespace eltwise
+}  // namespace cuda
+}  // namespace kaiwu

@@ -1,0 +1,210 @@
+// Softmax, LogSoftmax and Hardmax on CUDA (float32), with the axis semantics
+// of softmax_kernels.cc: one axis from opset 13, the flattened trailing part
+// from `axis` before. The input is viewed as [outer, n, inner]. With inner == 1
+// each row is contiguous and a warp (or, for long rows, a block) reduces it;
+// otherwise one thread walks one strided column.
+#include <cmath>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cuda/elementwise_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace eltwise {
+namespace {
+
+enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+// Rows longer than this get a whole block each instead of a warp.
+constexpr int64_t kWarpRowMax = 1024;
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// Reduces v over the kThreads threads (one warp, or the whole block) of a row;
+// every one of them gets the result. `shared` holds one value per warp.
+template <int kThreads, typename Op>
+__device__ float RowReduce(float v, Op op, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if constexpr (kThreads > 32) {
+    const int warp = threadIdx.x / 32;
+    __syncthreads();  // the previous reduction's readers are done
+    if (threadIdx.x % 32 == 0) shared[warp] = v;
+    __syncthreads();
+    v = shared[0];
+    for (int w = 1; w < kThreads / 32; ++w) v = op(v, shared[w]);
+  }
+  return v;
+}
+
+// (value, index) of the first maximum: b wins over a if larger, or equal and earlier.
+__device__ inline bool Better(float bv, int64_t bi, float av, int64_t ai) {
+  return bv > av || (bv == av && bi < ai);
+}
+
+template <int kThreads>
+__device__ int64_t RowArgMax(float v, int64_t i, float* shared, int64_t* shared_idx) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (Better(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+  if constexpr (kThreads > 32) {
+    const int warp = threadIdx.x / 32;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) {
+      shared[warp] = v;
+      shared_idx[warp] = i;
+    }
+    __syncthreads();
+    v = shared[0];
+    i = shared_idx[0];
+    for (int w = 1; w < kThreads / 32; ++w) {
+      if (Better(shared[w], shared_idx[w], v, i)) {
+        v = shared[w];
+        i = shared_idx[w];
+      }
+    }
+  }
+  return i;
+}
+
+// Contiguous rows of n elements, kThreads threads per row, kBlock / kThreads
+// rows per block. The row loop is uniform over each row's threads.
+template <int kThreads>
+__global__ void SoftmaxRowsKernel(SoftmaxKind kind, int64_t rows, int64_t n, const float* x,
+                                  float* y) {
+  constexpr int kRowsPerBlock = kBlock / kThreads;
+  __shared__ float shared[kBlock / 32];
+  __shared__ int64_t shared_idx[kBlock / 32];
+  const int lane = static_cast<int>(threadIdx.x) % kThreads;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads;
+       row < rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const float* xr = x + row * n;
+    float* yr = y + row * n;
+    if (kind == SoftmaxKind::kHardmax) {
+      float bv = -INFINITY;
+      int64_t bi = n;
+      for (int64_t j = lane; j < n; j += kThreads) {
+        if (Better(xr[j], j, bv, bi)) {
+          bv = xr[j];
+          bi = j;
+        }
+      }
+      const int64_t best = RowArgMax<kThreads>(bv, bi, shared, shared_idx);
+      for (int64_t j = lane; j < n; j += kThreads) yr[j] = j == best ? 1.f : 0.f;
+      continue;
+    }
+    float m = -INFINITY;
+    for (int64_t j = lane; j < n; j += kThreads) m = fmaxf(m, xr[j]);
+    m = RowReduce<kThreads>(m, MaxOp{}, shared);
+    float s = 0.f;
+    for (int64_t j = lane; j < n; j += kThreads) s += expf(xr[j] - m);
+    s = RowReduce<kThreads>(s, SumOp{}, shared);
+    if (kind == SoftmaxKind::kSoftmax) {
+      const float inv = 1.f / s;
+      for (int64_t j = lane; j < n; j += kThreads) yr[j] = expf(xr[j] - m) * inv;
+    } else {
+      const float lse = logf(s);
+      for (int64_t j = lane; j < n; j += kThreads) yr[j] = (xr[j] - m) - lse;  // as the CPU rounds
+    }
+  }
+}
+
+// One thread per (outer, inner) column of n elements `inner` apart.
+__global__ void SoftmaxColumnsKernel(SoftmaxKind kind, int64_t outer, int64_t n, int64_t inner,
+                                     const float* x, float* y) {
+  KAIWU_CUDA_LOOP(c, outer * inner) {
+    const int64_t base = (c / inner) * n * inner + c % inner;
+    const float* xc = x + base;
+    float* yc = y + base;
+    if (kind == SoftmaxKind::kHardmax) {
+      int64_t best = 0;
+      for (int64_t i = 1; i < n; ++i)
+        if (xc[i * inner] > xc[best * inner]) best = i;
+      for (int64_t i = 0; i < n; ++i) yc[i * inner] = i == best ? 1.f : 0.f;
+      continue;
+    }
+    float m = xc[0];
+    for (int64_t i = 1; i < n; ++i) m = fmaxf(m, xc[i * inner]);
+    float s = 0.f;
+    for (int64_t i = 0; i < n; ++i) s += expf(xc[i * inner] - m);
+    if (kind == SoftmaxKind::kSoftmax) {
+      const float inv = 1.f / s;
+      for (int64_t i = 0; i < n; ++i) yc[i * inner] = expf(xc[i * inner] - m) * inv;
+    } else {
+      const float lse = logf(s);
+      for (int64_t i = 0; i < n; ++i) yc[i * inner] = (xc[i * inner] - m) - lse;
+    }
+  }
+}
+
+class SoftmaxKernel : public CudaKernel {
+ public:
+  explicit SoftmaxKernel(SoftmaxKind kind) : kind_(kind) {}
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    RequireDType(ctx, 0, {DType::kFloat32});
+    const Shape& shape = ctx.in(0).shape;
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    const bool legacy = ctx.node.opset > 0 && ctx.node.opset < 13;
+    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", legacy ? 1 : -1), rank);
+    outer_ = n_ = inner_ = 1;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d < axis) outer_ *= shape[d];
+      else if (d == axis || legacy) n_ *= shape[d];
+      else inner_ *= shape[d];
+    }
+  }
+
+  void Run(const KernelIO& io) const override {
+    if (outer_ * n_ * inner_ == 0) return;
+    const float* x = static_cast<const float*>(io.inputs[0]);
+    float* y = static_cast<float*>(io.outputs[0]);
+    cudaStream_t s = Dev(io).stream;
+    if (inner_ > 1) {
+      SoftmaxColumnsKernel<<<GridFor(outer_ * inner_), kBlock, 0, s>>>(kind_, outer_, n_, inner_,
+                                                                        x, y);
+    } else if (n_ <= kWarpRowMax) {
+      constexpr int64_t kRowsPerBlock = kBlock / 32;
+      SoftmaxRowsKernel<32><<<RowBlocks(kRowsPerBlock), kBlock, 0, s>>>(kind_, outer_, n_, x, y);
+    } else {
+      SoftmaxRowsKernel<kBlock><<<RowBlocks(1), kBlock, 0, s>>>(kind_, outer_, n_, x, y);
+    }
+    CheckLaunch("softmax kernel");
+  }
+
+ private:
+  unsigned RowBlocks(int64_t rows_per_block) const {
+    const int64_t blocks = (outer_ + rows_per_block - 1) / rows_per_block;
+    return static_cast<unsigned>(blocks < 65535LL * 64 ? blocks : 65535LL * 64);
+  }
+
+  SoftmaxKind kind_;
+  int64_t outer_ = 1, n_ = 1, inner_ = 1;
+};
+
+template <SoftmaxKind K>
+std::unique_ptr<Kernel> MakeSoftmax(const Node&) {
+  return std::make_unique<SoftmaxKernel>(K);
+}
+
+}  // namespace
+
+void RegisterSoftmaxKernels(KernelRegistry& r) {
+  r.Register("Softmax", &MakeSoftmax<SoftmaxKind::kSoftmax>);
+  r.Register("LogSoftmax", &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
+  r.Register("Hardmax", &MakeSoftmax<SoftmaxKind::kHardmax>);
+}
+
+}  // namespace eltwise
+}  // namespace cuda
+}  // namespace kaiwu

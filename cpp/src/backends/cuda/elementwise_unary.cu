@@ -1,0 +1,318 @@
+// Unary elementwise ops on CUDA, matching the CPU kernels of
+// elementwise_unary.cc and elementwise_activation.cc: the float32 math and
+// activations (one kernel, the op a uniform switch), Neg Abs Sign Relu also on
+// int32/int64, Clip (bounds from attributes, Prepare-time constants or device
+// scalars) and IsNaN/IsInf (-> bool).
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "backends/cuda/elementwise_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace eltwise {
+namespace {
+
+enum class UnaryOp {
+  // int32/int64 as well as float32
+  kNeg, kAbs, kSign, kRelu,
+  // float32 only
+  kLeakyRelu, kElu, kSelu, kCelu, kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kThresholdedRelu,
+  kMish, kSoftplus, kSoftsign, kSigmoid, kTanh, kSqrt, kExp, kLog, kReciprocal, kFloor, kCeil,
+  kRound, kSin, kCos, kErf,
+};
+
+bool TakesIntegers(UnaryOp op) {
+  return op == UnaryOp::kNeg || op == UnaryOp::kAbs || op == UnaryOp::kSign ||
+         op == UnaryOp::kRelu;
+}
+
+// std::max / std::min, whose NaN behaviour the CPU kernels inherit.
+__device__ inline float StdMax(float a, float b) { return a < b ? b : a; }
+__device__ inline float StdMin(float a, float b) { return b < a ? b : a; }
+
+// log(1 + e^x) without overflow, as the CPU writes it.
+__device__ inline float Softplus(float x) { return StdMax(x, 0.f) + log1pf(expf(-fabsf(x))); }
+
+struct FloatUnaryFn {
+  UnaryOp op;
+  float alpha, beta, gamma;
+
+  __device__ float operator()(float x) const {
+    switch (op) {
+      case UnaryOp::kNeg: return -x;
+      case UnaryOp::kAbs: return fabsf(x);
+      case UnaryOp::kSign: return x > 0.f ? 1.f : (x < 0.f ? -1.f : x);  // keeps 0 and NaN
+      case UnaryOp::kRelu: return StdMax(x, 0.f);
+      case UnaryOp::kLeakyRelu: return x < 0.f ? alpha * x : x;
+      case UnaryOp::kElu: return x < 0.f ? alpha * (expf(x) - 1.f) : x;
+      case UnaryOp::kSelu: return gamma * (x <= 0.f ? alpha * (expf(x) - 1.f) : x);
+      case UnaryOp::kCelu: return StdMax(x, 0.f) + StdMin(alpha * (expf(x / alpha) - 1.f), 0.f);
+      case UnaryOp::kHardSigmoid: return StdMin(1.f, StdMax(0.f, alpha * x + beta));
+      case UnaryOp::kHardSwish:
+        return x * StdMin(1.f, StdMax(0.f, x * static_cast<float>(1.0 / 6.0) + 0.5f));
+      case UnaryOp::kGelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752440f));
+      case UnaryOp::kGeluTanh: {
+        const float k = 0.79788456080286535588f;  // sqrt(2 / pi)
+        return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+      }
+      case UnaryOp::kThresholdedRelu: return x > alpha ? x : 0.f;
+      case UnaryOp::kMish: return x * tanhf(Softplus(x));
+      case UnaryOp::kSoftplus: return Softplus(x);
+      case UnaryOp::kSoftsign: return x / (1.f + fabsf(x));
+      case UnaryOp::kSigmoid: return 1.f / (1.f + expf(-x));
+      case UnaryOp::kTanh: return tanhf(x);
+      case UnaryOp::kSqrt: return sqrtf(x);
+      case UnaryOp::kExp: return expf(x);
+      case UnaryOp::kLog: return logf(x);
+      case UnaryOp::kReciprocal: return 1.f / x;
+      case UnaryOp::kFloor: return floorf(x);
+      case UnaryOp::kCeil: return ceilf(x);
+      case UnaryOp::kRound: return rintf(x);  // halves to even, as ONNX asks
+      case UnaryOp::kSin: return sinf(x);
+      case UnaryOp::kCos: return cosf(x);
+      case UnaryOp::kErf: return erff(x);
+    }
+    return x;
+  }
+};
+
+// Neg and Abs wrap (the most negative value maps to itself), as on the CPU.
+template <typename T>
+struct IntUnaryFn {
+  UnaryOp op;
+
+  __device__ static T WrapNeg(T x) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(x)));
+  }
+  __device__ T operator()(T x) const {
+    switch (op) {
+      case UnaryOp::kNeg: return WrapNeg(x);
+      case UnaryOp::kAbs: return x < 0 ? WrapNeg(x) : x;
+      case UnaryOp::kSign: return static_cast<T>((x > 0) - (x < 0));
+      default: return x > 0 ? x : T(0);  // kRelu
+    }
+  }
+};
+
+class UnaryKernel : public CudaKernel {
+ public:
+  explicit UnaryKernel(UnaryOp op) : op_(op) {}
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    if (TakesIntegers(op_)) {
+      RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
+    } else {
+      RequireDType(ctx, 0, {DType::kFloat32});
+    }
+    // Attribute defaults as in the CPU kernels (which checked the values).
+    const Node& node = ctx.node;
+    switch (op_) {
+      case UnaryOp::kLeakyRelu: alpha_ = node.GetFloat("alpha", 0.01f); break;
+      case UnaryOp::kElu: alpha_ = node.GetFloat("alpha", 1.f); break;
+      case UnaryOp::kSelu:
+        alpha_ = node.GetFloat("alpha", 1.67326319217681884765625f);
+        gamma_ = node.GetFloat("gamma", 1.05070102214813232421875f);
+        break;
+      case UnaryOp::kCelu: alpha_ = node.GetFloat("alpha", 1.f); break;
+      case UnaryOp::kHardSigmoid:
+        alpha_ = node.GetFloat("alpha", 0.2f);
+        beta_ = node.GetFloat("beta", 0.5f);
+        break;
+      case UnaryOp::kThresholdedRelu: alpha_ = node.GetFloat("alpha", 1.f); break;
+      case UnaryOp::kGelu:
+      case UnaryOp::kGeluTanh:
+        op_ = node.GetString("approximate", "none") == "tanh" ? UnaryOp::kGeluTanh
+                                                               : UnaryOp::kGelu;
+        break;
+      default: break;
+    }
+    dtype_ = ctx.in(0).dtype;
+    size_ = ctx.in(0).size();
+  }
+
+  void Run(const KernelIO& io) const override {
+    cudaStream_t s = Dev(io).stream;
+    switch (dtype_) {
+      case DType::kInt32: return RunInt<int32_t>(io, s);
+      case DType::kInt64: return RunInt<int64_t>(io, s);
+      default:
+        return LaunchMap(size_, static_cast<const float*>(io.inputs[0]),
+                         static_cast<float*>(io.outputs[0]),
+                         FloatUnaryFn{op_, alpha_, beta_, gamma_}, s, "unary kernel");
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunInt(const KernelIO& io, cudaStream_t s) const {
+    LaunchMap(size_, static_cast<const T*>(io.inputs[0]), static_cast<T*>(io.outputs[0]),
+              IntUnaryFn<T>{op_}, s, "unary kernel");
+  }
+
+  UnaryOp op_;
+  float alpha_ = 0.f, beta_ = 0.f, gamma_ = 0.f;
+  DType dtype_ = DType::kUndefined;
+  int64_t size_ = 0;
+};
+
+// y = min(max(x, lo), hi) written as the CPU does (NaN passes through; lo > hi
+// gives hi). A bound given as a device pointer is read there, else `lo`/`hi`.
+template <typename T>
+__global__ void ClampKernel(int64_t n, const T* x, T* y, T lo, T hi, const T* lo_dev,
+                           const T* hi_dev) {
+  if (lo_dev) lo = *lo_dev;
+  if (hi_dev) hi = *hi_dev;
+  KAIWU_CUDA_LOOP(i, n) {
+    T v = x[i] < lo ? lo : x[i];
+    y[i] = v > hi ? hi : v;
+  }
+}
+
+// Clip: opset >= 11 takes min and max as optional one-element inputs, baked in
+// when known at Prepare and read on the device otherwise; older opsets carry
+// them as float attributes.
+class ClipKernel : public CudaKernel {
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
+    dtype_ = ctx.in(0).dtype;
+    attr_bounds_ = ctx.node.opset > 0 && ctx.node.opset < 11;
+    if (attr_bounds_) {
+      attr_min_ = ctx.node.GetFloat("min", -std::numeric_limits<float>::max());
+      attr_max_ = ctx.node.GetFloat("max", std::numeric_limits<float>::max());
+    }
+    for (int b = 0; b < 2; ++b) {
+      has_bound_[b] = ctx.HasInput(b + 1);
+      known_bound_[b] = has_bound_[b] && ctx.in(b + 1).data != nullptr;
+      if (known_bound_[b])
+        std::memcpy(bound_bytes_[b], ctx.in(b + 1).data, DTypeSize(dtype_));
+    }
+    size_ = ctx.in(0).size();
+  }
+
+  void Run(const KernelIO& io) const override {
+    switch (dtype_) {
+      case DType::kInt32: return RunTyped<int32_t>(io);
+      case DType::kInt64: return RunTyped<int64_t>(io);
+      default: return RunTyped<float>(io);
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    T bound[2] = {std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max()};
+    if (attr_bounds_) {
+      bound[0] = static_cast<T>(attr_min_);
+      bound[1] = static_cast<T>(attr_max_);
+    }
+    const T* dev[2] = {nullptr, nullptr};
+    for (int b = 0; b < 2; ++b) {
+      if (known_bound_[b]) {
+        std::memcpy(&bound[b], bound_bytes_[b], sizeof(T));
+      } else if (has_bound_[b]) {
+        dev[b] = static_cast<const T*>(io.inputs[b + 1]);
+      }
+    }
+    if (size_ <= 0) return;
+    ClampKernel<<<GridFor(size_), kBlock, 0, Dev(io).stream>>>(
+        size_, static_cast<const T*>(io.inputs[0]), static_cast<T*>(io.outputs[0]), bound[0],
+        bound[1], dev[0], dev[1]);
+    CheckLaunch("Clip kernel");
+  }
+
+  DType dtype_ = DType::kUndefined;
+  bool attr_bounds_ = false;
+  float attr_min_ = 0.f, attr_max_ = 0.f;
+  bool has_bound_[2] = {false, false};
+  bool known_bound_[2] = {false, false};
+  unsigned char bound_bytes_[2][8] = {};
+  int64_t size_ = 0;
+};
+
+// IsNaN, or IsInf(detect_positive, detect_negative); bool out as bytes.
+struct IsSpecialFn {
+  bool nan, pos, neg;
+  __device__ uint8_t operator()(float x) const {
+    if (nan) return x != x;
+    return (pos && x == INFINITY) || (neg && x == -INFINITY);
+  }
+};
+
+class IsSpecialKernel : public CudaKernel {
+ public:
+  explicit IsSpecialKernel(bool nan) : nan_(nan) {}
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    RequireDType(ctx, 0, {DType::kFloat32});
+    pos_ = ctx.node.GetInt("detect_positive", 1) != 0;
+    neg_ = ctx.node.GetInt("detect_negative", 1) != 0;
+    size_ = ctx.in(0).size();
+  }
+
+  void Run(const KernelIO& io) const override {
+    LaunchMap(size_, static_cast<const float*>(io.inputs[0]),
+              static_cast<uint8_t*>(io.outputs[0]), IsSpecialFn{nan_, pos_, neg_},
+              Dev(io).stream, nan_ ? "IsNaN kernel" : "IsInf kernel");
+  }
+
+ private:
+  bool nan_;
+  bool pos_ = true, neg_ = true;
+  int64_t size_ = 0;
+};
+
+template <UnaryOp kOp>
+std::unique_ptr<Kernel> MakeUnary(const Node&) {
+  return std::make_unique<UnaryKernel>(kOp);
+}
+
+template <bool kNaN>
+std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
+  return std::make_unique<IsSpecialKernel>(kNaN);
+}
+
+}  // namespace
+
+void RegisterUnaryKernels(KernelRegistry& r) {
+  r.Register("Neg", &MakeUnary<UnaryOp::kNeg>);
+  r.Register("Abs", &MakeUnary<UnaryOp::kAbs>);
+  r.Register("Sign", &MakeUnary<UnaryOp::kSign>);
+  r.Register("Relu", &MakeUnary<UnaryOp::kRelu>);
+  r.Register("LeakyRelu", &MakeUnary<UnaryOp::kLeakyRelu>);
+  r.Register("Elu", &MakeUnary<UnaryOp::kElu>);
+  r.Register("Selu", &MakeUnary<UnaryOp::kSelu>);
+  r.Register("Celu", &MakeUnary<UnaryOp::kCelu>);
+  r.Register("HardSigmoid", &MakeUnary<UnaryOp::kHardSigmoid>);
+  r.Register("HardSwish", &MakeUnary<UnaryOp::kHardSwish>);
+  r.Register("Gelu", &MakeUnary<UnaryOp::kGelu>);
+  r.Register("ThresholdedRelu", &MakeUnary<UnaryOp::kThresholdedRelu>);
+  r.Register("Mish", &MakeUnary<UnaryOp::kMish>);
+  r.Register("Softplus", &MakeUnary<UnaryOp::kSoftplus>);
+  r.Register("Softsign", &MakeUnary<UnaryOp::kSoftsign>);
+  r.Register("Sigmoid", &MakeUnary<UnaryOp::kSigmoid>);
+  r.Register("Tanh", &MakeUnary<UnaryOp::kTanh>);
+  r.Register("Sqrt", &MakeUnary<UnaryOp::kSqrt>);
+  r.Register("Exp", &MakeUnary<UnaryOp::kExp>);
+  r.Register("Log", &MakeUnary<UnaryOp::kLog>);
+  r.Register("Reciprocal", &MakeUnary<UnaryOp::kReciprocal>);
+  r.Register("Floor", &MakeUnary<UnaryOp::kFloor>);
+  r.Register("Ceil", &MakeUnary<UnaryOp::kCeil>);
+  r.Register("Round", &MakeUnary<UnaryOp::kRound>);
+  r.Register("Sin", &MakeUnary<UnaryOp::kSin>);
+  r.Register("Cos", &MakeUnary<UnaryOp::kCos>);
+  r.Register("Erf", &MakeUnary<UnaryOp::kErf>);
+  r.Register("Clip", &MakeKernel<ClipKernel>);
+  r.Register("IsNaN", &MakeIsSpecial<true>);
+  r.Register("IsInf", &MakeIsSpecial<false>);
+}
+
+}  // namespace eltwise
+}  // namespace cuda
+}  // namespace kaiwu

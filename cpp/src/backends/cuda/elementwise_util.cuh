@@ -1,0 +1,222 @@
+// Shared machinery of the CUDA elementwise kernels: the per-input index map
+// of numpy broadcasting (built at Prepare, passed by value to kernels), the
+// generic one-input and two-input kernels, and the registration functions of
+// the family's files (elementwise.cu calls them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+// The family's names live apart from the other CUDA kernel groups' helpers.
+namespace eltwise {
+
+void RegisterUnaryKernels(KernelRegistry& r);       // elementwise_unary.cu
+void RegisterArithmeticKernels(KernelRegistry& r);  // elementwise_binary.cu
+void RegisterCompareKernels(KernelRegistry& r);     // elementwise_compare.cu
+void RegisterCastKernels(KernelRegistry& r);        // elementwise_cast.cu
+void RegisterSoftmaxKernels(KernelRegistry& r);     // elementwise_softmax.cu
+void RegisterFusedKernels(KernelRegistry& r);       // elementwise_fused.cu
+
+/// Most distinct dimensions a broadcast may have after merging neighbours that
+/// share a broadcast pattern (ONNX shapes of rank <= 8 always fit).
+constexpr int kMaxDims = 8;
+
+/// How an input's element for output element i is found.
+enum class Access : int {
+  kScalar,   // one element: offset 0
+  kFull,     // same element count as the output: offset i
+  kTail,     // repeats the output's trailing block of `tail` elements: i % tail
+  kGeneral,  // anything else: through dims and strides
+};
+
+/// Maps a flat output index to one offset per input (N inputs at most;
+/// unused slots are kScalar). Strides are in elements, 0 on broadcast dims
+/// and for every input that is not kGeneral.
+template <int N>
+struct ElementIndexer {
+  int rank = 1;
+  bool narrow = true;  // output has < 2^31 elements: 32-bit index math
+  Access access[N];
+  int64_t tail[N];
+  int64_t dims[kMaxDims];
+  int64_t strides[N][kMaxDims];
+
+  __device__ void Offsets(int64_t i, int64_t (&off)[N]) const {
+    bool general = false;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      switch (access[k]) {
+        case Access::kFull: off[k] = i; break;
+        case Access::kTail:
+          off[k] = narrow ? static_cast<int64_t>(static_cast<uint32_t>(i) %
+                                                 static_cast<uint32_t>(tail[k]))
+                          : i % tail[k];
+          break;
+        case Access::kGeneral: general = true; off[k] = 0; break;
+        default: off[k] = 0; break;
+      }
+    }
+    if (!general) return;
+    if (narrow) {
+      uint32_t rem = static_cast<uint32_t>(i);
+      for (int d = rank - 1; d >= 0; --d) {
+        const uint32_t dim = static_cast<uint32_t>(dims[d]);
+        const int64_t idx = rem % dim;
+        rem /= dim;
+#pragma unroll
+        for (int k = 0; k < N; ++k) off[k] += idx * strides[k][d];
+      }
+    } else {
+      int64_t rem = i;
+      for (int d = rank - 1; d >= 0; --d) {
+        const int64_t idx = rem % dims[d];
+        rem /= dims[d];
+#pragma unroll
+        for (int k = 0; k < N; ++k) off[k] += idx * strides[k][d];
+      }
+    }
+  }
+};
+
+/// The index map of `inputs` (at most N, each broadcasting to `out`, which the
+/// CPU kernel's Prepare checked). Throws kUnsupported naming the node when the
+/// merged broadcast has more than kMaxDims dimensions.
+template <int N>
+ElementIndexer<N> MakeIndexer(const PrepareContext& ctx, const std::vector<Shape>& inputs,
+                              const Shape& out) {
+  static_assert(N <= 32, "broadcast patterns are 32-bit masks");
+  ElementIndexer<N> ix{};
+  const int n = static_cast<int>(inputs.size());
+  if (n > N) Fail(StatusCode::kInternal, ctx.node.Describe(), ": indexer over ", n, " inputs");
+  const int64_t total = NumElements(out);
+  const size_t rank = out.size();
+  ix.narrow = total <= INT32_MAX;
+  ix.dims[0] = 1;
+  for (int k = 0; k < N; ++k) {
+    ix.access[k] = Access::kScalar;
+    ix.tail[k] = 1;
+  }
+
+  // Each input's dims aligned to the output's rank; the kind of access.
+  std::vector<Shape> aligned(n, Shape(rank, 1));
+  std::vector<int> general;
+  for (int k = 0; k < n; ++k) {
+    const Shape& s = inputs[k];
+    for (size_t i = 0; i < s.size(); ++i) aligned[k][rank - s.size() + i] = s[i];
+    const int64_t size = NumElements(s);
+    if (size == 1 || total == 0) continue;  // kScalar
+    if (size == total) {
+      ix.access[k] = Access::kFull;
+      continue;
+    }
+    // A trailing block: dims equal to the output's from some p on, 1 before p.
+    size_t p = rank;
+    while (p > 0 && aligned[k][p - 1] == out[p - 1]) --p;
+    bool ones_before = true;
+    for (size_t d = 0; d < p; ++d) ones_before = ones_before && aligned[k][d] == 1;
+    if (ones_before) {
+      ix.access[k] = Access::kTail;
+      ix.tail[k] = size;
+      continue;
+    }
+    ix.access[k] = Access::kGeneral;
+    general.push_back(k);
+  }
+  if (general.empty()) return ix;
+
+  // Merge neighbouring dims in which the same general inputs repeat.
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> in_dims(general.size());
+  uint32_t last_pattern = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    if (out[d] == 1) continue;
+    uint32_t pattern = 0;
+    for (size_t g = 0; g < general.size(); ++g)
+      if (aligned[general[g]][d] == 1) pattern |= 1u << g;
+    if (!dims.empty() && pattern == last_pattern) {
+      dims.back() *= out[d];
+      for (size_t g = 0; g < general.size(); ++g) in_dims[g].back() *= aligned[general[g]][d];
+    } else {
+      dims.push_back(out[d]);
+      for (size_t g = 0; g < general.size(); ++g) in_dims[g].push_back(aligned[general[g]][d]);
+    }
+    last_pattern = pattern;
+  }
+  if (dims.size() > static_cast<size_t>(kMaxDims))
+    Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": broadcasting over ", dims.size(),
+         " distinct dimensions is not supported by the CUDA backend (at most ", kMaxDims, ")");
+  ix.rank = static_cast<int>(dims.size());
+  for (int d = 0; d < ix.rank; ++d) ix.dims[d] = dims[d];
+  for (size_t g = 0; g < general.size(); ++g) {
+    int64_t stride = 1;
+    for (int d = ix.rank - 1; d >= 0; --d) {
+      ix.strides[general[g]][d] = in_dims[g][d] == 1 ? 0 : stride;
+      stride *= in_dims[g][d];
+    }
+  }
+  return ix;
+}
+
+/// y[i] = f(x[i]).
+template <typename X, typename Y, typename F>
+__global__ void MapKernel(int64_t n, const X* x, Y* y, F f) {
+  KAIWU_CUDA_LOOP(i, n) y[i] = f(x[i]);
+}
+
+/// o[i] = f(a[..], b[..]) under broadcasting. o may be a (in-place folds).
+template <typename A, typename B, typename O, typename F>
+__global__ void BinaryKernel(ElementIndexer<2> ix, int64_t n, const A* a, const B* b, O* o, F f) {
+  KAIWU_CUDA_LOOP(i, n) {
+    int64_t off[2];
+    ix.Offsets(i, off);
+    o[i] = f(a[off[0]], b[off[1]]);
+  }
+}
+
+template <typename X, typename Y, typename F>
+void LaunchMap(int64_t n, const X* x, Y* y, F f, cudaStream_t stream, const char* what) {
+  if (n <= 0) return;
+  MapKernel<<<GridFor(n), kBlock, 0, stream>>>(n, x, y, f);
+  CheckLaunch(what);
+}
+
+template <typename A, typename B, typename O, typename F>
+void LaunchBinary(const ElementIndexer<2>& ix, int64_t n, const A* a, const B* b, O* o, F f,
+                  cudaStream_t stream, const char* what) {
+  if (n <= 0) return;
+  BinaryKernel<<<GridFor(n), kBlock, 0, stream>>>(ix, n, a, b, o, f);
+  CheckLaunch(what);
+}
+
+/// dst = src on the stream unless they are the same buffer (an output the
+/// planner placed on its input, or an op that is the identity here).
+inline void CopyIfDistinct(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (dst == src || bytes == 0) return;
+  CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+}
+
+/// Throws kUnsupported naming the node: `what` is not supported on CUDA.
+[[noreturn]] inline void Unsupported(const PrepareContext& ctx, const std::string& what) {
+  Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": ", what,
+       " is not supported by the CUDA backend");
+}
+
+/// Throws kUnsupported unless input i's dtype is one of `allowed`.
+inline void RequireDType(const PrepareContext& ctx, int i, std::initializer_list<DType> allowed) {
+  const DType dt = ctx.in(i).dtype;
+  for (DType a : allowed)
+    if (a == dt) return;
+  Unsupported(ctx, std::string("dtype ") + DTypeName(dt) + " of input " + std::to_string(i));
+}
+
+}  // namespace eltwise
+}  // namespace cuda
+}  // namespace kaiwu
