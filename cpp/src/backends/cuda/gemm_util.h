@@ -1,0 +1,34 @@
+// What the CUDA linear-algebra kernels (Gemm, MatMul in gemm.cu; LSTM, GRU in
+// rnn*.cu) share: row-major float32 GEMMs through cuBLAS, the check that a
+// size fits cuBLAS's int, and the registration of the recurrent kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_kernels.h"
+
+namespace kaiwu {
+namespace cuda {
+
+/// Row-major C[m, n] = alpha * op(A) * op(B), op(A) [m, k], op(B) [k, n]; lda,
+/// ldb, ldc are the row strides of A, B, C as stored. C is overwritten (beta 0);
+/// k == 0 zero-fills C. FP32 math, on dev.stream through dev.blas.
+void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float* c, int64_t ldc);
+
+/// `batch` dense row-major products C_i[m, n] = A_i[m, k] * B_i[k, n] with
+/// A_i = a + i * stride_a (stride 0: one A for all), B_i = b + i * stride_b and
+/// C_i = c + i * m * n. k == 0 zero-fills C.
+void RowMajorSgemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, int64_t k,
+                                 const float* a, int64_t stride_a, const float* b, int64_t stride_b,
+                                 float* c, int64_t batch);
+
+/// Throws kUnsupported naming the node when `value` (a GEMM size or leading
+/// dimension called `what`) exceeds cuBLAS's int.
+void CheckBlasInt(const PrepareContext& ctx, int64_t value, const char* what);
+
+void RegisterRnnKernels(KernelRegistry& r);  // rnn.cu
+
+}  // namespace cuda
+}  // namespace kaiwu

@@ -1,0 +1,101 @@
+// Registration of the CUDA recurrent kernels and the parts LSTM and GRU
+// share: geometry and support checks, state load/store kernels.
+#include <cctype>
+#include <string>
+
+#include "backends/cuda/rnn_common.cuh"
+
+namespace kaiwu {
+namespace cuda {
+
+namespace {
+
+bool SameNameIgnoringCase(const std::string& a, const char* b) {
+  const std::string bs(b);
+  if (a.size() != bs.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(bs[i])))
+      return false;
+  return true;
+}
+
+__global__ void LoadStatesKernel(RnnGeometry g, int64_t d, const float* init_h, float* h,
+                                 const float* init_c, float* c) {
+  const int64_t H = g.hidden;
+  KAIWU_CUDA_LOOP(i, g.batch * H) {
+    const int64_t b = i / H;
+    const int64_t src = g.StateOffset(d, b) + (i - b * H);
+    h[i] = init_h ? init_h[src] : 0.f;
+    if (c) c[i] = init_c ? init_c[src] : 0.f;
+  }
+}
+
+__global__ void StoreStatesKernel(RnnGeometry g, int64_t d, const float* h, float* y_h,
+                                  const float* c, float* y_c) {
+  const int64_t H = g.hidden;
+  KAIWU_CUDA_LOOP(i, g.batch * H) {
+    const int64_t b = i / H;
+    const int64_t dst = g.StateOffset(d, b) + (i - b * H);
+    if (y_h) y_h[dst] = h[i];
+    if (y_c) y_c[dst] = c[i];
+  }
+}
+
+}  // namespace
+
+RnnGeometry PrepareRnnGeometry(const PrepareContext& ctx, int gates,
+                               const std::vector<const char*>& defaults) {
+  const Node& node = ctx.node;
+  RnnGeometry g;
+  g.layout = static_cast<int>(node.GetInt("layout", 0));
+  const Shape& x = ctx.in(0).shape;
+  g.seq = g.layout == 0 ? x[0] : x[1];
+  g.batch = g.layout == 0 ? x[1] : x[0];
+  g.input = x[2];
+  g.dirs = ctx.in(1).shape[0];
+  g.hidden = ctx.in(2).shape[2];
+  g.reverse = node.GetString("direction", "forward") == "reverse";
+  if (node.Has("clip")) {
+    g.has_clip = true;
+    g.clip = node.GetFloat("clip", 0.f);
+  }
+  // The CPU Prepare checked the list's length and names; the CUDA gate
+  // kernels implement only the default functions.
+  auto it = node.attrs.find("activations");
+  if (it != node.attrs.end()) {
+    const std::vector<std::string>& names = it->second.strings;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (!SameNameIgnoringCase(names[i], defaults[i % defaults.size()]))
+        Fail(StatusCode::kUnsupported, node.Describe(), ": activation '", names[i],
+             "' at position ", i, " is not supported by the CUDA backend (only the default ",
+             defaults[i % defaults.size()], ")");
+  }
+  CheckBlasInt(ctx, g.seq * g.batch, "rows of X");
+  CheckBlasInt(ctx, g.input, "input size");
+  CheckBlasInt(ctx, gates * g.hidden, "gates * hidden_size");
+  return g;
+}
+
+void RnnLoadStates(const DeviceContext& dev, const RnnGeometry& g, int64_t d, const float* init_h,
+                   float* h, const float* init_c, float* c) {
+  const unsigned grid = GridFor(g.batch * g.hidden);
+  LoadStatesKernel<<<grid, kBlock, 0, dev.stream>>>(g, d, init_h, h, init_c, c);
+  CheckLaunch("RNN load states kernel");
+}
+
+void RnnStoreStates(const DeviceContext& dev, const RnnGeometry& g, int64_t d, const float* h,
+                    float* y_h, const float* c, float* y_c) {
+  if (!y_h && !y_c) return;
+  const unsigned grid = GridFor(g.batch * g.hidden);
+  StoreStatesKernel<<<grid, kBlock, 0, dev.stream>>>(g, d, h, y_h, c, y_c);
+  CheckLaunch("RNN store states kernel");
+}
+
+void RegisterRnnKernels(KernelRegistry& r) {
+  r.Register("LSTM", &MakeLstmKernel);
+  r.Register("GRU", &MakeGruKernel);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
