@@ -1,0 +1,369 @@
+// ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
+// ReduceSumSquare, ReduceLogSum, ReduceLogSumExp (float32, float64, int32,
+// int64), and ArgMax / ArgMin.
+//
+// PrepareDevice merges dims as the CPU kernel does (size-1 dims dropped,
+// neighbours both kept or both reduced merged) into a kept and a reduced set of
+// (size, input stride). Two kernels:
+//  - one thread per output looping over its reduced elements: when the
+//    innermost dim is kept (neighbouring threads read neighbouring elements) or
+//    few elements are reduced per output;
+//  - one block per output, the threads striding over the reduced elements and
+//    combining in shared memory: when many elements are reduced per output.
+// ArgMax / ArgMin scan each line in order with one thread, as the CPU does, so
+// that ties and NaNs pick the same index.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cuda/tensor_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
+// How elements are accumulated (map, then combine).
+enum class Accum { kSum, kSumAbs, kSumSquare, kProd, kMax, kMin };
+
+constexpr int kWarp = 32;
+
+__host__ __device__ inline Accum AccumOf(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::kMax: case ReduceKind::kLogSumExp: return Accum::kMax;
+    case ReduceKind::kMin: return Accum::kMin;
+    case ReduceKind::kProd: return Accum::kProd;
+    case ReduceKind::kL1: return Accum::kSumAbs;
+    case ReduceKind::kL2: case ReduceKind::kSumSquare: return Accum::kSumSquare;
+    default: return Accum::kSum;
+  }
+}
+
+template <typename T>
+T IdentityOf(Accum a) {
+  switch (a) {
+    case Accum::kProd: return T(1);
+    case Accum::kMax:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::lowest();
+    case Accum::kMin:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::max();
+    default: return T(0);
+  }
+}
+
+// The element as accumulated.
+template <typename T>
+__device__ inline T MapValue(Accum a, T v) {
+  switch (a) {
+    case Accum::kSumAbs: return v < T(0) ? -v : v;
+    case Accum::kSumSquare: return v * v;
+    default: return v;
+  }
+}
+
+template <typename T>
+__device__ inline T Combine(Accum a, T x, T y) {
+  switch (a) {
+    case Accum::kProd: return x * y;
+    case Accum::kMax: return x < y ? y : x;  // std::max
+    case Accum::kMin: return y < x ? y : x;  // std::min
+    default: return x + y;
+  }
+}
+
+// The final transform of an accumulated value (LogSumExp is handled apart).
+template <typename T>
+__device__ inline T Finish(ReduceKind k, T acc, int64_t count) {
+  switch (k) {
+    case ReduceKind::kMean:
+      if constexpr (std::is_floating_point<T>::value) return acc / static_cast<T>(count);
+      return count == 0 ? T(0) : static_cast<T>(acc / static_cast<T>(count));
+    case ReduceKind::kL2: return static_cast<T>(sqrt(static_cast<double>(acc)));
+    case ReduceKind::kLogSum: return static_cast<T>(log(static_cast<double>(acc)));
+    default: return acc;
+  }
+}
+
+// exp and log of float32 in single precision, of float64 in double.
+template <typename T>
+__device__ inline T Exp(T v) {
+  if constexpr (std::is_same<T, float>::value) return expf(v);
+  return static_cast<T>(exp(static_cast<double>(v)));
+}
+
+template <typename T>
+__device__ inline T Log(T v) {
+  if constexpr (std::is_same<T, float>::value) return logf(v);
+  return static_cast<T>(log(static_cast<double>(v)));
+}
+
+struct ReduceGeometry {
+  DimArray<int64_t> kept;     // merged kept dims (output order) and their input strides
+  DimArray<int64_t> reduced;  // merged reduced dims and their input strides
+  int64_t count = 0;          // elements reduced into each output
+  int64_t out_size = 0;
+};
+
+// Input offset of reduced element r (one merged reduced dim needs no division).
+__device__ inline int64_t ReducedOffset(const DimArray<int64_t>& d, int64_t r) {
+  return d.n == 1 ? r * d.stride[0] : DimOffset(d, r);
+}
+
+// Combines v across the block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. `partial` holds one value per warp.
+template <typename T>
+__device__ inline T BlockCombine(Accum a, T v, T* partial) {
+  for (int s = kWarp / 2; s > 0; s /= 2) v = Combine(a, v, __shfl_xor_sync(0xffffffffu, v, s));
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  v = partial[0];
+  for (unsigned w = 1; w < blockDim.x / kWarp; ++w) v = Combine(a, v, partial[w]);
+  __syncthreads();  // `partial` is reused by the next call
+  return v;
+}
+
+template <typename T>
+__global__ void ReduceThreadGpu(const T* __restrict__ x, T* __restrict__ y, ReduceGeometry g,
+                                ReduceKind kind, T identity) {
+  const Accum acc = AccumOf(kind);
+  KAIWU_CUDA_LOOP(o, g.out_size) {
+    const T* base = x + DimOffset(g.kept, o);
+    T a = identity;
+    for (int64_t r = 0; r < g.count; ++r)
+      a = Combine(acc, a, MapValue(acc, base[ReducedOffset(g.reduced, r)]));
+    if constexpr (std::is_floating_point<T>::value) {
+      if (kind == ReduceKind::kLogSumExp) {
+        if (isfinite(a)) {
+          T sum = T(0);
+          for (int64_t r = 0; r < g.count; ++r) sum += Exp(base[ReducedOffset(g.reduced, r)] - a);
+          a += Log(sum);
+        }
+        y[o] = a;
+        continue;
+      }
+    }
+    y[o] = Finish(kind, a, g.count);
+  }
+}
+
+template <typename T>
+__global__ void ReduceBlockGpu(const T* __restrict__ x, T* __restrict__ y, ReduceGeometry g,
+                               ReduceKind kind, T identity) {
+  __shared__ T partial[1024 / kWarp];
+  const Accum acc = AccumOf(kind);
+  for (int64_t o = blockIdx.x; o < g.out_size; o += gridDim.x) {
+    const T* base = x + DimOffset(g.kept, o);
+    T a = identity;
+    for (int64_t r = threadIdx.x; r < g.count; r += blockDim.x)
+      a = Combine(acc, a, MapValue(acc, base[ReducedOffset(g.reduced, r)]));
+    a = BlockCombine(acc, a, partial);
+    T result = Finish(kind, a, g.count);
+    if constexpr (std::is_floating_point<T>::value) {
+      if (kind == ReduceKind::kLogSumExp) {
+        result = a;
+        if (isfinite(a)) {  // the same for every thread of the block
+          T sum = T(0);
+          for (int64_t r = threadIdx.x; r < g.count; r += blockDim.x)
+            sum += Exp(base[ReducedOffset(g.reduced, r)] - a);
+          result = a + Log(BlockCombine(Accum::kSum, sum, partial));
+        }
+      }
+    }
+    if (threadIdx.x == 0) y[o] = result;
+  }
+}
+
+class ReduceKernel : public CudaKernel {
+ public:
+  explicit ReduceKernel(ReduceKind kind) : kind_(kind) {}
+
+  void Run(const KernelIO& io) const override {
+    if (copy_) {
+      CopyAsync(io.outputs[0], io.inputs[0], copy_bytes_, Dev(io).stream, "reduce copy");
+      return;
+    }
+    if (geometry_.out_size == 0) return;
+    switch (dtype_) {
+      case DType::kFloat32: Launch<float>(io); break;
+      case DType::kFloat64: Launch<double>(io); break;
+      case DType::kInt32: Launch<int32_t>(io); break;
+      default: Launch<int64_t>(io); break;
+    }
+    CheckLaunch("reduce kernel");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    dtype_ = ctx.in(0).dtype;
+    if (dtype_ != DType::kFloat32 && dtype_ != DType::kFloat64 && dtype_ != DType::kInt32 &&
+        dtype_ != DType::kInt64)
+      Unsupported(ctx, "dtype ", DTypeName(dtype_));
+    const Shape& in = ctx.in(0).shape;
+    const int64_t rank = static_cast<int64_t>(in.size());  // <= 16, checked by the CPU Prepare
+    std::vector<int64_t> axes =
+        ctx.HasInput(1) ? ctx.ConstInts(1) : ctx.node.GetInts("axes", std::vector<int64_t>{});
+    const bool noop = ctx.node.GetInt("noop_with_empty_axes", 0) != 0;
+    copy_ = axes.empty() && noop;
+    copy_bytes_ = static_cast<size_t>(ctx.in(0).size()) * DTypeSize(dtype_);
+    std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
+    for (int64_t a : axes) reduced[a < 0 ? a + rank : a] = true;
+
+    geometry_ = ReduceGeometry{};
+    geometry_.out_size = ctx.outputs[0].size();
+    geometry_.count = 1;
+    for (int64_t d = 0; d < rank; ++d)
+      if (reduced[d]) geometry_.count *= in[d];
+    block_threads_ = 0;
+    if (copy_ || geometry_.out_size == 0 || geometry_.count == 0) return;
+
+    // Merge dims, dropping those of size 1.
+    std::vector<std::pair<int64_t, bool>> merged;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (in[d] == 1) continue;
+      if (!merged.empty() && merged.back().second == reduced[d])
+        merged.back().first *= in[d];
+      else
+        merged.emplace_back(in[d], reduced[d]);
+    }
+    std::vector<int64_t> strides(merged.size());
+    int64_t stride = 1;
+    for (size_t i = merged.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= merged[i].first;
+    }
+    std::vector<int64_t> kept_size, kept_stride, red_size, red_stride;
+    for (size_t i = 0; i < merged.size(); ++i) {
+      (merged[i].second ? red_size : kept_size).push_back(merged[i].first);
+      (merged[i].second ? red_stride : kept_stride).push_back(strides[i]);
+    }
+    geometry_.kept = MakeDims<int64_t>(kept_size, kept_stride);
+    geometry_.reduced = MakeDims<int64_t>(red_size, red_stride);
+    const bool inner_reduced = !merged.empty() && merged.back().second;
+    const int64_t count = geometry_.count, outs = geometry_.out_size;
+    if ((inner_reduced && count >= 64) || (outs <= 4096 && count >= 1024))
+      block_threads_ = count >= 1024 ? 256 : count >= 256 ? 128 : 64;
+  }
+
+ private:
+  template <typename T>
+  void Launch(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
+    const T identity = IdentityOf<T>(AccumOf(kind_));
+    cudaStream_t stream = Dev(io).stream;
+    if (block_threads_ > 0) {
+      const int64_t blocks = std::min<int64_t>(geometry_.out_size, int64_t{1} << 20);
+      ReduceBlockGpu<T><<<static_cast<unsigned>(blocks), block_threads_, 0, stream>>>(
+          x, y, geometry_, kind_, identity);
+    } else {
+      ReduceThreadGpu<T><<<GridFor(geometry_.out_size), kBlock, 0, stream>>>(x, y, geometry_,
+                                                                             kind_, identity);
+    }
+  }
+
+  ReduceKind kind_;
+  DType dtype_ = DType::kFloat32;
+  bool copy_ = false;        // noop_with_empty_axes and no axes: output = input
+  size_t copy_bytes_ = 0;
+  ReduceGeometry geometry_;  // count 0: every output is the finished identity
+  int block_threads_ = 0;    // > 0: one block of this many threads per output
+};
+
+template <ReduceKind K>
+std::unique_ptr<Kernel> MakeReduce(const Node&) {
+  return std::make_unique<ReduceKernel>(K);
+}
+
+// y[o, i] = index of the best x[o, :, i]; the first best unless `last`.
+template <typename T>
+__global__ void ArgReduceGpu(const T* __restrict__ x, int64_t* __restrict__ y, int64_t n,
+                             int64_t inner, int64_t total, bool is_max, bool last) {
+  KAIWU_CUDA_LOOP(t, total) {
+    const int64_t o = t / inner, i = t - o * inner;
+    const T* p = x + o * n * inner + i;
+    T best = p[0];
+    int64_t at = 0;
+    for (int64_t j = 1; j < n; ++j) {
+      const T v = p[j * inner];
+      const bool take = is_max ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
+      if (take) {
+        best = v;
+        at = j;
+      }
+    }
+    y[t] = at;
+  }
+}
+
+class ArgReduceKernel : public CudaKernel {
+ public:
+  explicit ArgReduceKernel(bool is_max) : is_max_(is_max) {}
+
+  void Run(const KernelIO& io) const override {
+    if (total_ == 0) return;
+    switch (dtype_) {
+      case DType::kFloat32: Launch<float>(io); break;
+      case DType::kFloat64: Launch<double>(io); break;
+      case DType::kInt32: Launch<int32_t>(io); break;
+      case DType::kInt64: Launch<int64_t>(io); break;
+      case DType::kInt8: Launch<int8_t>(io); break;
+      case DType::kUInt8: Launch<uint8_t>(io); break;
+      default: Launch<int16_t>(io); break;
+    }
+    CheckLaunch("arg reduce kernel");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    dtype_ = ctx.in(0).dtype;
+    const Shape& shape = ctx.in(0).shape;
+    const int64_t axis =
+        cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), static_cast<int64_t>(shape.size()));
+    last_ = ctx.node.GetInt("select_last_index", 0) != 0;
+    n_ = shape[axis];
+    inner_ = NumElements(Shape(shape.begin() + axis + 1, shape.end()));
+    total_ = ctx.outputs[0].size();
+  }
+
+ private:
+  template <typename T>
+  void Launch(const KernelIO& io) const {
+    ArgReduceGpu<T><<<GridFor(total_), kBlock, 0, Dev(io).stream>>>(
+        static_cast<const T*>(io.inputs[0]), static_cast<int64_t*>(io.outputs[0]), n_, inner_,
+        total_, is_max_, last_);
+  }
+
+  bool is_max_;
+  bool last_ = false;
+  DType dtype_ = DType::kFloat32;
+  int64_t n_ = 1, inner_ = 1, total_ = 0;
+};
+
+template <bool kMax>
+std::unique_ptr<Kernel> MakeArgReduce(const Node&) {
+  return std::make_unique<ArgReduceKernel>(kMax);
+}
+
+}  // namespace
+
+void RegisterTensorReduceKernels(KernelRegistry& r) {
+  r.Register("ReduceSum", &MakeReduce<ReduceKind::kSum>);
+  r.Register("ReduceMean", &MakeReduce<ReduceKind::kMean>);
+  r.Register("ReduceMax", &MakeReduce<ReduceKind::kMax>);
+  r.Register("ReduceMin", &MakeReduce<ReduceKind::kMin>);
+  r.Register("ReduceProd", &MakeReduce<ReduceKind::kProd>);
+  r.Register("ReduceL1", &MakeReduce<ReduceKind::kL1>);
+  r.Register("ReduceL2", &MakeReduce<ReduceKind::kL2>);
+  r.Register("ReduceSumSquare", &MakeReduce<ReduceKind::kSumSquare>);
+  r.Register("ReduceLogSum", &MakeReduce<ReduceKind::kLogSum>);
+  r.Register("ReduceLogSumExp", &MakeReduce<ReduceKind::kLogSumExp>);
+  r.Register("ArgMax", &MakeArgReduce<true>);
+  r.Register("ArgMin", &MakeArgReduce<false>);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu

@@ -1,0 +1,71 @@
+// Pure views: Reshape, Flatten, Squeeze, Unsqueeze, Identity, and Dropout in
+// inference mode. The CPU Prepare computes the shape and declares output 0 an
+// alias of input 0; Run copies only when the planner gave separate buffers.
+#include "backends/cuda/tensor_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+class ViewKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    CopyAsync(io.outputs[0], io.inputs[0], bytes_, Dev(io).stream, "view copy");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    bytes_ = static_cast<size_t>(ctx.in(0).size()) * DTypeSize(ctx.in(0).dtype);
+  }
+
+  size_t bytes_ = 0;
+};
+
+// Reports an error when training_mode (a device bool) is true.
+__global__ void CheckInferenceGpu(const bool* training_mode, int* error_flag, int step) {
+  if (*training_mode) ReportError(error_flag, step);
+}
+
+// Inference-mode Dropout: output 0 is the input; the optional mask is all true.
+// A training_mode input unknown at plan time is checked on the device.
+class DropoutKernel : public ViewKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    const DeviceContext& dev = Dev(io);
+    if (check_training_ && io.inputs[2]) {
+      CheckInferenceGpu<<<1, 1, 0, dev.stream>>>(static_cast<const bool*>(io.inputs[2]),
+                                                    dev.error_flag, dev.step);
+      CheckLaunch("Dropout training_mode check");
+    }
+    ViewKernel::Run(io);
+    if (mask_count_ > 0 && io.outputs[1] != nullptr)
+      CheckCuda(cudaMemsetAsync(io.outputs[1], 1, static_cast<size_t>(mask_count_), dev.stream),
+                "Dropout mask fill");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    ViewKernel::PrepareDevice(ctx);
+    // The CPU Prepare already failed for a training_mode known to be true.
+    check_training_ = ctx.HasInput(2) && ctx.in(2).data == nullptr;
+    mask_count_ = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0 ? ctx.in(0).size() : 0;
+  }
+
+ private:
+  bool check_training_ = false;
+  int64_t mask_count_ = 0;  // 0 without a mask output
+};
+
+}  // namespace
+
+void RegisterTensorViewKernels(KernelRegistry& r) {
+  r.Register("Reshape", &MakeKernel<ViewKernel>);
+  r.Register("Flatten", &MakeKernel<ViewKernel>);
+  r.Register("Squeeze", &MakeKernel<ViewKernel>);
+  r.Register("Unsqueeze", &MakeKernel<ViewKernel>);
+  r.Register("Identity", &MakeKernel<ViewKernel>);
+  r.Register("Dropout", &MakeKernel<DropoutKernel>);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
