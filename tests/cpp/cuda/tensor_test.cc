@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_harness.h"
-#include "tensor_ops_test_util.h"
+#include "cuda_harness.h"
+#include "../tensor_ops_test_util.h"
 
 namespace kaiwu {
 namespace testing {

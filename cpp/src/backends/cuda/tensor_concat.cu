@@ -7,6 +7,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 // outer = prod(shape[:axis]), inner = prod(shape[axis+1:]).
@@ -111,5 +112,6 @@ void RegisterTensorConcatKernels(KernelRegistry& r) {
   r.Register("Split", &MakeKernel<SplitKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

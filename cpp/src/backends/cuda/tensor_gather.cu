@@ -10,13 +10,8 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
-
-// `v` wrapped into [0, dim), or -1 when out of range.
-__device__ inline int64_t WrapIndex(int64_t v, int64_t dim) {
-  if (v < -dim || v >= dim) return -1;
-  return v < 0 ? v + dim : v;
-}
 
 // out[o, j, i] = data[o, idx[j], i], item = (o * count + j) * inner + i.
 template <typename U, typename I>
@@ -281,5 +276,6 @@ void RegisterTensorGatherKernels(KernelRegistry& r) {
   r.Register("OneHot", &MakeKernel<OneHotKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

@@ -11,6 +11,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 enum PadMode { kConstant, kReflect, kEdge, kWrap };
@@ -131,5 +132,6 @@ void RegisterTensorPadKernels(KernelRegistry& r) {
   r.Register("Pad", &MakeKernel<PadKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

@@ -22,6 +22,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
@@ -365,5 +366,6 @@ void RegisterTensorReduceKernels(KernelRegistry& r) {
   r.Register("ArgMin", &MakeArgReduce<false>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

@@ -9,6 +9,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 constexpr int64_t kMaxTopK = 64;
@@ -176,5 +177,6 @@ void RegisterTensorScanKernels(KernelRegistry& r) {
   r.Register("TopK", &MakeKernel<TopKKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

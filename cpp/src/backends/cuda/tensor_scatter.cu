@@ -14,14 +14,10 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 using cpu::Reduction;
-
-__device__ inline int64_t WrapIndex(int64_t v, int64_t dim) {
-  if (v < -dim || v >= dim) return -1;
-  return v < 0 ? v + dim : v;
-}
 
 template <typename T>
 __device__ inline T Reduced(Reduction r, T dst, T v) {
@@ -227,5 +223,6 @@ void RegisterTensorScatterKernels(KernelRegistry& r) {
   r.Register("ScatterND", &MakeKernel<ScatterNDKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

@@ -8,6 +8,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 class StridedKernel : public CudaKernel {
@@ -119,5 +120,6 @@ void RegisterTensorStridedKernels(KernelRegistry& r) {
   r.Register("Tile", &MakeKernel<TileKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

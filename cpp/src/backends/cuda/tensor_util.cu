@@ -6,6 +6,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 constexpr int kTile = 32;      // transpose tile edge, in elements
@@ -182,15 +183,17 @@ void StridedCopy::Run(const void* src, void* dst, cudaStream_t stream) const {
   CheckLaunch("strided copy kernel");
 }
 
+}  // namespace tensor
+
 void RegisterTensorKernels(KernelRegistry& r) {
-  RegisterTensorViewKernels(r);     // Reshape Flatten Squeeze Unsqueeze Identity Dropout
-  RegisterTensorStridedKernels(r);  // Transpose Slice Expand Tile
-  RegisterTensorConcatKernels(r);   // Concat Split
-  RegisterTensorPadKernels(r);      // Pad
-  RegisterTensorGatherKernels(r);   // Gather GatherElements GatherND OneHot
-  RegisterTensorScatterKernels(r);  // ScatterElements ScatterND
-  RegisterTensorScanKernels(r);     // CumSum TopK
-  RegisterTensorReduceKernels(r);   // Reduce* ArgMax ArgMin
+  tensor::RegisterTensorViewKernels(r);     // Reshape Flatten Squeeze Unsqueeze Identity Dropout
+  tensor::RegisterTensorStridedKernels(r);  // Transpose Slice Expand Tile
+  tensor::RegisterTensorConcatKernels(r);   // Concat Split
+  tensor::RegisterTensorPadKernels(r);      // Pad
+  tensor::RegisterTensorGatherKernels(r);   // Gather GatherElements GatherND OneHot
+  tensor::RegisterTensorScatterKernels(r);  // ScatterElements ScatterND
+  tensor::RegisterTensorScanKernels(r);     // CumSum TopK
+  tensor::RegisterTensorReduceKernels(r);   // Reduce* ArgMax ArgMin
 }
 
 }  // namespace cuda

@@ -13,8 +13,10 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 
-// Registration, one function per file; RegisterTensorKernels (tensor_util.cu) calls them all.
+// Registration, one function per file; cuda::RegisterTensorKernels (tensor_util.cu)
+// calls them all.
 void RegisterTensorViewKernels(KernelRegistry& r);     // tensor_view.cu
 void RegisterTensorStridedKernels(KernelRegistry& r);  // tensor_strided.cu
 void RegisterTensorConcatKernels(KernelRegistry& r);   // tensor_concat.cu
@@ -59,6 +61,12 @@ __device__ inline Index DimOffset(const DimArray<Index>& d, Index linear) {
   return off;
 }
 
+/// Index `v` (negative counts from the end) wrapped into [0, dim), or -1 when out of range.
+__device__ inline int64_t WrapIndex(int64_t v, int64_t dim) {
+  if (v < -dim || v >= dim) return -1;
+  return v < 0 ? v + dim : v;
+}
+
 /// Throws kUnsupported naming the node: "<node>: <what> is not supported by the CUDA backend".
 template <typename... Args>
 [[noreturn]] void Unsupported(const PrepareContext& ctx, const Args&... what) {
@@ -101,5 +109,6 @@ class StridedCopy {
   size_t elem_ = 4;
 };
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu

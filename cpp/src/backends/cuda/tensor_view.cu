@@ -5,6 +5,7 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace tensor {
 namespace {
 
 class ViewKernel : public CudaKernel {
@@ -67,5 +68,6 @@ void RegisterTensorViewKernels(KernelRegistry& r) {
   r.Register("Dropout", &MakeKernel<DropoutKernel>);
 }
 
+}  // namespace tensor
 }  // namespace cuda
 }  // namespace kaiwu
