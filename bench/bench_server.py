@@ -126,6 +126,17 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     elif mode == "kaiwu_per_actor":
         sessions = [ki.Session(path, threads=1) for _ in range(n_actors)]
         make = lambda a: _session_step(sessions[a].run, policy, 1)  # noqa: E731
+    elif mode == "no_engine":
+        # The harness alone: each policy call only releases and retakes the GIL
+        # (as any engine call must) and returns fixed logits. The steps/s of any
+        # engine with Python-thread actors is bounded by this.
+        fixed = np.random.default_rng(0).standard_normal((1, 18)).astype(np.float32)
+
+        def make(a):
+            def f(obs, done):
+                time.sleep(0)
+                return fixed
+            return f
     else:  # onnxruntime, one session per actor
         import onnxruntime as ort
 
@@ -273,8 +284,8 @@ def main():
     ap.add_argument("--no-ceiling", action="store_true", help="skip the MLP queries/s ceiling runs")
     ap.add_argument("--name", default="", help="output file stem (default server)")
     ap.add_argument("--device", default="cpu", help="where the server's session runs: cpu or cuda")
-    ap.add_argument("--modes", default="server,kaiwu_per_actor,onnxruntime_per_actor",
-                    help="comma list of modes to run")
+    ap.add_argument("--modes", default="server,kaiwu_per_actor,onnxruntime_per_actor,no_engine",
+                    help="comma list of modes to run (no_engine: threads only, the harness's own bound)")
     ap.add_argument("--no-split", action="store_true",
                     help="server runs each batch whole with intra-op threads (split_batches=False)")
     args = ap.parse_args()
@@ -299,6 +310,9 @@ def main():
     tmp = tempfile.mkdtemp()
     policies = build_policies(tmp)
     modes = args.modes.split(",")
+    known = ("server", "kaiwu_per_actor", "onnxruntime_per_actor", "no_engine")
+    if any(m not in known for m in modes):
+        ap.error(f"--modes: each of {', '.join(known)}")
     results = []
     configs = []
     setups = ["64"] if args.quick else args.actors.split(",")
@@ -310,6 +324,8 @@ def main():
                 configs.append((pname, f"{int(a)} threads x 1 env", ("threads", int(a))))
     for pname, label, cfg in ([] if args.ceiling_only else configs):
         for mode in modes:
+            if mode == "no_engine" and cfg[0] != "threads":
+                continue
             t = time.time()
             if cfg[0] == "threads":
                 r = run_threads(mode, policies[pname], cfg[1], args.seconds, threads)
@@ -364,7 +380,8 @@ def main():
     for k, v in meta.items():
         lines.append(f"- {k}: {v}")
     lines += ["", "Steps/s = env steps (rows) per second over all actors; latency = one actor's",
-              "policy call (queueing included), p50/p99 over all calls.", "",
+              "policy call (queueing included), p50/p99 over all calls. no_engine: the in-process",
+              "harness alone (each call only releases and retakes the GIL), the bound for any engine.", "",
               "| policy | actors | mode | steps/s | p50 us | p99 us | server mean batch | server queue wait p50/p99 us |",
               "|---|---|---|---:|---:|---:|---:|---|"]
     for r in results:
