@@ -41,12 +41,14 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--nodes", action="store_true", help="also list kaiwu_infer's nodes one by one")
+    ap.add_argument("--device", default="cpu",
+                    help="kaiwu_infer's device (cuda: each node is timed to its end on the GPU)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kaiwu_prof_")
     path = policies.export_onnx(args.policy, os.path.join(tmp, "m.onnx"))
     feeds = policies.make_inputs(args.policy, args.batch, seed=0)
 
-    ks = kaiwu_infer.Session(path, threads=args.threads)
+    ks = kaiwu_infer.Session(path, threads=args.threads, device=args.device)
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
@@ -82,7 +84,8 @@ def main():
     for op, c in nodes.items():
         ot[op][1] = c // args.runs
 
-    print(f"{args.policy} batch {args.batch}, {args.threads} thread(s): whole run kaiwu {k_us:,.0f} us, "
+    print(f"{args.policy} batch {args.batch}, {args.threads} thread(s), kaiwu_infer on {ks.device}: "
+          f"whole run kaiwu {k_us:,.0f} us, "
           f"onnxruntime {o_us:,.0f} us (ort/kaiwu {o_us / k_us:.2f}x)")
     print(f"  sum of profiled nodes: kaiwu {sum(v[0] for v in kt.values()):,.0f} us, "
           f"onnxruntime {sum(v[0] for v in ot.values()):,.0f} us")
