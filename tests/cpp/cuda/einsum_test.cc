@@ -80,7 +80,7 @@ TEST(CudaEinsum, Generic) {
           {"ij,jk->ki", {{4, 5}, {5, 6}}},                // output order not [left, right]
           {"ij,jk->i", {{3, 4}, {4, 5}}},                 // k summed within one operand
           {"bhqd,bkhd->bqhk", {{2, 3, 4, 5}, {2, 6, 3, 5}}},
-          {"ij,ij->ij", {{3, 5}, {3, 5}}},
+          {"ij,ij->ij", {{3, 5}, {3, 5}}},  // m = n = k = 1: not worth a GEMM
           {"ij,k->ikj", {{2, 3}, {4}}},
       },
       2);
@@ -103,7 +103,8 @@ TEST(CudaEinsum, EmptyContraction) {
   KAIWU_REQUIRE_CUDA();
   std::mt19937 rng(4);
   const Node node = EinsumNode("ij,jk->ik", 2);
-  std::vector<Tensor> got = RunNodeCuda(node, {RandomTensor({3, 0}, rng), RandomTensor({0, 4}, rng)});
+  std::vector<Tensor> got =
+      RunNodeCuda(node, {RandomTensor({3, 0}, rng), RandomTensor({0, 4}, rng)});
   ASSERT_EQ(got.size(), 1u);
   ExpectTensorsClose(got[0], MakeTensor<float>({3, 4}, std::vector<float>(12, 0.f)), 0.f, 0.f,
                      "ij,jk->ik with j = 0");

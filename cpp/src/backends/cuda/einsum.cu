@@ -193,10 +193,10 @@ class EinsumKernel : public CudaKernel {
   // true, with the batched GEMM set up, when the output is [batch, left, right]
   // and the operands [batch, left, contracted] / [batch, contracted, right],
   // each possibly with its last two groups swapped (transposed), all sizes
-  // within cuBLAS's int. Output labels are sorted by where they occur; the
-  // contracted labels are A's others, and the equality tests against the
-  // concatenations reject everything else (a label summed within one operand,
-  // a mixed order).
+  // within cuBLAS's int and not all of m, n, k 1. Output labels are sorted by
+  // where they occur; the contracted labels are A's others, and the equality
+  // tests against the concatenations reject everything else (a label summed
+  // within one operand, a mixed order).
   bool PrepareGemm(const std::vector<int>& out, const std::vector<int>& a,
                    const std::vector<int>& b) {
     std::vector<int> batch, left, right, contracted;
@@ -222,6 +222,8 @@ class EinsumKernel : public CudaKernel {
     m_ = Product(left);
     n_ = Product(right);
     k_ = Product(contracted);
+    // m = n = k = 1 is an element-wise product: one pass of the generic kernel.
+    if (m_ == 1 && n_ == 1 && k_ == 1) return false;
     return batch_ <= INT_MAX && m_ <= INT_MAX && n_ <= INT_MAX && k_ <= INT_MAX;
   }
 
