@@ -67,7 +67,7 @@ class CudaKernel : public Kernel {
 void RegisterElementwiseKernels(KernelRegistry& r);  // elementwise*.cu
 void RegisterTensorKernels(KernelRegistry& r);       // tensor*.cu
 void RegisterConvKernels(KernelRegistry& r);         // conv*.cu, pool*.cu, norm*.cu
-void RegisterLinalgKernels(KernelRegistry& r);       // gemm*.cu, rnn*.cu
+void RegisterLinalgKernels(KernelRegistry& r);       // gemm*.cu, rnn*.cu, einsum.cu
 
 }  // namespace cuda
 }  // namespace kaiwu

@@ -189,6 +189,7 @@ void RegisterLinalgKernels(KernelRegistry& r) {
   r.Register("Gemm", &MakeKernel<GemmKernel>);
   r.Register("MatMul", &MakeKernel<MatMulKernel>);
   RegisterRnnKernels(r);
+  RegisterEinsumKernel(r);
 }
 
 }  // namespace cuda

@@ -1,6 +1,7 @@
 // What the CUDA linear-algebra kernels (Gemm, MatMul in gemm.cu; LSTM, GRU in
 // rnn*.cu) share: row-major float32 GEMMs through cuBLAS, the check that a
-// size fits cuBLAS's int, and the registration of the recurrent kernels.
+// size fits cuBLAS's int, and the registration of the recurrent and Einsum
+// kernels.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,8 @@ void RowMajorSgemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n,
 /// dimension called `what`) exceeds cuBLAS's int.
 void CheckBlasInt(const PrepareContext& ctx, int64_t value, const char* what);
 
-void RegisterRnnKernels(KernelRegistry& r);  // rnn.cu
+void RegisterRnnKernels(KernelRegistry& r);    // rnn.cu
+void RegisterEinsumKernel(KernelRegistry& r);  // einsum.cu
 
 }  // namespace cuda
 }  // namespace kaiwu
