@@ -64,6 +64,21 @@ def test_policy_on_cuda_matches_onnxruntime(name, batch):
         np.testing.assert_array_equal(again[k], got[k])
 
 
+def test_graph_replay_equals_direct_launches(monkeypatch):
+    # Runs replay the plan's launches as a recorded CUDA graph; KAIWU_CUDA_GRAPHS=0
+    # (read when a run context is made) launches every kernel directly.
+    data = policies.export_bytes("impala_lstm")
+    feeds = policies.make_inputs("impala_lstm", 9, seed=11)
+    replayed = ki.Session(data, device="cuda")
+    first = {k: np.array(v) for k, v in replayed.run(feeds).items()}
+    again = replayed.run(feeds)  # a replay of the recording made by the first run
+    monkeypatch.setenv("KAIWU_CUDA_GRAPHS", "0")
+    direct = ki.Session(data, device="cuda").run(feeds)
+    for k in first:
+        np.testing.assert_array_equal(again[k], first[k])
+        np.testing.assert_array_equal(direct[k], first[k])
+
+
 def test_describe_names_the_device():
     sess, _ = _session("mlp")
     assert "device: cuda:" in sess.describe()

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/kernel.h"
 
@@ -41,6 +42,20 @@ class DeviceBackend {
     /// Waits for everything queued. Throws kRuntime if a launch failed or a
     /// kernel reported bad data; `describe_step` names the step's node.
     virtual void Finish(const std::function<std::string(int)>& describe_step) = 0;
+
+    // Replay of recorded launches (CUDA graphs): one launch instead of one per
+    // kernel. A recording is keyed by the device addresses its launches read
+    // beyond the plan's own buffers (the weights' device copies): equal keys
+    // mean equal launches.
+    /// Launches the recording for `key`; false if there is none.
+    virtual bool Replay(const std::vector<const void*>& key) = 0;
+    /// Starts recording the launches that follow; false when recording is
+    /// off (then launch directly).
+    virtual bool BeginRecord() = 0;
+    /// Ends the recording. With `ok`, keeps it under `key` and launches it;
+    /// returns false when that failed (nothing ran: launch directly). Without
+    /// `ok` (a launch threw), drops it.
+    virtual bool EndRecord(const std::vector<const void*>& key, bool ok) = 0;
   };
   /// Staging capacity: the bytes of all CopyIn / CopyOut calls of one run.
   virtual std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes) const = 0;

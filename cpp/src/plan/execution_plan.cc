@@ -14,6 +14,7 @@ struct ExecutionPlan::RunContext {
   std::vector<const void*> ptr;  // by value id
   std::vector<const void*> in_flat;
   std::vector<void*> out_flat;
+  std::vector<const void*> graph_key;  // device plans: the weight addresses of this run
   ~RunContext() { AlignedFree(arena); }
 };
 
@@ -307,10 +308,8 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
   std::vector<const void*>& ptr = ctx.ptr;
   for (int v : static_values_used_) ptr[v] = weights.device_pointers[v];
   for (size_t i = 0; i < alias_order_.size(); ++i) ptr[alias_order_[i]] = ptr[alias_root_[i]];
-  try {
-    for (size_t i = 0; i < input_values_.size(); ++i)
-      stream.CopyIn(const_cast<void*>(ptr[input_values_[i]]), feeds[i], input_bytes_[i]);
-    char* arena = static_cast<char*>(ctx.device_arena.get());
+  char* arena = static_cast<char*>(ctx.device_arena.get());
+  auto launch_steps = [&] {
     for (size_t si = 0; si < steps_.size(); ++si) {
       const Step& s = steps_[si];
       for (int j = 0; j < s.in_count; ++j) {
@@ -335,6 +334,28 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
         s.kernel->Run(io);
       }
     }
+  };
+  try {
+    for (size_t i = 0; i < input_values_.size(); ++i)
+      stream.CopyIn(const_cast<void*>(ptr[input_values_[i]]), feeds[i], input_bytes_[i]);
+    // The steps' launches depend only on this context's buffers and the
+    // weights' addresses: replay them as one recorded graph when possible.
+    bool ran = false;
+    if (!step_seconds) {
+      ctx.graph_key.clear();
+      for (int v : static_values_used_) ctx.graph_key.push_back(ptr[v]);
+      ran = stream.Replay(ctx.graph_key);
+      if (!ran && stream.BeginRecord()) {
+        try {
+          launch_steps();
+        } catch (...) {
+          stream.EndRecord(ctx.graph_key, false);
+          throw;
+        }
+        ran = stream.EndRecord(ctx.graph_key, true);
+      }
+    }
+    if (!ran) launch_steps();
     for (const auto& [k, v] : output_copies_) {
       const void* src = slot_[v] == Slot::kStatic ? weights.device_pointers[v] : ptr[v];
       stream.CopyOut(outputs[k], src, static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));

@@ -1,4 +1,6 @@
-// The CUDA backend's memory, streams and staging (DeviceBackend for CUDA).
+// The CUDA backend's memory, streams and staging (DeviceBackend for CUDA), and
+// the replay of a plan's launches as CUDA graphs.
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -39,6 +41,11 @@ class CudaStream final : public DeviceBackend::Stream {
     CheckBlas(cublasCreate(&ctx_.blas), "cublasCreate");
     CheckBlas(cublasSetStream(ctx_.blas, ctx_.stream), "cublasSetStream");
     CheckBlas(cublasSetMathMode(ctx_.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    // cuBLAS's own workspace, so that no call allocates (and graphs can record it).
+    CheckCuda(cudaMalloc(&blas_workspace_, kBlasWorkspace), "cudaMalloc (cuBLAS workspace)");
+    CheckBlas(cublasSetWorkspace(ctx_.blas, blas_workspace_, kBlasWorkspace), "cublasSetWorkspace");
+    const char* env = std::getenv("KAIWU_CUDA_GRAPHS");
+    graphs_on_ = !(env && std::string(env) == "0");
     CheckCuda(cudaMalloc(&flag_, sizeof(int)), "cudaMalloc (error flag)");
     CheckCuda(cudaMemset(flag_, 0, sizeof(int)), "cudaMemset (error flag)");
     ctx_.error_flag = static_cast<int*>(flag_);
@@ -46,7 +53,9 @@ class CudaStream final : public DeviceBackend::Stream {
   ~CudaStream() override {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(ctx_.stream);
+    for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
+    cudaFree(blas_workspace_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
     cudaFree(flag_);
@@ -102,13 +111,66 @@ class CudaStream final : public DeviceBackend::Stream {
     for (const Pending& p : pending_) std::memcpy(p.host, p.stage, p.bytes);
   }
 
+  bool Replay(const std::vector<const void*>& key) override {
+    for (Graph& g : graphs_) {
+      if (g.key != key) continue;
+      g.last_use = ++clock_;
+      CheckCuda(cudaGraphLaunch(g.exec, ctx_.stream), "cudaGraphLaunch");
+      return true;
+    }
+    return false;
+  }
+
+  bool BeginRecord() override {
+    if (!graphs_on_) return false;
+    if (cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      cudaGetLastError();
+      graphs_on_ = false;
+      return false;
+    }
+    return true;
+  }
+
+  bool EndRecord(const std::vector<const void*>& key, bool ok) override {
+    cudaGraph_t graph = nullptr;
+    cudaError_t err = cudaStreamEndCapture(ctx_.stream, &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (ok && err == cudaSuccess && graph)
+      err = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (!ok) return false;
+    if (err != cudaSuccess || !exec) {
+      // Something in the plan cannot be recorded: run this stream's plans directly.
+      cudaGetLastError();
+      graphs_on_ = false;
+      return false;
+    }
+    if (graphs_.size() >= kMaxGraphs) {
+      auto lru = graphs_.begin();
+      for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+        if (it->last_use < lru->last_use) lru = it;
+      cudaGraphExecDestroy(lru->exec);
+      graphs_.erase(lru);
+    }
+    graphs_.push_back(Graph{key, exec, ++clock_});
+    CheckCuda(cudaGraphLaunch(exec, ctx_.stream), "cudaGraphLaunch");
+    return true;
+  }
+
  private:
   struct Pending {
     void* host;
     const void* stage;
     size_t bytes;
   };
+  struct Graph {
+    std::vector<const void*> key;
+    cudaGraphExec_t exec;
+    uint64_t last_use;
+  };
   static size_t Round(size_t n) { return (n + 255) / 256 * 256; }
+  static constexpr size_t kBlasWorkspace = 32u << 20;  // cuBLAS's advice for Hopper
+  static constexpr size_t kMaxGraphs = 4;              // weight versions recorded per stream
 
   int ordinal_;
   DeviceContext ctx_;
@@ -117,6 +179,10 @@ class CudaStream final : public DeviceBackend::Stream {
   PinnedBuffer in_, out_;
   size_t in_used_ = 0, out_used_ = 0;
   std::vector<Pending> pending_;
+  void* blas_workspace_ = nullptr;
+  bool graphs_on_ = true;
+  std::vector<Graph> graphs_;
+  uint64_t clock_ = 0;
 };
 
 class Device final : public DeviceBackend {
