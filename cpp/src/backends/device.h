@@ -52,9 +52,10 @@ class DeviceBackend {
     /// Starts recording the launches that follow; false when recording is
     /// off (then launch directly).
     virtual bool BeginRecord() = 0;
-    /// Ends the recording. With `ok`, keeps it under `key` and launches it;
-    /// returns false when that failed (nothing ran: launch directly). Without
-    /// `ok` (a launch threw), drops it.
+    /// Ends the recording. With `ok`, keeps it under `key` and launches it.
+    /// Returns false when nothing ran (`ok` false because a launch threw, or
+    /// the recording failed): recording is then off for this stream, and the
+    /// caller launches directly.
     virtual bool EndRecord(const std::vector<const void*>& key, bool ok) = 0;
   };
   /// Staging capacity: the bytes of all CopyIn / CopyOut calls of one run.

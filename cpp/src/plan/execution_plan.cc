@@ -346,13 +346,15 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
       for (int v : static_values_used_) ctx.graph_key.push_back(ptr[v]);
       ran = stream.Replay(ctx.graph_key);
       if (!ran && stream.BeginRecord()) {
+        // A launch that fails while recording ends recording on this stream;
+        // the steps then run directly below (and a real error shows there).
+        bool recorded = true;
         try {
           launch_steps();
-        } catch (...) {
-          stream.EndRecord(ctx.graph_key, false);
-          throw;
+        } catch (const Error&) {
+          recorded = false;
         }
-        ran = stream.EndRecord(ctx.graph_key, true);
+        ran = stream.EndRecord(ctx.graph_key, recorded);
       }
     }
     if (!ran) launch_steps();

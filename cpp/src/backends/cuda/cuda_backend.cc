@@ -138,9 +138,9 @@ class CudaStream final : public DeviceBackend::Stream {
     if (ok && err == cudaSuccess && graph)
       err = cudaGraphInstantiate(&exec, graph, 0);
     if (graph) cudaGraphDestroy(graph);
-    if (!ok) return false;
-    if (err != cudaSuccess || !exec) {
+    if (!ok || err != cudaSuccess || !exec) {
       // Something in the plan cannot be recorded: run this stream's plans directly.
+      if (exec) cudaGraphExecDestroy(exec);
       cudaGetLastError();
       graphs_on_ = false;
       return false;
