@@ -20,6 +20,8 @@ namespace {
 // Bound on the column matrices of one chunk of images (a single image whose
 // columns exceed it still runs, alone).
 constexpr int64_t kMaxScratchBytes = int64_t{128} << 20;
+// Kernels index in int32 up to this many elements (a margin for the grid stride).
+constexpr int64_t kInt32Elements = INT_MAX / 4;
 
 // The 2-D window of a conv by value (a 1-D conv has H = OH = KH = 1).
 struct ConvWindow {
@@ -29,25 +31,43 @@ struct ConvWindow {
 
 // col[img][k][p] for images x + img * C * H * W, img < images: row
 // k = (c * KH + kh) * KW + kw (the layout of W's [C, KH, KW]), column
-// p = oh * OW + ow; taps in the padding read 0.
-__global__ void Im2ColKernel(ConvWindow g, int64_t images, const float* __restrict__ x,
+// p = oh * OW + ow; taps in the padding read 0. One thread per (image,
+// channel, output pixel) writes that pixel's KH * KW taps; I is int32 when
+// every index fits (integer division is far cheaper than in 64 bits).
+template <typename I>
+__global__ void Im2ColKernel(ConvWindow g, I images, const float* __restrict__ x,
                              float* __restrict__ col) {
-  const int64_t P = g.oh * g.ow, taps = g.kh * g.kw, K = g.c * taps;
-  KAIWU_CUDA_LOOP(i, images * K * P) {
-    const int64_t p = i % P, k = (i / P) % K, img = i / (P * K);
-    const int64_t c = k / taps, kh = (k / g.kw) % g.kh, kw = k % g.kw;
-    const int64_t ih = (p / g.ow) * g.stride_h - g.pad_h + kh * g.dil_h;
-    const int64_t iw = (p % g.ow) * g.stride_w - g.pad_w + kw * g.dil_w;
-    const bool inside = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
-    col[i] = inside ? x[((img * g.c + c) * g.h + ih) * g.w + iw] : 0.f;
+  const I C = static_cast<I>(g.c), H = static_cast<I>(g.h), W = static_cast<I>(g.w);
+  const I OW = static_cast<I>(g.ow), KH = static_cast<I>(g.kh), KW = static_cast<I>(g.kw);
+  const I P = static_cast<I>(g.oh) * OW, taps = KH * KW;
+  const I sh = static_cast<I>(g.stride_h), sw = static_cast<I>(g.stride_w);
+  const I ph = static_cast<I>(g.pad_h), pw = static_cast<I>(g.pad_w);
+  const I dh = static_cast<I>(g.dil_h), dw = static_cast<I>(g.dil_w);
+  const I total = images * C * P;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(blockDim.x) * gridDim.x) {
+    const I p = i % P, plane = i / P;  // plane = img * C + c
+    const I c = plane % C, img = plane / C;
+    const I ih0 = (p / OW) * sh - ph, iw0 = (p % OW) * sw - pw;
+    const float* xc = x + plane * H * W;
+    float* out = col + ((img * C + c) * taps) * P + p;
+    for (I kh = 0; kh < KH; ++kh) {
+      const I ih = ih0 + kh * dh;
+      const bool row_inside = ih >= 0 && ih < H;
+      for (I kw = 0; kw < KW; ++kw, out += P) {
+        const I iw = iw0 + kw * dw;
+        *out = row_inside && iw >= 0 && iw < W ? xc[ih * W + iw] : 0.f;
+      }
+    }
   }
 }
 
-// y[n, m, p] = act(y[n, m, p] + bias[m]) (bias may be null).
-__global__ void BiasActivationKernel(int64_t total, int64_t M, int64_t P,
-                                     const float* __restrict__ bias, DeviceActivation act,
-                                     float* __restrict__ y) {
-  KAIWU_CUDA_LOOP(i, total) {
+// y[n, m, p] = act(y[n, m, p] + bias[m]) (bias may be null); I as above.
+template <typename I>
+__global__ void BiasActivationKernel(I total, I M, I P, const float* __restrict__ bias,
+                                     DeviceActivation act, float* __restrict__ y) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(blockDim.x) * gridDim.x) {
     float v = y[i];
     if (bias) v += bias[(i / P) % M];
     y[i] = act(v);
@@ -76,8 +96,13 @@ class ConvKernel : public CudaKernel {
         const float* col = x + n0 * in_image;
         if (!pointwise_) {
           float* scratch = static_cast<float*>(io.scratch);
-          Im2ColKernel<<<GridFor(images * col_image), kBlock, 0, dev.stream>>>(win_, images, col,
-                                                                              scratch);
+          const int64_t threads = images * win_.c * p_;
+          if (images * std::max(in_image, col_image) <= kInt32Elements)
+            Im2ColKernel<int32_t><<<GridFor(threads), kBlock, 0, dev.stream>>>(
+                win_, static_cast<int32_t>(images), col, scratch);
+          else
+            Im2ColKernel<int64_t><<<GridFor(threads), kBlock, 0, dev.stream>>>(win_, images, col,
+                                                                               scratch);
           CheckLaunch("Conv im2col kernel");
           col = scratch;
         }
@@ -95,7 +120,13 @@ class ConvKernel : public CudaKernel {
       }
     }
     if (bias || act_.active()) {
-      BiasActivationKernel<<<GridFor(total), kBlock, 0, dev.stream>>>(total, m_, p_, bias, act_, y);
+      if (total <= kInt32Elements)
+        BiasActivationKernel<int32_t><<<GridFor(total), kBlock, 0, dev.stream>>>(
+            static_cast<int32_t>(total), static_cast<int32_t>(m_), static_cast<int32_t>(p_), bias,
+            act_, y);
+      else
+        BiasActivationKernel<int64_t><<<GridFor(total), kBlock, 0, dev.stream>>>(total, m_, p_,
+                                                                                  bias, act_, y);
       CheckLaunch("Conv bias/activation kernel");
     }
   }
