@@ -11,57 +11,25 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/reduce_family.h"
+#include "backends/reduce_common.h"
 
 namespace kaiwu {
 namespace cpu {
 namespace {
 
-enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
-// How elements are accumulated (map, then combine).
-enum class Accum { kSum, kSumAbs, kSumSquare, kProd, kMax, kMin };
+using reduce::Accum;
+using reduce::AccumOf;
+using reduce::Combine;
+using reduce::Finish;
+using reduce::Identity;
+using reduce::ReduceKind;
 
 constexpr int kMaxDims = 16;
 constexpr int64_t kColumnChunk = 256;
-
-Accum AccumOf(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::kMax: case ReduceKind::kLogSumExp: return Accum::kMax;
-    case ReduceKind::kMin: return Accum::kMin;
-    case ReduceKind::kProd: return Accum::kProd;
-    case ReduceKind::kL1: return Accum::kSumAbs;
-    case ReduceKind::kL2: case ReduceKind::kSumSquare: return Accum::kSumSquare;
-    default: return Accum::kSum;
-  }
-}
-
-template <typename T>
-T Identity(Accum a) {
-  switch (a) {
-    case Accum::kProd: return T(1);
-    case Accum::kMax:
-      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::lowest();
-    case Accum::kMin:
-      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::max();
-    default: return T(0);
-  }
-}
-
-template <typename T>
-T Combine(Accum a, T x, T y) {
-  switch (a) {
-    case Accum::kProd: return x * y;
-    case Accum::kMax: return std::max(x, y);
-    case Accum::kMin: return std::min(x, y);
-    default: return x + y;
-  }
-}
 
 template <typename T>
 using ConstArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -98,19 +66,6 @@ void AccumulateRow(Accum a, T* acc, const T* p, int64_t n) {
     case Accum::kMax: o = o.max(x); break;
     case Accum::kMin: o = o.min(x); break;
     default: o += x; break;
-  }
-}
-
-// The final transform of an accumulated value (LogSumExp is handled apart).
-template <typename T>
-T Finish(ReduceKind k, T acc, int64_t count) {
-  switch (k) {
-    case ReduceKind::kMean:
-      if constexpr (std::is_floating_point_v<T>) return acc / static_cast<T>(count);
-      return count == 0 ? T(0) : static_cast<T>(acc / static_cast<T>(count));
-    case ReduceKind::kL2: return static_cast<T>(std::sqrt(static_cast<double>(acc)));
-    case ReduceKind::kLogSum: return static_cast<T>(std::log(static_cast<double>(acc)));
-    default: return acc;
   }
 }
 
@@ -161,18 +116,8 @@ class ReduceKernel : public Kernel {
     const int64_t rank = static_cast<int64_t>(in.size());
     if (rank > kMaxDims) ctx.Error("rank ", rank, " exceeds ", kMaxDims);
 
-    std::vector<int64_t> axes =
-        ctx.HasInput(1) ? ctx.ConstInts(1) : node.GetInts("axes", std::vector<int64_t>{});
-    bool keepdims = node.GetInt("keepdims", 1) != 0;
-    bool noop = node.GetInt("noop_with_empty_axes", 0) != 0;
-    copy_ = axes.empty() && noop;
-    std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
-    for (int64_t a : axes) {
-      int64_t ax = a < 0 ? a + rank : a;
-      if (ax < 0 || ax >= rank) ctx.Error("axis ", a, " is out of range for rank ", rank);
-      if (reduced[ax]) ctx.Error("axis ", a, " is repeated");
-      reduced[ax] = true;
-    }
+    const std::vector<bool> reduced = reduce::ReducedDims(ctx, rank, &copy_);
+    const bool keepdims = node.GetInt("keepdims", 1) != 0;
 
     Shape out;
     count_ = 1;
@@ -188,28 +133,14 @@ class ReduceKernel : public Kernel {
     ctx.SetOutput(0, dtype_, out);
     if (copy_ || out_size_ == 0 || count_ == 0) return;
 
-    // Merge dims, dropping those of size 1.
-    std::vector<std::pair<int64_t, bool>> merged;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (in[d] == 1) continue;
-      if (!merged.empty() && merged.back().second == reduced[d])
-        merged.back().first *= in[d];
-      else
-        merged.emplace_back(in[d], reduced[d]);
-    }
-    if (merged.empty()) merged.emplace_back(1, false);
-    std::vector<int64_t> strides(merged.size());
-    int64_t s = 1;
-    for (size_t i = merged.size(); i-- > 0;) {
-      strides[i] = s;
-      s *= merged[i].first;
-    }
-    inner_ = merged.back().first;
-    inner_reduced_ = merged.back().second;
+    std::vector<reduce::MergedDim> merged = reduce::MergeReduceDims(in, reduced);
+    if (merged.empty()) merged.push_back({1, 1, false});
+    inner_ = merged.back().size;
+    inner_reduced_ = merged.back().reduced;
     kept_size_.clear(); kept_stride_.clear(); red_size_.clear(); red_stride_.clear();
     for (size_t i = 0; i + 1 < merged.size(); ++i) {
-      (merged[i].second ? red_size_ : kept_size_).push_back(merged[i].first);
-      (merged[i].second ? red_stride_ : kept_stride_).push_back(strides[i]);
+      (merged[i].reduced ? red_size_ : kept_size_).push_back(merged[i].size);
+      (merged[i].reduced ? red_stride_ : kept_stride_).push_back(merged[i].stride);
     }
     if (kind_ == ReduceKind::kLogSumExp && !inner_reduced_)
       ctx.scratch_bytes = static_cast<size_t>(out_size_) * DTypeSize(dtype_);

@@ -7,6 +7,8 @@
 #include <immintrin.h>
 #endif
 
+#include "backends/copy_geometry.h"
+
 namespace kaiwu {
 namespace cpu {
 
@@ -151,22 +153,7 @@ void StridedCopy::Init(const PrepareContext& ctx, const Shape& out_shape,
   elem_ = elem;
   offset_ = in_offset;
   total_ = NumElements(out_shape);
-  shape_.clear();
-  strides_.clear();
-  for (size_t d = 0; d < out_shape.size(); ++d) {
-    if (out_shape[d] == 1) continue;  // size-1 dims never move the source
-    if (!shape_.empty() && strides_.back() == in_strides[d] * out_shape[d]) {
-      shape_.back() *= out_shape[d];  // contiguous with the previous dim: merge
-      strides_.back() = in_strides[d];
-    } else {
-      shape_.push_back(out_shape[d]);
-      strides_.push_back(in_strides[d]);
-    }
-  }
-  if (shape_.empty()) {
-    shape_.push_back(1);
-    strides_.push_back(1);
-  }
+  MergeCopyDims(out_shape, in_strides, &shape_, &strides_);
   if (static_cast<int>(shape_.size()) > kMaxCopyDims)
     ctx.Error("too many non-contiguous dimensions (", shape_.size(), ", at most ",
               kMaxCopyDims, ")");

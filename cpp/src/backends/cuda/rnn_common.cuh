@@ -82,6 +82,37 @@ void RnnStoreStates(const DeviceContext& dev, const RnnGeometry& g, int64_t d, c
 /// Floats of a scratch region, rounded up to 256 bytes.
 inline int64_t ScratchFloats(int64_t n) { return (n + 63) / 64 * 64; }
 
+/// Scratch of a recurrent kernel with `gates` gates, each region rounded up to
+/// 256 bytes: X * W^T for every time step, h * R^T for one step, then two dense
+/// [batch, hidden] states (h and c for the LSTM, h and r . h for the GRU).
+struct RnnScratch {
+  int64_t xw_floats = 0, gates_floats = 0, state_floats = 0;
+
+  RnnScratch() = default;
+  RnnScratch(const RnnGeometry& g, int gates) {
+    const int64_t G = gates * g.hidden;
+    xw_floats = ScratchFloats(g.seq * g.batch * G);
+    gates_floats = ScratchFloats(g.batch * G);
+    state_floats = ScratchFloats(g.batch * g.hidden);
+  }
+  size_t bytes() const {
+    return sizeof(float) * static_cast<size_t>(xw_floats + gates_floats + 2 * state_floats);
+  }
+  float* xw(void* scratch) const { return static_cast<float*>(scratch); }
+  float* gates(void* scratch) const { return xw(scratch) + xw_floats; }
+  /// State k (0 or 1).
+  float* state(void* scratch, int k) const {
+    return gates(scratch) + gates_floats + k * state_floats;
+  }
+};
+
+/// Zeroes Y ([seq, dirs, batch, hidden] or its layout-1 order): with
+/// sequence_lens, the steps past a row's length are never written.
+inline void RnnZeroY(const DeviceContext& dev, const RnnGeometry& g, float* y, const char* what) {
+  CheckCuda(cudaMemsetAsync(y, 0, sizeof(float) * g.seq * g.dirs * g.batch * g.hidden, dev.stream),
+            what);
+}
+
 std::unique_ptr<Kernel> MakeLstmKernel(const Node& node);  // rnn_lstm.cu
 std::unique_ptr<Kernel> MakeGruKernel(const Node& node);   // rnn_gru.cu
 

@@ -96,23 +96,18 @@ class GruKernel : public CudaKernel {
     has_init_h_ = ctx.HasInput(5);
     linear_before_reset_ = ctx.node.GetInt("linear_before_reset", 0) != 0;
     num_outputs_ = static_cast<int>(ctx.outputs.size());
-    // Scratch: X * W^T, h * R^T, h, r . h.
-    const int64_t G = 3 * g_.hidden;
-    xw_floats_ = ScratchFloats(g_.seq * g_.batch * G);
-    gates_floats_ = ScratchFloats(g_.batch * G);
-    state_floats_ = ScratchFloats(g_.batch * g_.hidden);
-    ctx.scratch_bytes =
-        sizeof(float) * static_cast<size_t>(xw_floats_ + gates_floats_ + 2 * state_floats_);
+    scratch_ = RnnScratch(g_, 3);
+    ctx.scratch_bytes = scratch_.bytes();
   }
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
     const int64_t H = g_.hidden, G = 3 * H, I = g_.input, batch = g_.batch;
     if (batch == 0 || H == 0) return;  // every output is empty
-    float* xw = static_cast<float*>(io.scratch);
-    float* gates = xw + xw_floats_;
-    float* h = gates + gates_floats_;
-    float* rh = h + state_floats_;
+    float* xw = scratch_.xw(io.scratch);
+    float* gates = scratch_.gates(io.scratch);
+    float* h = scratch_.state(io.scratch, 0);
+    float* rh = scratch_.state(io.scratch, 1);
     const float* x = static_cast<const float*>(io.inputs[0]);
     const float* w = static_cast<const float*>(io.inputs[1]);
     const float* r = static_cast<const float*>(io.inputs[2]);
@@ -120,10 +115,7 @@ class GruKernel : public CudaKernel {
     const float* init_h = has_init_h_ ? static_cast<const float*>(io.inputs[5]) : nullptr;
     float* y = static_cast<float*>(io.outputs[0]);
     float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
-    // With sequence_lens, steps past a row's length are not written: zeros.
-    if (y && has_lens_)
-      CheckCuda(cudaMemsetAsync(y, 0, sizeof(float) * g_.seq * g_.dirs * batch * H, dev.stream),
-                "GRU zero Y");
+    if (y && has_lens_) RnnZeroY(dev, g_, y, "GRU zero Y");
 
     GruStepArgs args;
     args.g = g_;
@@ -166,7 +158,7 @@ class GruKernel : public CudaKernel {
   bool has_bias_ = false, has_lens_ = false, has_init_h_ = false;
   bool linear_before_reset_ = false;
   int num_outputs_ = 0;
-  int64_t xw_floats_ = 0, gates_floats_ = 0, state_floats_ = 0;
+  RnnScratch scratch_;
 };
 
 }  // namespace

@@ -69,23 +69,18 @@ class LstmKernel : public CudaKernel {
     has_peep_ = ctx.HasInput(7);
     input_forget_ = ctx.node.GetInt("input_forget", 0) != 0;
     num_outputs_ = static_cast<int>(ctx.outputs.size());
-    // Scratch: X * W^T, h * R^T, h, c.
-    const int64_t G = 4 * g_.hidden;
-    xw_floats_ = ScratchFloats(g_.seq * g_.batch * G);
-    gates_floats_ = ScratchFloats(g_.batch * G);
-    state_floats_ = ScratchFloats(g_.batch * g_.hidden);
-    ctx.scratch_bytes =
-        sizeof(float) * static_cast<size_t>(xw_floats_ + gates_floats_ + 2 * state_floats_);
+    scratch_ = RnnScratch(g_, 4);
+    ctx.scratch_bytes = scratch_.bytes();
   }
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
     const int64_t H = g_.hidden, G = 4 * H, I = g_.input, batch = g_.batch;
     if (batch == 0 || H == 0) return;  // every output is empty
-    float* xw = static_cast<float*>(io.scratch);
-    float* gates = xw + xw_floats_;
-    float* h = gates + gates_floats_;
-    float* c = h + state_floats_;
+    float* xw = scratch_.xw(io.scratch);
+    float* gates = scratch_.gates(io.scratch);
+    float* h = scratch_.state(io.scratch, 0);
+    float* c = scratch_.state(io.scratch, 1);
     const float* x = static_cast<const float*>(io.inputs[0]);
     const float* w = static_cast<const float*>(io.inputs[1]);
     const float* r = static_cast<const float*>(io.inputs[2]);
@@ -96,10 +91,7 @@ class LstmKernel : public CudaKernel {
     float* y = static_cast<float*>(io.outputs[0]);
     float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
     float* y_c = num_outputs_ > 2 ? static_cast<float*>(io.outputs[2]) : nullptr;
-    // With sequence_lens, steps past a row's length are not written: zeros.
-    if (y && has_lens_)
-      CheckCuda(cudaMemsetAsync(y, 0, sizeof(float) * g_.seq * g_.dirs * batch * H, dev.stream),
-                "LSTM zero Y");
+    if (y && has_lens_) RnnZeroY(dev, g_, y, "LSTM zero Y");
 
     LstmStepArgs args;
     args.g = g_;
@@ -134,7 +126,7 @@ class LstmKernel : public CudaKernel {
   bool has_bias_ = false, has_lens_ = false, has_init_h_ = false, has_init_c_ = false;
   bool has_peep_ = false, input_forget_ = false;
   int num_outputs_ = 0;
-  int64_t xw_floats_ = 0, gates_floats_ = 0, state_floats_ = 0;
+  RnnScratch scratch_;
 };
 
 }  // namespace

@@ -13,6 +13,19 @@ namespace cuda {
 namespace tensor {
 namespace {
 
+// Runs the statement with `using U = <unsigned type of ELEM bytes>` and
+// `using I = int64_t` when INDEX64, else int32_t (the indices' dtype).
+#define KAIWU_GATHER_BY_ELEM_INDEX(elem, index64, ...)   \
+  KAIWU_CUDA_BY_ELEM(elem, {                             \
+    if (index64) {                                       \
+      using I = int64_t;                                 \
+      __VA_ARGS__;                                       \
+    } else {                                             \
+      using I = int32_t;                                 \
+      __VA_ARGS__;                                       \
+    }                                                    \
+  })
+
 // out[o, j, i] = data[o, idx[j], i], item = (o * count + j) * inner + i.
 template <typename U, typename I>
 __global__ void GatherGpu(const U* __restrict__ src, const I* __restrict__ idx,
@@ -59,13 +72,7 @@ __global__ void GatherNDGpu(const U* __restrict__ src, const I* __restrict__ idx
   KAIWU_CUDA_LOOP(t, total) {
     const int64_t i = t / slice, j = t - i * slice;
     int64_t off = (i / per_batch) * batch_stride + j;
-    bool ok = true;
-    for (int m = 0; m < indexed.n; ++m) {
-      const int64_t k = WrapIndex(static_cast<int64_t>(idx[i * indexed.n + m]), indexed.size[m]);
-      ok = ok && k >= 0;
-      off += k * indexed.stride[m];
-    }
-    if (!ok) {
+    if (!AddTupleOffset(idx + i * indexed.n, indexed, &off)) {
       ReportError(error_flag, step);
       dst[t] = U(0);
       continue;
@@ -99,19 +106,11 @@ class GatherKernel : public CudaKernel {
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
     const DeviceContext& dev = Dev(io);
-    KAIWU_CUDA_BY_ELEM(elem_, {
-      if (index64_) {
-        GatherGpu<U, int64_t><<<GridFor(total_), kBlock, 0, dev.stream>>>(
-            static_cast<const U*>(io.inputs[0]), static_cast<const int64_t*>(io.inputs[1]),
+    KAIWU_GATHER_BY_ELEM_INDEX(elem_, index64_,
+        GatherGpu<U, I><<<GridFor(total_), kBlock, 0, dev.stream>>>(
+            static_cast<const U*>(io.inputs[0]), static_cast<const I*>(io.inputs[1]),
             static_cast<U*>(io.outputs[0]), count_, inner_, dim_, total_, dev.error_flag,
-            dev.step);
-      } else {
-        GatherGpu<U, int32_t><<<GridFor(total_), kBlock, 0, dev.stream>>>(
-            static_cast<const U*>(io.inputs[0]), static_cast<const int32_t*>(io.inputs[1]),
-            static_cast<U*>(io.outputs[0]), count_, inner_, dim_, total_, dev.error_flag,
-            dev.step);
-      }
-    });
+            dev.step));
     CheckLaunch("Gather kernel");
   }
 
@@ -138,19 +137,11 @@ class GatherElementsKernel : public CudaKernel {
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
     const DeviceContext& dev = Dev(io);
-    KAIWU_CUDA_BY_ELEM(elem_, {
-      if (index64_) {
-        GatherElementsGpu<U, int64_t><<<GridFor(total_), kBlock, 0, dev.stream>>>(
-            static_cast<const U*>(io.inputs[0]), static_cast<const int64_t*>(io.inputs[1]),
+    KAIWU_GATHER_BY_ELEM_INDEX(elem_, index64_,
+        GatherElementsGpu<U, I><<<GridFor(total_), kBlock, 0, dev.stream>>>(
+            static_cast<const U*>(io.inputs[0]), static_cast<const I*>(io.inputs[1]),
             static_cast<U*>(io.outputs[0]), dims_, axis_stride_, dim_, total_, dev.error_flag,
-            dev.step);
-      } else {
-        GatherElementsGpu<U, int32_t><<<GridFor(total_), kBlock, 0, dev.stream>>>(
-            static_cast<const U*>(io.inputs[0]), static_cast<const int32_t*>(io.inputs[1]),
-            static_cast<U*>(io.outputs[0]), dims_, axis_stride_, dim_, total_, dev.error_flag,
-            dev.step);
-      }
-    });
+            dev.step));
     CheckLaunch("GatherElements kernel");
   }
 
@@ -182,19 +173,11 @@ class GatherNDKernel : public CudaKernel {
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
     const DeviceContext& dev = Dev(io);
-    KAIWU_CUDA_BY_ELEM(elem_, {
-      if (index64_) {
-        GatherNDGpu<U, int64_t><<<GridFor(total_), kBlock, 0, dev.stream>>>(
-            static_cast<const U*>(io.inputs[0]), static_cast<const int64_t*>(io.inputs[1]),
+    KAIWU_GATHER_BY_ELEM_INDEX(elem_, index64_,
+        GatherNDGpu<U, I><<<GridFor(total_), kBlock, 0, dev.stream>>>(
+            static_cast<const U*>(io.inputs[0]), static_cast<const I*>(io.inputs[1]),
             static_cast<U*>(io.outputs[0]), indexed_, slice_, per_batch_, batch_stride_, total_,
-            dev.error_flag, dev.step);
-      } else {
-        GatherNDGpu<U, int32_t><<<GridFor(total_), kBlock, 0, dev.stream>>>(
-            static_cast<const U*>(io.inputs[0]), static_cast<const int32_t*>(io.inputs[1]),
-            static_cast<U*>(io.outputs[0]), indexed_, slice_, per_batch_, batch_stride_, total_,
-            dev.error_flag, dev.step);
-      }
-    });
+            dev.error_flag, dev.step));
     CheckLaunch("GatherND kernel");
   }
 
@@ -266,6 +249,8 @@ class OneHotKernel : public CudaKernel {
   DType index_dtype_ = DType::kInt64;
   size_t elem_ = 4;
 };
+
+#undef KAIWU_GATHER_BY_ELEM_INDEX
 
 }  // namespace
 

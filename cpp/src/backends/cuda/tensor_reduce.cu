@@ -14,47 +14,24 @@
 // that ties and NaNs pick the same index.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <type_traits>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cuda/tensor_util.cuh"
+#include "backends/reduce_common.h"
 
 namespace kaiwu {
 namespace cuda {
 namespace tensor {
 namespace {
 
-enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
-// How elements are accumulated (map, then combine).
-enum class Accum { kSum, kSumAbs, kSumSquare, kProd, kMax, kMin };
+using reduce::Accum;
+using reduce::AccumOf;
+using reduce::Combine;
+using reduce::Finish;
+using reduce::ReduceKind;
 
 constexpr int kWarp = 32;
-
-__host__ __device__ inline Accum AccumOf(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::kMax: case ReduceKind::kLogSumExp: return Accum::kMax;
-    case ReduceKind::kMin: return Accum::kMin;
-    case ReduceKind::kProd: return Accum::kProd;
-    case ReduceKind::kL1: return Accum::kSumAbs;
-    case ReduceKind::kL2: case ReduceKind::kSumSquare: return Accum::kSumSquare;
-    default: return Accum::kSum;
-  }
-}
-
-template <typename T>
-T IdentityOf(Accum a) {
-  switch (a) {
-    case Accum::kProd: return T(1);
-    case Accum::kMax:
-      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::lowest();
-    case Accum::kMin:
-      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::max();
-    default: return T(0);
-  }
-}
 
 // The element as accumulated.
 template <typename T>
@@ -63,29 +40,6 @@ __device__ inline T MapValue(Accum a, T v) {
     case Accum::kSumAbs: return v < T(0) ? -v : v;
     case Accum::kSumSquare: return v * v;
     default: return v;
-  }
-}
-
-template <typename T>
-__device__ inline T Combine(Accum a, T x, T y) {
-  switch (a) {
-    case Accum::kProd: return x * y;
-    case Accum::kMax: return x < y ? y : x;  // std::max
-    case Accum::kMin: return y < x ? y : x;  // std::min
-    default: return x + y;
-  }
-}
-
-// The final transform of an accumulated value (LogSumExp is handled apart).
-template <typename T>
-__device__ inline T Finish(ReduceKind k, T acc, int64_t count) {
-  switch (k) {
-    case ReduceKind::kMean:
-      if constexpr (std::is_floating_point<T>::value) return acc / static_cast<T>(count);
-      return count == 0 ? T(0) : static_cast<T>(acc / static_cast<T>(count));
-    case ReduceKind::kL2: return static_cast<T>(sqrt(static_cast<double>(acc)));
-    case ReduceKind::kLogSum: return static_cast<T>(log(static_cast<double>(acc)));
-    default: return acc;
   }
 }
 
@@ -205,13 +159,8 @@ class ReduceKernel : public CudaKernel {
       Unsupported(ctx, "dtype ", DTypeName(dtype_));
     const Shape& in = ctx.in(0).shape;
     const int64_t rank = static_cast<int64_t>(in.size());  // <= 16, checked by the CPU Prepare
-    std::vector<int64_t> axes =
-        ctx.HasInput(1) ? ctx.ConstInts(1) : ctx.node.GetInts("axes", std::vector<int64_t>{});
-    const bool noop = ctx.node.GetInt("noop_with_empty_axes", 0) != 0;
-    copy_ = axes.empty() && noop;
+    const std::vector<bool> reduced = reduce::ReducedDims(ctx, rank, &copy_);
     copy_bytes_ = static_cast<size_t>(ctx.in(0).size()) * DTypeSize(dtype_);
-    std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty() && !noop);
-    for (int64_t a : axes) reduced[a < 0 ? a + rank : a] = true;
 
     geometry_ = ReduceGeometry{};
     geometry_.out_size = ctx.outputs[0].size();
@@ -221,29 +170,15 @@ class ReduceKernel : public CudaKernel {
     block_threads_ = 0;
     if (copy_ || geometry_.out_size == 0 || geometry_.count == 0) return;
 
-    // Merge dims, dropping those of size 1.
-    std::vector<std::pair<int64_t, bool>> merged;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (in[d] == 1) continue;
-      if (!merged.empty() && merged.back().second == reduced[d])
-        merged.back().first *= in[d];
-      else
-        merged.emplace_back(in[d], reduced[d]);
-    }
-    std::vector<int64_t> strides(merged.size());
-    int64_t stride = 1;
-    for (size_t i = merged.size(); i-- > 0;) {
-      strides[i] = stride;
-      stride *= merged[i].first;
-    }
+    const std::vector<reduce::MergedDim> merged = reduce::MergeReduceDims(in, reduced);
     std::vector<int64_t> kept_size, kept_stride, red_size, red_stride;
-    for (size_t i = 0; i < merged.size(); ++i) {
-      (merged[i].second ? red_size : kept_size).push_back(merged[i].first);
-      (merged[i].second ? red_stride : kept_stride).push_back(strides[i]);
+    for (const reduce::MergedDim& m : merged) {
+      (m.reduced ? red_size : kept_size).push_back(m.size);
+      (m.reduced ? red_stride : kept_stride).push_back(m.stride);
     }
     geometry_.kept = MakeDims<int64_t>(kept_size, kept_stride);
     geometry_.reduced = MakeDims<int64_t>(red_size, red_stride);
-    const bool inner_reduced = !merged.empty() && merged.back().second;
+    const bool inner_reduced = !merged.empty() && merged.back().reduced;
     const int64_t count = geometry_.count, outs = geometry_.out_size;
     if ((inner_reduced && count >= 64) || (outs <= 4096 && count >= 1024))
       block_threads_ = count >= 1024 ? 256 : count >= 256 ? 128 : 64;
@@ -254,7 +189,7 @@ class ReduceKernel : public CudaKernel {
   void Launch(const KernelIO& io) const {
     const T* x = static_cast<const T*>(io.inputs[0]);
     T* y = static_cast<T*>(io.outputs[0]);
-    const T identity = IdentityOf<T>(AccumOf(kind_));
+    const T identity = reduce::Identity<T>(AccumOf(kind_));
     cudaStream_t stream = Dev(io).stream;
     if (block_threads_ > 0) {
       const int64_t blocks = std::min<int64_t>(geometry_.out_size, int64_t{1} << 20);

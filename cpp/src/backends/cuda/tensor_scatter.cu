@@ -87,13 +87,7 @@ __global__ void ScatterNDGpu(const I* __restrict__ idx, const T* __restrict__ up
   KAIWU_CUDA_LOOP(t, total) {
     const int64_t i = t / slice, j = t - i * slice;
     int64_t off = j;
-    bool ok = true;
-    for (int m = 0; m < indexed.n; ++m) {
-      const int64_t k = WrapIndex(static_cast<int64_t>(idx[i * indexed.n + m]), indexed.size[m]);
-      ok = ok && k >= 0;
-      off += k * indexed.stride[m];
-    }
-    if (!ok) {
+    if (!AddTupleOffset(idx + i * indexed.n, indexed, &off)) {
       ReportError(error_flag, step);
       continue;
     }

@@ -1,9 +1,9 @@
 // Transpose, Slice, Expand and Tile: each is one StridedCopy whose input
 // strides PrepareDevice derives as the CPU kernel of the op does (permuted,
 // scaled by the step with a start offset, zero on broadcast or repeat dims).
-#include <algorithm>
 #include <vector>
 
+#include "backends/copy_geometry.h"
 #include "backends/cuda/tensor_util.cuh"
 
 namespace kaiwu {
@@ -39,41 +39,9 @@ class TransposeKernel : public StridedKernel {
 class SliceKernel : public StridedKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    const int64_t rank = x.rank();
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (ctx.node.opset >= 10) {
-      starts = ctx.ConstInts(1);
-      ends = ctx.ConstInts(2);
-      if (ctx.HasInput(3)) axes = ctx.ConstInts(3);
-      if (ctx.HasInput(4)) steps = ctx.ConstInts(4);
-    } else {
-      starts = ctx.node.GetInts("starts");
-      ends = ctx.node.GetInts("ends");
-      axes = ctx.node.GetInts("axes");
-    }
-    const size_t n = starts.size();
-    if (axes.empty())
-      for (size_t i = 0; i < n; ++i) axes.push_back(static_cast<int64_t>(i));
-    if (steps.empty()) steps.assign(n, 1);
-    // The CPU Prepare validated everything; this repeats its clamping for the offset.
-    const std::vector<int64_t> in_strides = Strides(x.shape);
-    const Shape& out = ctx.outputs[0].shape;
-    std::vector<int64_t> strides = in_strides;
-    int64_t offset = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
-      const int64_t dim = x.shape[axis], step = steps[i];
-      int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
-      if (dim == 0)
-        start = 0;
-      else
-        start = std::clamp<int64_t>(start, 0, step > 0 ? dim : dim - 1);
-      if (out[axis] > 0) offset += start * in_strides[axis];
-      strides[axis] = in_strides[axis] * step;
-    }
-    if (NumElements(out) == 0) offset = 0;
-    copy_.Init(ctx, out, strides, offset, DTypeSize(x.dtype));
+    // The CPU Prepare validated the node; this recomputes its clamped view.
+    const SliceView view = ComputeSliceView(ctx);
+    copy_.Init(ctx, view.shape, view.strides, view.offset, DTypeSize(ctx.in(0).dtype));
   }
 };
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "backends/cuda/tensor_util.cuh"
+#include "backends/copy_geometry.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -112,22 +113,7 @@ void StridedCopy::Init(const PrepareContext& ctx, const Shape& out_shape,
   elem_ = elem;
   offset_ = in_offset;
   total_ = NumElements(out_shape);
-  shape_.clear();
-  strides_.clear();
-  for (size_t d = 0; d < out_shape.size(); ++d) {
-    if (out_shape[d] == 1) continue;  // size-1 dims never move the source
-    if (!shape_.empty() && strides_.back() == in_strides[d] * out_shape[d]) {
-      shape_.back() *= out_shape[d];  // contiguous with the previous dim: merge
-      strides_.back() = in_strides[d];
-    } else {
-      shape_.push_back(out_shape[d]);
-      strides_.push_back(in_strides[d]);
-    }
-  }
-  if (shape_.empty()) {
-    shape_.push_back(1);
-    strides_.push_back(1);
-  }
+  MergeCopyDims(out_shape, in_strides, &shape_, &strides_);
   if (static_cast<int>(shape_.size()) > kMaxDims)
     Unsupported(ctx, "a copy with ", shape_.size(), " non-contiguous dimensions (at most ",
                 kMaxDims, ")");

@@ -67,6 +67,21 @@ __device__ inline int64_t WrapIndex(int64_t v, int64_t dim) {
   return v < 0 ? v + dim : v;
 }
 
+/// Adds sum_m WrapIndex(idx[m], indexed.size[m]) * indexed.stride[m] to *off for
+/// one index tuple of indexed.n entries (GatherND, ScatterND); false when an
+/// index is out of range.
+template <typename I>
+__device__ inline bool AddTupleOffset(const I* idx, const DimArray<int64_t>& indexed,
+                                      int64_t* off) {
+  bool ok = true;
+  for (int m = 0; m < indexed.n; ++m) {
+    const int64_t k = WrapIndex(static_cast<int64_t>(idx[m]), indexed.size[m]);
+    ok = ok && k >= 0;
+    *off += k * indexed.stride[m];
+  }
+  return ok;
+}
+
 /// Throws kUnsupported naming the node: "<node>: <what> is not supported by the CUDA backend".
 template <typename... Args>
 [[noreturn]] void Unsupported(const PrepareContext& ctx, const Args&... what) {
