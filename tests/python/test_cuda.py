@@ -1,6 +1,6 @@
 """The CUDA backend (device="cuda"): the five exported policies against onnxruntime,
-refit, bad data found on the device, ops the backend lacks, and the inference server
-on a GPU. Skipped unless kaiwu_infer was built with -DKAIWU_CUDA=ON and a CUDA device
+refit, bad data found on the device, Resize against the CPU, a variant a CUDA kernel
+lacks, and the inference server on a GPU. Skipped unless kaiwu_infer was built with -DKAIWU_CUDA=ON and a CUDA device
 is present (kaiwu_infer.cuda_available()).
 
 Tolerances: policies as in test_policies.py (rtol 1e-4, atol 1e-5 * max(1, scale)):
@@ -132,19 +132,43 @@ def test_bad_index_on_device_raises_naming_the_node_and_the_session_recovers():
     np.testing.assert_array_equal(sess.run({"idx": good})["y"], ref.run({"idx": good})["y"])
 
 
-def test_op_without_a_cuda_kernel_is_refused_at_load():
-    # Resize has a CPU kernel but no CUDA one yet.
+def _resize_model(mode):
     from onnx import TensorProto, helper, numpy_helper
 
-    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")
     g = helper.make_graph(
-        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="upsample", mode="nearest")],
-        "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], name="upsample", mode=mode)],
+        "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])], [scales])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_on_cuda_matches_the_cpu(mode):
+    # Exact for nearest (a gather); linear and cubic sum in the CPU's order, with FMAs.
+    x = np.random.default_rng(5).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    data = _resize_model(mode)
+    got = ki.Session(data, device="cuda").run({"x": x})["y"]
+    want = ki.Session(data).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=0 if mode == "nearest" else 1e-5,
+                               atol=0 if mode == "nearest" else 1e-5)
+
+
+def test_variant_the_cuda_kernel_lacks_is_refused_naming_the_node():
+    # TopK keeps at most 64 entries per line on the device.
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = numpy_helper.from_array(np.array([100], np.int64), "k")
+    g = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="best")],
+        "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 200])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 100]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [2, 100])], [k])
     data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    ki.Session(data)  # the CPU runs it
-    with pytest.raises(ki.UnsupportedOpError, match="Resize"):
-        ki.Session(data, device="cuda")
+    x = np.random.default_rng(6).standard_normal((2, 200)).astype(np.float32)
+    ki.Session(data).run({"x": x})  # the CPU runs it
+    with pytest.raises(ki.UnsupportedOpError, match="TopK"):
+        ki.Session(data, device="cuda").run({"x": x})
 
 
 def test_server_on_cuda_equals_per_actor_stepping():

@@ -1,13 +1,12 @@
 // Resize (opset 13+: X, roi, scales, sizes; opset 18+ axes and
-// keep_aspect_ratio_policy). Prepare builds per-axis taps (game_resize_taps.h);
-// Run walks output rows (all dims but the last) in parallel. Leading axes left
-// alone (N and C of NCHW) only pick a plane; a row combines the taps of the
-// other outer axes (at most kMaxCombos products, e.g. 2 source rows for
-// bilinear) and applies the last axis's taps along the row. Nearest resizes
-// (every axis one weight-1 tap) are a pure gather and work for any dtype;
-// linear and cubic take float32 / float64.
+// keep_aspect_ratio_policy). Prepare takes the per-axis taps from PlanResize
+// (game_resize_taps.h); Run walks output rows (all dims but the last) in
+// parallel. Leading axes left alone (N and C of NCHW) only pick a plane; a row
+// combines the taps of the other outer axes (at most kMaxCombos products, e.g.
+// 2 source rows for bilinear) and applies the last axis's taps along the row.
+// Nearest resizes (every axis one weight-1 tap) are a pure gather and work for
+// any dtype; linear and cubic take float32 / float64.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/game_resize_taps.h"
@@ -18,88 +17,33 @@ namespace cpu {
 namespace {
 
 constexpr int kMaxCombos = 64;
-constexpr int kMaxRank = 16;
 
 class ResizeKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ResizeOptions opt = ParseResizeOptions(ctx);
-    const TensorInfo& x = ctx.in(0);
-    const int r = x.rank();
-    if (r < 1 || r > kMaxRank) ctx.Error("X must have rank 1 to ", kMaxRank);
-    dtype_ = x.dtype;
-    if (opt.mode != ResizeMode::kNearest && dtype_ != DType::kFloat32 && dtype_ != DType::kFloat64)
-      ctx.Error("linear and cubic modes need float32 or float64 input, got ", DTypeName(dtype_));
-    extrapolation_ = ctx.node.GetFloat("extrapolation_value", 0.f);
-
-    std::vector<int64_t> axes = ctx.node.GetInts("axes");
-    if (axes.empty())
-      for (int d = 0; d < r; ++d) axes.push_back(d);
-    for (int64_t& a : axes) a = NormalizeAxis(ctx, a, r);
-    const size_t na = axes.size();
-    auto given = [&](int i) { return ctx.HasInput(i) && ctx.in(i).size() > 0; };
-    if (given(2) == given(3)) ctx.Error("exactly one of scales and sizes must be given");
-    std::vector<float> scale(r, 1.f), roi_start(r, 0.f), roi_end(r, 1.f);
-    Shape out = x.shape;
-    if (given(2)) {
-      std::vector<double> s = ConstNumbers(ctx, 2);
-      if (s.size() != na) ctx.Error("scales has ", s.size(), " values, expected ", na);
-      for (size_t i = 0; i < na; ++i) {
-        if (!(s[i] > 0)) ctx.Error("scales must be positive");
-        scale[axes[i]] = static_cast<float>(s[i]);
-        out[axes[i]] = static_cast<int64_t>(scale[axes[i]] * static_cast<float>(x.shape[axes[i]]));
-      }
-    } else {
-      std::vector<int64_t> sizes = ctx.ConstInts(3);
-      if (sizes.size() != na) ctx.Error("sizes has ", sizes.size(), " values, expected ", na);
-      const std::string policy = ctx.node.GetString("keep_aspect_ratio_policy", "stretch");
-      if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
-        ctx.Error("unknown keep_aspect_ratio_policy '", policy, "'");
-      float pick = policy == "not_larger" ? INFINITY : 0.f;
-      for (size_t i = 0; i < na; ++i) {
-        const int64_t in = x.shape[axes[i]];
-        if (sizes[i] < 0) ctx.Error("sizes must be non-negative");
-        if (in == 0 && sizes[i] != 0) ctx.Error("cannot resize an empty axis to ", sizes[i]);
-        float s = in == 0 ? 1.f : static_cast<float>(sizes[i]) / static_cast<float>(in);
-        scale[axes[i]] = s;
-        out[axes[i]] = sizes[i];
-        pick = policy == "not_larger" ? std::min(pick, s) : std::max(pick, s);
-      }
-      if (policy != "stretch")
-        for (int64_t a : axes) {
-          scale[a] = pick;
-          out[a] = static_cast<int64_t>(std::floor(pick * static_cast<float>(x.shape[a]) + 0.5f));
-        }
-    }
-    if (opt.coord == CoordMode::kTfCropAndResize) {
-      if (!given(1)) ctx.Error("tf_crop_and_resize needs roi");
-      std::vector<double> roi = ConstNumbers(ctx, 1);
-      if (roi.size() != 2 * na) ctx.Error("roi has ", roi.size(), " values, expected ", 2 * na);
-      for (size_t i = 0; i < na; ++i) {
-        roi_start[axes[i]] = static_cast<float>(roi[i]);
-        roi_end[axes[i]] = static_cast<float>(roi[na + i]);
-      }
-    }
+    ResizePlan plan = PlanResize(ctx);
+    dtype_ = ctx.in(0).dtype;
+    extrapolation_ = plan.extrapolation;
+    const Shape& out = plan.out;
+    const int r = static_cast<int>(out.size());
     ctx.SetOutput(0, dtype_, out);
 
-    const std::vector<int64_t> strides = RowMajorStrides(x.shape);
-    axes_.clear();
+    axes_ = std::move(plan.axes);
     gather_ = true;
     int combos = 1;
     for (int d = 0; d < r; ++d) {
-      axes_.push_back(MakeAxisTaps(opt, x.shape[d], out[d], scale[d], roi_start[d], roi_end[d],
-                                   strides[d]));
-      gather_ &= axes_.back().identity_weights();
-      if (d < r - 1) combos *= axes_.back().taps;
+      gather_ &= axes_[d].identity_weights();
+      if (d < r - 1) combos *= axes_[d].taps;
     }
     if (combos > kMaxCombos)
       ctx.Error("resizing this many axes with ", axes_.back().taps, " taps each is not supported");
+    const Shape& xs = ctx.in(0).shape;
     out_ = out;
     inner_ = out[r - 1];
     rows_ = inner_ == 0 ? 0 : NumElements(out) / inner_;
     lead_ = 0;
     while (lead_ < r - 1 && axes_[lead_].identity) ++lead_;
-    plane_in_ = NumElements(Shape(x.shape.begin() + lead_, x.shape.end()));
+    plane_in_ = NumElements(Shape(xs.begin() + lead_, xs.end()));
     plane_rows_ = NumElements(Shape(out.begin() + lead_, out.end() - 1));
     cost_ = static_cast<double>(inner_) * combos * axes_.back().taps + 8.0 * r;
   }
@@ -129,7 +73,7 @@ class ResizeKernel : public Kernel {
     T* y = static_cast<T*>(io.outputs[0]);
     io.pool->ParallelFor(rows_, cost_, [&](int64_t r0, int64_t r1) {
       const int outer = static_cast<int>(out_.size()) - 1;
-      int64_t coord[kMaxRank] = {0};  // of axes lead_ .. outer - 1
+      int64_t coord[kMaxResizeRank] = {0};  // of axes lead_ .. outer - 1
       int64_t plane = r0 / plane_rows_, rem = r0 % plane_rows_;
       for (int d = outer - 1; d >= lead_; --d) {
         coord[d] = rem % out_[d];

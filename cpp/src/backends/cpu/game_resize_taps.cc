@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/game_util.h"
+
 namespace kaiwu {
 namespace cpu {
 namespace {
@@ -168,6 +170,74 @@ AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float s
     a.weight.assign(out, 1.f);
   }
   return a;
+}
+
+ResizePlan PlanResize(const PrepareContext& ctx) {
+  ResizeOptions opt = ParseResizeOptions(ctx);
+  const TensorInfo& x = ctx.in(0);
+  const int r = x.rank();
+  if (r < 1 || r > kMaxResizeRank) ctx.Error("X must have rank 1 to ", kMaxResizeRank);
+  if (opt.mode != ResizeMode::kNearest && x.dtype != DType::kFloat32 &&
+      x.dtype != DType::kFloat64)
+    ctx.Error("linear and cubic modes need float32 or float64 input, got ", DTypeName(x.dtype));
+  ResizePlan plan;
+  plan.extrapolation = ctx.node.GetFloat("extrapolation_value", 0.f);
+
+  std::vector<int64_t> axes = ctx.node.GetInts("axes");
+  if (axes.empty())
+    for (int d = 0; d < r; ++d) axes.push_back(d);
+  for (int64_t& a : axes) a = NormalizeAxis(ctx, a, r);
+  const size_t na = axes.size();
+  auto given = [&](int i) { return ctx.HasInput(i) && ctx.in(i).size() > 0; };
+  if (given(2) == given(3)) ctx.Error("exactly one of scales and sizes must be given");
+  std::vector<float> scale(r, 1.f), roi_start(r, 0.f), roi_end(r, 1.f);
+  Shape out = x.shape;
+  if (given(2)) {
+    std::vector<double> s = ConstNumbers(ctx, 2);
+    if (s.size() != na) ctx.Error("scales has ", s.size(), " values, expected ", na);
+    for (size_t i = 0; i < na; ++i) {
+      if (!(s[i] > 0)) ctx.Error("scales must be positive");
+      scale[axes[i]] = static_cast<float>(s[i]);
+      out[axes[i]] = static_cast<int64_t>(scale[axes[i]] * static_cast<float>(x.shape[axes[i]]));
+    }
+  } else {
+    std::vector<int64_t> sizes = ctx.ConstInts(3);
+    if (sizes.size() != na) ctx.Error("sizes has ", sizes.size(), " values, expected ", na);
+    const std::string policy = ctx.node.GetString("keep_aspect_ratio_policy", "stretch");
+    if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
+      ctx.Error("unknown keep_aspect_ratio_policy '", policy, "'");
+    float pick = policy == "not_larger" ? INFINITY : 0.f;
+    for (size_t i = 0; i < na; ++i) {
+      const int64_t in = x.shape[axes[i]];
+      if (sizes[i] < 0) ctx.Error("sizes must be non-negative");
+      if (in == 0 && sizes[i] != 0) ctx.Error("cannot resize an empty axis to ", sizes[i]);
+      float s = in == 0 ? 1.f : static_cast<float>(sizes[i]) / static_cast<float>(in);
+      scale[axes[i]] = s;
+      out[axes[i]] = sizes[i];
+      pick = policy == "not_larger" ? std::min(pick, s) : std::max(pick, s);
+    }
+    if (policy != "stretch")
+      for (int64_t a : axes) {
+        scale[a] = pick;
+        out[a] = static_cast<int64_t>(std::floor(pick * static_cast<float>(x.shape[a]) + 0.5f));
+      }
+  }
+  if (opt.coord == CoordMode::kTfCropAndResize) {
+    if (!given(1)) ctx.Error("tf_crop_and_resize needs roi");
+    std::vector<double> roi = ConstNumbers(ctx, 1);
+    if (roi.size() != 2 * na) ctx.Error("roi has ", roi.size(), " values, expected ", 2 * na);
+    for (size_t i = 0; i < na; ++i) {
+      roi_start[axes[i]] = static_cast<float>(roi[i]);
+      roi_end[axes[i]] = static_cast<float>(roi[na + i]);
+    }
+  }
+
+  const std::vector<int64_t> strides = RowMajorStrides(x.shape);
+  for (int d = 0; d < r; ++d)
+    plan.axes.push_back(MakeAxisTaps(opt, x.shape[d], out[d], scale[d], roi_start[d], roi_end[d],
+                                     strides[d]));
+  plan.out = std::move(out);
+  return plan;
 }
 
 }  // namespace cpu

@@ -1,6 +1,8 @@
 // Resize as separable per-axis taps: for each output coordinate of an axis,
 // the input offsets it reads and their weights (1 tap for nearest, 2 for
 // linear, 4 for cubic). Coordinates are computed in float as onnxruntime does.
+// PlanResize turns a node's attributes and shape operands into the output
+// shape and the taps of every axis; the CPU and CUDA kernels both start from it.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,22 @@ struct AxisTaps {
 /// axis with in == out and scale 1 (and no crop) is the identity in every mode.
 AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float scale,
                       float roi_start, float roi_end, int64_t stride);
+
+/// Most axes X may have.
+constexpr int kMaxResizeRank = 16;
+
+/// What Resize's Prepare derives from X, the attributes and the shape operands
+/// (roi, scales, sizes, all known at plan time).
+struct ResizePlan {
+  Shape out;                   // the output shape
+  float extrapolation = 0.f;   // tf_crop_and_resize's value outside the roi
+  std::vector<AxisTaps> axes;  // per axis of X; offsets in elements of a row-major X
+};
+
+/// Checks X (rank 1 to kMaxResizeRank; float32 / float64 for linear and cubic),
+/// the attributes (scales or sizes, axes, keep_aspect_ratio_policy, roi) with
+/// ctx.Error on a model error, and builds the plan. Sets no output.
+ResizePlan PlanResize(const PrepareContext& ctx);
 
 }  // namespace cpu
 }  // namespace kaiwu

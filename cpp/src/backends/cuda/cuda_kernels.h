@@ -65,7 +65,7 @@ class CudaKernel : public Kernel {
 
 // Registration, one function per file group (called by CudaKernels()).
 void RegisterElementwiseKernels(KernelRegistry& r);  // elementwise*.cu
-void RegisterTensorKernels(KernelRegistry& r);       // tensor*.cu
+void RegisterTensorKernels(KernelRegistry& r);       // tensor*.cu, resize.cu
 void RegisterConvKernels(KernelRegistry& r);         // conv*.cu, pool*.cu, norm*.cu
 void RegisterLinalgKernels(KernelRegistry& r);       // gemm*.cu, rnn*.cu, einsum.cu
 

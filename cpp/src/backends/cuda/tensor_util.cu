@@ -180,6 +180,7 @@ void RegisterTensorKernels(KernelRegistry& r) {
   tensor::RegisterTensorScatterKernels(r);  // ScatterElements ScatterND
   tensor::RegisterTensorScanKernels(r);     // CumSum TopK
   tensor::RegisterTensorReduceKernels(r);   // Reduce* ArgMax ArgMin
+  tensor::RegisterResizeKernel(r);          // Resize
 }
 
 }  // namespace cuda

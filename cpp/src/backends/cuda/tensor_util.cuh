@@ -25,6 +25,7 @@ void RegisterTensorGatherKernels(KernelRegistry& r);   // tensor_gather.cu
 void RegisterTensorScatterKernels(KernelRegistry& r);  // tensor_scatter.cu
 void RegisterTensorScanKernels(KernelRegistry& r);     // tensor_scan.cu
 void RegisterTensorReduceKernels(KernelRegistry& r);   // tensor_reduce.cu
+void RegisterResizeKernel(KernelRegistry& r);          // resize.cu
 
 /// Most dimensions a kernel's index arithmetic handles (after merging).
 constexpr int kMaxDims = 16;
