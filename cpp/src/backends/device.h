@@ -21,6 +21,9 @@ class DeviceBackend {
   /// e.g. "cuda:0 (NVIDIA H100 80GB HBM3)".
   virtual std::string name() const = 0;
   virtual const KernelRegistry& kernels() const = 0;
+  /// Makes this device the calling thread's current one (kernel objects may
+  /// allocate at Prepare, and launches go to the current device).
+  virtual void MakeCurrent() const = 0;
   /// Device memory, freed when the last holder lets go.
   virtual std::shared_ptr<void> Alloc(size_t bytes) const = 0;
   /// A device copy of host memory (synchronous).

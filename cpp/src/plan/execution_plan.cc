@@ -22,6 +22,7 @@ ExecutionPlan::~ExecutionPlan() = default;
 
 ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& input_shapes)
     : device_(in.device) {
+  if (device_) device_->MakeCurrent();
   const Graph& g = *in.graph;
   const size_t nv = g.values.size();
   std::vector<TensorInfo> info(nv);
@@ -298,6 +299,7 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
 
 void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void* const* outputs,
                                 const WeightSet& weights, double* step_seconds) const {
+  device_->MakeCurrent();
   DeviceBackend::Stream& stream = *ctx.stream;
   auto describe = [this](int step) {
     return step >= 0 && step < static_cast<int>(step_names_.size()) ? step_names_[step]

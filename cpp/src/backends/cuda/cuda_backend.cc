@@ -195,6 +195,7 @@ class Device final : public DeviceBackend {
   }
   std::string name() const override { return name_; }
   const KernelRegistry& kernels() const override { return CudaKernels(); }
+  void MakeCurrent() const override { CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 
   std::shared_ptr<void> Alloc(size_t bytes) const override {
     CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
