@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "backends/cpu/elementwise_util.h"
+#include "backends/int_pow.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -195,26 +196,6 @@ class ArithKernel : public Kernel {
   std::vector<int64_t> input_sizes_;
   std::vector<BroadcastPlan> plans_;
 };
-
-// Integer power by squaring, wrapping on overflow; negative exponents give the
-// truncated result (0 unless the base is 1 or -1).
-template <typename T, typename E>
-inline T IntPow(T base, E exp) {
-  if (exp < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (exp % 2) ? T(-1) : T(1);
-    return 0;
-  }
-  using U = std::make_unsigned_t<T>;
-  U result = 1, b = static_cast<U>(base);
-  uint64_t e = static_cast<uint64_t>(exp);
-  while (e) {
-    if (e & 1) result = static_cast<U>(result * b);
-    b = static_cast<U>(b * b);
-    e >>= 1;
-  }
-  return static_cast<T>(result);
-}
 
 class PowKernel : public Kernel {
  public:

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/int_pow.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -144,26 +145,6 @@ class ArithKernel : public CudaKernel {
   int64_t out_size_ = 0;
   std::vector<ElementIndexer<2>> steps_;  // input i folded into the output: steps_[i - 1]
 };
-
-// Integer power by squaring, wrapping on overflow; negative exponents give the
-// truncated result (0 unless the base is 1 or -1).
-template <typename T, typename E>
-__device__ inline T IntPow(T base, E exp) {
-  if (exp < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (exp % 2) ? T(-1) : T(1);
-    return 0;
-  }
-  using U = std::make_unsigned_t<T>;
-  U result = 1, b = static_cast<U>(base);
-  uint64_t e = static_cast<uint64_t>(exp);
-  while (e) {
-    if (e & 1) result = static_cast<U>(result * b);
-    b = static_cast<U>(b * b);
-    e >>= 1;
-  }
-  return static_cast<T>(result);
-}
 
 // A one-element exponent of 2, 3, 1 or 0.5 is applied without pow(), as the
 // CPU kernel does (this differs from pow at -0 and -inf for 0.5).
