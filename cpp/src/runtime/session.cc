@@ -67,7 +67,6 @@ std::shared_ptr<void> AcquireBlock(const std::shared_ptr<BlockPool>& pool) {
   });
 }
 
-
 // Gives `next` device copies of its static values, sharing those of `base`
 // where the value itself is shared (a refit uploads only what changed).
 void UploadWeights(const DeviceBackend& device, WeightSet* next, const WeightSet* base) {
