@@ -61,8 +61,11 @@ class DeviceBackend {
     /// caller launches directly.
     virtual bool EndRecord(const std::vector<const void*>& key, bool ok) = 0;
   };
-  /// Staging capacity: the bytes of all CopyIn / CopyOut calls of one run.
+  /// Staging capacity: the sum of StagingBytes() over the CopyIn / CopyOut
+  /// calls of one run.
   virtual std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes) const = 0;
+  /// Staging one copy of `bytes` takes (each copy starts 256-byte aligned).
+  static size_t StagingBytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 };
 
 /// The backend for a device name: "cpu" gives null; "cuda" or "cuda:N" the

@@ -219,9 +219,9 @@ std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
     ctx->device_arena = device_->Alloc(arena_bytes_);
     base = static_cast<char*>(ctx->device_arena.get());
     size_t in_bytes = 0, out_bytes = 0;
-    for (size_t b : input_bytes_) in_bytes += (b + 255) / 256 * 256;
+    for (size_t b : input_bytes_) in_bytes += DeviceBackend::StagingBytes(b);
     for (const TensorInfo& o : outputs_)
-      out_bytes += (static_cast<size_t>(o.size()) * DTypeSize(o.dtype) + 255) / 256 * 256;
+      out_bytes += DeviceBackend::StagingBytes(static_cast<size_t>(o.size()) * DTypeSize(o.dtype));
     ctx->stream = device_->NewStream(in_bytes, out_bytes);
   } else {
     ctx->arena = AlignedAlloc(arena_bytes_);
@@ -237,6 +237,20 @@ std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
   ctx->in_flat.assign(step_inputs_.size(), nullptr);
   ctx->out_flat.assign(step_outputs_.size(), nullptr);
   return ctx;
+}
+
+KernelIO ExecutionPlan::BindStep(RunContext& ctx, const Step& s, char* arena, ThreadPool* pool,
+                                 const void* device) const {
+  for (int j = 0; j < s.in_count; ++j) {
+    int v = step_inputs_[s.in_begin + j];
+    ctx.in_flat[s.in_begin + j] = v >= 0 ? ctx.ptr[v] : nullptr;
+  }
+  for (int j = 0; j < s.out_count; ++j) {
+    int v = step_outputs_[s.out_begin + j];
+    ctx.out_flat[s.out_begin + j] = v >= 0 ? const_cast<void*>(ctx.ptr[v]) : nullptr;
+  }
+  return KernelIO{ctx.in_flat.data() + s.in_begin, ctx.out_flat.data() + s.out_begin,
+                  s.scratch_offset == SIZE_MAX ? nullptr : arena + s.scratch_offset, pool, device};
 }
 
 void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
@@ -272,16 +286,7 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
 
   char* arena = static_cast<char*>(ctx->arena);
   for (const Step& s : steps_) {
-    for (int j = 0; j < s.in_count; ++j) {
-      int v = step_inputs_[s.in_begin + j];
-      ctx->in_flat[s.in_begin + j] = v >= 0 ? ptr[v] : nullptr;
-    }
-    for (int j = 0; j < s.out_count; ++j) {
-      int v = step_outputs_[s.out_begin + j];
-      ctx->out_flat[s.out_begin + j] = v >= 0 ? const_cast<void*>(ptr[v]) : nullptr;
-    }
-    KernelIO io{ctx->in_flat.data() + s.in_begin, ctx->out_flat.data() + s.out_begin,
-                s.scratch_offset == SIZE_MAX ? nullptr : arena + s.scratch_offset, pool};
+    const KernelIO io = BindStep(*ctx, s, arena, pool, nullptr);
     if (step_seconds) {
       auto t0 = std::chrono::steady_clock::now();
       s.kernel->Run(io);
@@ -314,18 +319,8 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
   auto launch_steps = [&] {
     for (size_t si = 0; si < steps_.size(); ++si) {
       const Step& s = steps_[si];
-      for (int j = 0; j < s.in_count; ++j) {
-        int v = step_inputs_[s.in_begin + j];
-        ctx.in_flat[s.in_begin + j] = v >= 0 ? ptr[v] : nullptr;
-      }
-      for (int j = 0; j < s.out_count; ++j) {
-        int v = step_outputs_[s.out_begin + j];
-        ctx.out_flat[s.out_begin + j] = v >= 0 ? const_cast<void*>(ptr[v]) : nullptr;
-      }
       stream.SetStep(static_cast<int>(si));
-      KernelIO io{ctx.in_flat.data() + s.in_begin, ctx.out_flat.data() + s.out_begin,
-                  s.scratch_offset == SIZE_MAX ? nullptr : arena + s.scratch_offset, nullptr,
-                  stream.kernel_context()};
+      const KernelIO io = BindStep(ctx, s, arena, nullptr, stream.kernel_context());
       if (step_seconds) {
         auto t0 = std::chrono::steady_clock::now();
         s.kernel->Run(io);

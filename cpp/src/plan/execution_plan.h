@@ -66,6 +66,9 @@ class ExecutionPlan {
   struct RunContext;
 
   std::unique_ptr<RunContext> NewContext() const;
+  /// Points the context's flat input/output lists at step `s`'s buffers.
+  KernelIO BindStep(RunContext& ctx, const Step& s, char* arena, ThreadPool* pool,
+                    const void* device) const;
   void RunOnDevice(RunContext& ctx, const void* const* feeds, void* const* outputs,
                    const WeightSet& weights, double* step_seconds) const;
 

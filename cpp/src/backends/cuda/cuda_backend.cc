@@ -32,7 +32,7 @@ struct PinnedBuffer {
 class CudaStream final : public DeviceBackend::Stream {
  public:
   CudaStream(int ordinal, size_t in_bytes, size_t out_bytes)
-      : ordinal_(ordinal), in_(Round(in_bytes)), out_(Round(out_bytes) + 64) {
+      : ordinal_(ordinal), in_(in_bytes), out_(out_bytes + 64) {
     CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
     CheckCuda(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     // A blocking-sync event: waiting threads sleep instead of spinning a core.
@@ -72,7 +72,7 @@ class CudaStream final : public DeviceBackend::Stream {
     std::memcpy(stage, host, bytes);
     CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
               "copy to device");
-    in_used_ += Round(bytes);
+    in_used_ += DeviceBackend::StagingBytes(bytes);
   }
 
   void CopyOut(void* host, const void* device_src, size_t bytes) override {
@@ -84,7 +84,7 @@ class CudaStream final : public DeviceBackend::Stream {
     CheckCuda(cudaMemcpyAsync(stage, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
               "copy to host");
     pending_.push_back(Pending{host, stage, bytes});
-    out_used_ += Round(bytes);
+    out_used_ += DeviceBackend::StagingBytes(bytes);
   }
 
   void Finish(const std::function<std::string(int)>& describe_step) override {
@@ -168,7 +168,6 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaGraphExec_t exec;
     uint64_t last_use;
   };
-  static size_t Round(size_t n) { return (n + 255) / 256 * 256; }
   static constexpr size_t kBlasWorkspace = 32u << 20;  // cuBLAS's advice for Hopper
   static constexpr size_t kMaxGraphs = 4;              // weight versions recorded per stream
 

@@ -41,6 +41,31 @@ __device__ inline void ReportError(int* flag, int step) {
   if (flag) atomicCAS(flag, 0, step + 1);
 }
 
+/// Operators of the float reductions below.
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+/// fmaxf: a NaN operand loses, as in the CPU kernels' std::max(acc, v).
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/// Combines `v` over `threads` threads with `op` (32: one warp, no shared
+/// memory; more: the whole block, threads == blockDim.x, all calling); every
+/// one of them gets the result. `partial` is shared memory for threads / 32
+/// values; calling again with the same `partial` is safe.
+template <typename T, typename Op>
+__device__ inline T CombineAcrossThreads(T v, Op op, T* partial, int threads) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threads <= 32) return v;
+  __syncthreads();  // a previous call's readers are done with `partial`
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = partial[0];
+  for (int w = 1; w < threads / 32; ++w) v = op(v, partial[w]);
+  return v;
+}
+
 /// for (i = global thread; i < n; i += grid stride)
 #define KAIWU_CUDA_LOOP(i, n)                                                          \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \

@@ -18,27 +18,10 @@ enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 // Rows longer than this get a whole block each instead of a warp.
 constexpr int64_t kWarpRowMax = 1024;
 
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
-// Reduces v over the kThreads threads (one warp, or the whole block) of a row;
-// every one of them gets the result. `shared` holds one value per warp.
+// Reduces v over the kThreads threads (one warp, or the whole block) of a row.
 template <int kThreads, typename Op>
 __device__ float RowReduce(float v, Op op, float* shared) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if constexpr (kThreads > 32) {
-    const int warp = threadIdx.x / 32;
-    __syncthreads();  // the previous reduction's readers are done
-    if (threadIdx.x % 32 == 0) shared[warp] = v;
-    __syncthreads();
-    v = shared[0];
-    for (int w = 1; w < kThreads / 32; ++w) v = op(v, shared[w]);
-  }
-  return v;
+  return CombineAcrossThreads(v, op, shared, kThreads);
 }
 
 // (value, index) of the first maximum: b wins over a if larger, or equal and earlier.

@@ -68,18 +68,12 @@ __device__ inline int64_t ReducedOffset(const DimArray<int64_t>& d, int64_t r) {
   return d.n == 1 ? r * d.stride[0] : DimOffset(d, r);
 }
 
-// Combines v across the block (blockDim.x a multiple of 32, at most 1024); every
-// thread gets the result. `partial` holds one value per warp.
-template <typename T>
-__device__ inline T BlockCombine(Accum a, T v, T* partial) {
-  for (int s = kWarp / 2; s > 0; s /= 2) v = Combine(a, v, __shfl_xor_sync(0xffffffffu, v, s));
-  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  v = partial[0];
-  for (unsigned w = 1; w < blockDim.x / kWarp; ++w) v = Combine(a, v, partial[w]);
-  __syncthreads();  // `partial` is reused by the next call
-  return v;
-}
+// Combine(a, x, y) as a binary operator for CombineAcrossThreads.
+struct AccumOp {
+  Accum a;
+  template <typename T>
+  __device__ T operator()(T x, T y) const { return Combine(a, x, y); }
+};
 
 template <typename T>
 __global__ void ReduceThreadGpu(const T* __restrict__ x, T* __restrict__ y, ReduceGeometry g,
@@ -115,7 +109,7 @@ __global__ void ReduceBlockGpu(const T* __restrict__ x, T* __restrict__ y, Reduc
     T a = identity;
     for (int64_t r = threadIdx.x; r < g.count; r += blockDim.x)
       a = Combine(acc, a, MapValue(acc, base[ReducedOffset(g.reduced, r)]));
-    a = BlockCombine(acc, a, partial);
+    a = CombineAcrossThreads(a, AccumOp{acc}, partial, static_cast<int>(blockDim.x));
     T result = Finish(kind, a, g.count);
     if constexpr (std::is_floating_point<T>::value) {
       if (kind == ReduceKind::kLogSumExp) {
@@ -124,7 +118,8 @@ __global__ void ReduceBlockGpu(const T* __restrict__ x, T* __restrict__ y, Reduc
           T sum = T(0);
           for (int64_t r = threadIdx.x; r < g.count; r += blockDim.x)
             sum += Exp(base[ReducedOffset(g.reduced, r)] - a);
-          result = a + Log(BlockCombine(Accum::kSum, sum, partial));
+          result = a + Log(CombineAcrossThreads(sum, AccumOp{Accum::kSum}, partial,
+                                                static_cast<int>(blockDim.x)));
         }
       }
     }
