@@ -2,8 +2,8 @@
 every actor running onnxruntime itself vs a kaiwu_infer Session per actor.
 
 Actors step a cheap fake environment with an IMPALA-style ResNet+LSTM policy and
-an MLP policy: 64 and 256 in-process actors (threads, one env each) and 4
-processes x 32 envs. All modes run on the same cores in the same run. Also
+an MLP policy: 64 and 256 in-process actors (as threads, and as asyncio coroutines
+on one thread; one env each) and 4 processes x 32 envs. All modes run on the same cores in the same run. Also
 measures the MLP-policy queries/s ceiling of one server.
 
     PYTHONPATH=python python bench/bench_server.py [--seconds 3] [--quick]
@@ -171,6 +171,63 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     return res
 
 
+def run_async(mode, policy, n_actors, seconds, threads):
+    """n_actors asyncio coroutines on one thread, each stepping its own env through
+    ``InferenceServer.infer_async`` (mode "server") or only yielding to the loop
+    (mode "no_engine": the bound of this harness)."""
+    import asyncio
+
+    import kaiwu_infer as ki
+
+    on = policy.obs_name
+    srv = None
+    if mode == "server":
+        srv = ki.InferenceServer(policy.path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
+                                 split_batches=SPLIT[0], device=DEVICE[0],
+                                 state={"h0": "hn", "c0": "cn"} if policy.stateful else None)
+    fixed = np.random.default_rng(0).standard_normal((1, 18)).astype(np.float32)
+    envs = [FakeEnv(1, policy, a) for a in range(n_actors)]
+    lats = [[] for _ in range(n_actors)]
+    counts = []
+    stop_at = [0.0, 0.0]
+
+    async def actor(a):
+        env, lat, n = envs[a], lats[a], 0
+        done = np.zeros(1, bool)
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= stop_at[0]:
+                break
+            if srv is not None:
+                logits = (await srv.infer_async(a, {on: env.obs}, done=done))["logits"]
+            else:
+                await asyncio.sleep(0)
+                logits = fixed
+            t1 = time.perf_counter()
+            if t0 >= stop_at[1]:
+                lat.append(t1 - t0)
+                n += 1
+            done = env.step(logits)
+        counts.append(n)
+
+    async def main():
+        now = time.perf_counter()
+        stop_at[1] = now + 0.5
+        stop_at[0] = now + 0.5 + seconds
+        if srv is not None:
+            srv.reset_stats()
+        await asyncio.gather(*[actor(a) for a in range(n_actors)])
+
+    asyncio.run(main())
+    res = _summarize(counts, lats, seconds)
+    if srv is not None:
+        st = srv.stats()
+        res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
+                                            "run_mean_us", "batches", "sliced_batches", "batch_rows_hist")}
+        srv.close()
+    return res
+
+
 def _session_step(run, policy, rows):
     on = policy.obs_name
     if not policy.stateful:
@@ -279,8 +336,10 @@ def main():
     ap.add_argument("--max-wait-us", type=int, default=500, help="server max_wait_us")
     ap.add_argument("--sweep", action="store_true", help="server only: impala_lstm 64 threads and 4x32")
     ap.add_argument("--policies", default="impala_lstm,mlp", help="comma list of policies to run")
-    ap.add_argument("--actors", default="64,256,procs",
-                    help="comma list of actor setups: thread counts and/or 'procs' (4 processes x 32 envs)")
+    ap.add_argument("--actors", default="64,256,64async,256async,procs",
+                    help="comma list of actor setups: thread counts (N), asyncio actor counts (Nasync: "
+                         "N coroutines on one thread; server and no_engine modes only) and/or 'procs' "
+                         "(4 processes x 32 envs)")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the MLP queries/s ceiling runs")
     ap.add_argument("--name", default="", help="output file stem (default server)")
     ap.add_argument("--device", default="cpu", help="where the server's session runs: cpu or cuda")
@@ -320,15 +379,22 @@ def main():
         for a in setups:
             if a == "procs":
                 configs.append((pname, "4 processes x 32 envs", ("procs", 4, 32)))
+            elif a.endswith("async"):
+                n = int(a[:-len("async")])
+                configs.append((pname, f"{n} asyncio actors x 1 env", ("async", n)))
             else:
                 configs.append((pname, f"{int(a)} threads x 1 env", ("threads", int(a))))
     for pname, label, cfg in ([] if args.ceiling_only else configs):
         for mode in modes:
-            if mode == "no_engine" and cfg[0] != "threads":
+            if mode == "no_engine" and cfg[0] == "procs":
                 continue
+            if cfg[0] == "async" and mode not in ("server", "no_engine"):
+                continue  # per-actor sessions block: their in-process form is threads
             t = time.time()
             if cfg[0] == "threads":
                 r = run_threads(mode, policies[pname], cfg[1], args.seconds, threads)
+            elif cfg[0] == "async":
+                r = run_async(mode, policies[pname], cfg[1], args.seconds, threads)
             else:
                 r = run_procs(mode, policies[pname], cfg[1], cfg[2], args.seconds, threads)
             r.update(policy=pname, actors=label, mode=mode, wall_s=time.time() - t)
@@ -381,19 +447,29 @@ def main():
         lines.append(f"- {k}: {v}")
     lines += ["", "Steps/s = env steps (rows) per second over all actors; latency = one actor's",
               "policy call (queueing included), p50/p99 over all calls. no_engine: the in-process",
-              "harness alone (each call only releases and retakes the GIL), the bound for any engine.", "",
-              "| policy | actors | mode | steps/s | p50 us | p99 us | server mean batch | server queue wait p50/p99 us |",
-              "|---|---|---|---:|---:|---:|---:|---|"]
+              "harness alone (each call only releases and retakes the GIL; for asyncio actors, only",
+              "yields to the loop), the bound for any engine. x ort: steps/s over onnxruntime per",
+              "actor with the same policy and actor count, in this run (asyncio actors: against",
+              "the threads row, the in-process form of blocking per-actor sessions).", "",
+              "| policy | actors | mode | steps/s | x ort | p50 us | p99 us | server mean batch | "
+              "server queue wait p50/p99 us |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|"]
+
+    def ort_rate(r):
+        label = r["actors"].replace("asyncio actors", "threads")
+        for o in results:
+            if o["policy"] == r["policy"] and o["actors"] == label and o["mode"] == "onnxruntime_per_actor":
+                return o["steps_per_s"]
+        return None
+
     for r in results:
         s = r.get("server")
-        lines.append(f"| {r['policy']} | {r['actors']} | {r['mode']} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | "
-                     f"{r['p99_us']:.0f} | {s['mean_batch_rows']:.1f} |" if s else
-                     f"| {r['policy']} | {r['actors']} | {r['mode']} | {r['steps_per_s']:.0f} | {r['p50_us']:.0f} | "
-                     f"{r['p99_us']:.0f} | - |")
-        if s:
-            lines[-1] += f" {s['queue_wait_p50_us']:.0f} / {s['queue_wait_p99_us']:.0f} |"
-        else:
-            lines[-1] += " - |"
+        base = ort_rate(r)
+        ratio = f"{r['steps_per_s'] / base:.2f}" if base else "-"
+        batch = f"{s['mean_batch_rows']:.1f}" if s else "-"
+        wait = f"{s['queue_wait_p50_us']:.0f} / {s['queue_wait_p99_us']:.0f}" if s else "-"
+        lines.append(f"| {r['policy']} | {r['actors']} | {r['mode']} | {r['steps_per_s']:.0f} | {ratio} | "
+                     f"{r['p50_us']:.0f} | {r['p99_us']:.0f} | {batch} | {wait} |")
     if ceiling:
         lines += ["", "## MLP queries/s ceiling of one server", "",
                   "| clients | queries/s | rows/s | p50 us | p99 us | mean batch rows | batch run mean us |",

@@ -7,9 +7,11 @@ rows, update state) with the GIL released; Python only converts at the edges.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import os
 import threading
+import weakref
 from typing import Any, Callable, Mapping
 
 from . import _core
@@ -60,6 +62,47 @@ class ServerFuture:
 
     def add_done_callback(self, fn: Callable[["ServerFuture"], Any]) -> None:
         self._ticket.add_callback(fn, self)
+
+
+class _LoopQueue:
+    """The requests one asyncio event loop has in flight. Server threads report
+    completions through one pipe the loop watches; the loop drains every finished
+    request per wake-up and resolves their futures (no GIL taken by server threads)."""
+
+    __slots__ = ("_cq", "_server", "_loop", "_futures", "_token", "_reading")
+
+    def __init__(self, server: Any, loop: asyncio.AbstractEventLoop):
+        self._cq = _core._CompletionQueue()
+        self._server = server
+        self._loop = loop
+        self._futures: dict[int, asyncio.Future] = {}
+        self._token = 0
+        self._reading = False
+
+    def submit(self, actor_id: int, feeds: Mapping[str, Any], done: Any, version: str | None) -> asyncio.Future:
+        token = self._token
+        self._token += 1
+        self._cq.submit(self._server, token, actor_id, feeds, done, version)  # raises on bad input
+        fut = self._loop.create_future()
+        self._futures[token] = fut
+        if not self._reading:
+            self._loop.add_reader(self._cq.fd, self._drain)
+            self._reading = True
+        return fut
+
+    def _drain(self) -> None:
+        futures = self._futures
+        for token, value in self._cq.drain(self._server):
+            fut = futures.pop(token, None)
+            if fut is None or fut.cancelled():
+                continue
+            if isinstance(value, BaseException):
+                fut.set_exception(value)
+            else:
+                fut.set_result(value)
+        if not futures:
+            self._loop.remove_reader(self._cq.fd)
+            self._reading = False
 
 
 def _state_pairs(state: Any) -> tuple[list[tuple[str, str]], dict[str, int]]:
@@ -120,7 +163,8 @@ class InferenceServer:
 
     Requests: ``infer(actor_id, feeds, done=False, version=None)`` blocks and returns
     ``{output_name: array}`` for this actor's rows; ``submit`` returns a
-    :class:`ServerFuture`. ``feeds`` holds the non-state inputs only, rows on axis 0
+    :class:`ServerFuture`; ``await infer_async(...)`` is the same step for actors that
+    are asyncio coroutines (the fastest in-process form: see ``infer_async``). ``feeds`` holds the non-state inputs only, rows on axis 0
     (one env or a small vector of envs; an actor keeps its row count until ``release``).
     State outputs are returned too (this actor's slice, batch axis as in the model)
     and are also consumed by the server. ``done`` (a bool or one flag per row) zeroes
@@ -165,6 +209,7 @@ class InferenceServer:
         self.max_batch = int(max_batch)
         self._shm_names: list[str] = []
         self._lock = threading.Lock()
+        self._loop_queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # ---- requests
     def infer(self, actor_id: int, feeds: Mapping[str, Any], *, done: Any = False,
@@ -176,6 +221,30 @@ class InferenceServer:
                version: str | None = None) -> ServerFuture:
         """Queues one step and returns a future. Keep ``feeds`` unchanged until it is done."""
         return ServerFuture(self._server.submit(actor_id, feeds, done, version))
+
+    async def infer_async(self, actor_id: int, feeds: Mapping[str, Any], *, done: Any = False,
+                          version: str | None = None) -> dict:
+        """``infer`` for actors that are asyncio coroutines: awaits the step without
+        blocking the event loop. Bad feeds, a closed server or a full queue
+        (``queue_full="raise"``) raise at once; errors of the run raise from the await.
+
+        In one process, many actors as coroutines on one thread step much faster
+        than as threads: each blocking ``infer`` of a thread costs a GIL hand-off,
+        while the coroutines of one loop get all the results of a batch in one
+        wake-up. Cancelling the await does not cancel the step: it still runs and
+        advances the actor's recurrent state. Keep ``feeds`` unchanged until the
+        await returns (the server reads them in place)."""
+        return await self._loop_queue().submit(actor_id, feeds, done, version)
+
+    def _loop_queue(self) -> _LoopQueue:
+        loop = asyncio.get_running_loop()
+        q = self._loop_queues.get(loop)
+        if q is None:
+            with self._lock:
+                q = self._loop_queues.get(loop)
+                if q is None:
+                    q = self._loop_queues[loop] = _LoopQueue(self._server, loop)
+        return q
 
     def reset(self, actor_id: int) -> None:
         """Zeroes an actor's recurrent state (takes effect at its next step)."""

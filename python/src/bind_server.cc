@@ -1,11 +1,18 @@
 // Python bindings of the inference server (kaiwu_infer._core._InferenceServer,
-// _ShmClient, _ServerTicket) and its two exception classes.
+// _ShmClient, _ServerTicket, _CompletionQueue) and its two exception classes.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bindings.h"
@@ -279,6 +286,7 @@ class PyServer {
   }
 
   InferenceServer& server() { return *server_; }
+  const std::vector<IOInfo>& outputs() const { return server_->outputs(); }
   std::vector<std::string> FeedInputNames() const {
     std::vector<std::string> v;
     for (const auto& io : server_->feed_inputs()) v.push_back(io.name);
@@ -306,6 +314,126 @@ class PyServer {
   std::vector<std::unique_ptr<ShmServer>> shm_;
   std::map<std::string, int> feed_index_;
   std::set<std::string> state_names_;
+};
+
+// Completions of requests submitted for one asyncio event loop. Server threads
+// never take the GIL here: they append the request's token to a list and, on the
+// first completion since the last drain, write one byte to a pipe the loop
+// watches (loop.add_reader). The loop's thread then drains every finished
+// request at once, so a batch of N actors costs one wake-up, not N GIL hand-offs.
+struct CompletionCore {
+  std::mutex mu;
+  std::vector<uint64_t> done;
+  bool signaled = false;
+  int rfd = -1, wfd = -1;
+
+  CompletionCore() {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error(std::string("completion queue: pipe failed: ") + std::strerror(errno));
+    rfd = fds[0];
+    wfd = fds[1];
+    for (int fd : fds) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+  }
+  ~CompletionCore() {
+    close(rfd);
+    close(wfd);
+  }
+  void Push(uint64_t token) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done.push_back(token);
+      wake = !signaled;
+      signaled = true;
+    }
+    if (wake) {
+      const char byte = 1;
+      while (write(wfd, &byte, 1) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  std::vector<uint64_t> Take() {
+    std::vector<uint64_t> out;
+    std::lock_guard<std::mutex> lock(mu);
+    out.swap(done);
+    signaled = false;
+    char buf[64];
+    while (read(rfd, buf, sizeof(buf)) > 0) {
+    }
+    return out;
+  }
+};
+
+// The Python exception object a failed request's error translates to.
+py::object ErrorObject(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (...) {
+    py::detail::try_translate_exceptions();
+    py::error_already_set e;
+    return e.value();
+  }
+}
+
+class PyCompletionQueue {
+ public:
+  PyCompletionQueue() : core_(std::make_shared<CompletionCore>()) {}
+  ~PyCompletionQueue() {
+    // The server reads the feed arrays until a request is done.
+    std::vector<std::shared_ptr<ServerRequest>> live;
+    for (auto& [token, p] : pending_) live.push_back(p.req);
+    if (!live.empty()) {
+      py::gil_scoped_release release;
+      for (auto& r : live) r->Wait(-1);
+    }
+  }
+
+  int fd() const { return core_->rfd; }
+  size_t pending() const { return pending_.size(); }
+
+  // Queues one step; bad feeds, a closed server or a full queue raise here.
+  void Submit(PyServer& server, uint64_t token, int64_t actor, const py::dict& feeds, const py::object& done,
+              const py::object& version) {
+    if (pending_.count(token)) ThrowPython(StatusCode::kInput, "completion token " + std::to_string(token) + " is in use");
+    Pending p;
+    p.req = server.MakeRequest(actor, feeds, done, version, &p.keep);
+    p.req->on_done = [core = core_, token](ServerRequest&) { core->Push(token); };
+    auto req = p.req;
+    pending_.emplace(token, std::move(p));
+    try {
+      py::gil_scoped_release release;
+      server.server().Submit(req);
+    } catch (...) {
+      pending_.erase(token);
+      throw;
+    }
+  }
+
+  // Finished requests as (token, outputs dict) or (token, exception object).
+  py::list Drain(const PyServer& server) {
+    std::vector<uint64_t> done = core_->Take();
+    py::list out;
+    for (uint64_t token : done) {
+      auto it = pending_.find(token);
+      if (it == pending_.end()) continue;
+      ServerRequest& r = *it->second.req;
+      py::object value = r.error ? ErrorObject(r.error) : py::object(PyTicket::Outputs(r, server.outputs()));
+      out.append(py::make_tuple(token, value));
+      pending_.erase(it);
+    }
+    return out;
+  }
+
+ private:
+  struct Pending {
+    std::shared_ptr<ServerRequest> req;
+    std::vector<py::array> keep;  // the feed arrays, read until the request is done
+  };
+  std::shared_ptr<CompletionCore> core_;
+  std::unordered_map<uint64_t, Pending> pending_;
 };
 
 class PyShmClient {
@@ -434,6 +562,14 @@ void BindServer(py::module_& m) {
       .def("reset_stats", [](PyServer& s) { s.server().ResetStats(); })
       .def("serve_shm", &PyServer::ServeShm)
       .def("close", &PyServer::Close);
+
+  py::class_<PyCompletionQueue>(m, "_CompletionQueue")
+      .def(py::init<>())
+      .def_property_readonly("fd", &PyCompletionQueue::fd)
+      .def_property_readonly("pending", &PyCompletionQueue::pending)
+      .def("submit", &PyCompletionQueue::Submit, py::arg("server"), py::arg("token"), py::arg("actor_id"),
+           py::arg("feeds"), py::arg("done") = false, py::arg("version") = py::none())
+      .def("drain", &PyCompletionQueue::Drain, py::arg("server"));
 
   py::class_<PyShmClient>(m, "_ShmClient")
       .def(py::init<const std::string&, double>())

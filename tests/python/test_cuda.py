@@ -171,7 +171,8 @@ def test_variant_the_cuda_kernel_lacks_is_refused_naming_the_node():
         ki.Session(data, device="cuda").run({"x": x})
 
 
-def test_server_on_cuda_equals_per_actor_stepping():
+@pytest.mark.parametrize("actors", ["threads", "asyncio"])
+def test_server_on_cuda_equals_per_actor_stepping(actors):
     data = srv_tests._lstm_policy_bytes()
     gpu = ki.Session(data, device="cuda")
     cpu = ki.Session(data, threads=1)
@@ -179,7 +180,13 @@ def test_server_on_cuda_equals_per_actor_stepping():
     rows_of = {a: (1 if a % 3 else 3) for a in range(12)}
     with ki.InferenceServer(gpu, state=srv_tests.STATE, max_batch=16, max_wait_us=2000,
                             workers=2) as srv:
-        results, st = srv_tests._step_actors(srv, rows_of, steps)
+        if actors == "threads":
+            results, st = srv_tests._step_actors(srv, rows_of, steps)
+        else:
+            results, errors = {}, []
+            srv_tests._run_loop_actors(srv, list(rows_of), rows_of, steps, results, errors)
+            assert not errors, errors
+            st = srv.stats()
     assert st["requests"] == steps * len(rows_of)
     assert st["mean_batch_rows"] > 1
     assert st["sliced_batches"] == 0  # a device runs batches whole

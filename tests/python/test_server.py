@@ -466,6 +466,108 @@ def test_close_finishes_the_running_batch(mlp_bytes):
         assert isinstance(f.exception(timeout=30), ki.ServerClosedError)
 
 
+# ---------------------------------------------------------------- asyncio actors
+
+def _run_loop_actors(srv, actors, rows_of, steps, results, errors):
+    """Runs `actors` as coroutines of one new event loop (in the calling thread)."""
+    import asyncio
+
+    async def actor(a):
+        outs = []
+        for t in range(steps):
+            obs = proc.obs_for(a, t, rows_of[a], OBS)
+            r = await srv.infer_async(a, {"obs": obs}, done=proc.done_for(a, t, rows_of[a]))
+            outs.append({k: np.array(v) for k, v in r.items()})
+        results[a] = outs
+
+    async def main():
+        await asyncio.gather(*[actor(a) for a in actors])
+
+    try:
+        asyncio.run(main())
+    except Exception as e:  # noqa: BLE001
+        errors.append(e)
+
+
+def test_asyncio_actors_equal_per_actor_sessions(lstm_bytes):
+    # Two event loops (one per thread) and a thread actor share one server: each
+    # loop gets its completions through its own queue.
+    sess = ki.Session(lstm_bytes, threads=2)
+    steps = 25
+    rows_of = {a: (1 if a % 3 else 3) for a in range(13)}
+    results, errors = {}, []
+    with ki.InferenceServer(sess, state=STATE, max_batch=16, max_wait_us=2000) as srv:
+        loops = [threading.Thread(target=_run_loop_actors, args=(srv, group, rows_of, steps, results, errors))
+                 for group in (range(0, 6), range(6, 12))]
+
+        def thread_actor(a=12):
+            outs = []
+            for t in range(steps):
+                r = srv.infer(a, {"obs": proc.obs_for(a, t, rows_of[a], OBS)},
+                              done=proc.done_for(a, t, rows_of[a]))
+                outs.append({k: np.array(v) for k, v in r.items()})
+            results[a] = outs
+
+        ts = loops + [threading.Thread(target=thread_actor)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        st = srv.stats()
+    assert not errors, errors
+    for a, rows in rows_of.items():
+        _assert_same(results[a], _reference(sess, a, steps, rows))
+    assert st["requests"] == steps * len(rows_of)
+    assert st["mean_batch_rows"] > 1
+
+
+def test_asyncio_errors_cancel_and_close(lstm_bytes):
+    import asyncio
+
+    sess = ki.Session(lstm_bytes, threads=1)
+    obs = proc.obs_for(4, 0, 1, OBS)
+    zeros = np.zeros((1, 1, HID), np.float32)
+    first = sess.run({"obs": obs, "h0": zeros, "c0": zeros})
+    second = sess.run({"obs": obs, "h0": first["hn"].copy(), "c0": first["cn"].copy()})
+
+    async def main(srv):
+        # bad feeds raise at once, naming the input, and fail only their caller
+        with pytest.raises(ki.InputError, match="dtype"):
+            await srv.infer_async(1, {"obs": obs.astype(np.float64)})
+        with pytest.raises(ki.InputError, match="unknown input"):
+            await srv.infer_async(1, {"obs": obs, "x": obs})
+        # a cancelled await still steps: the actor's state advances
+        task = asyncio.ensure_future(srv.infer_async(4, {"obs": obs}))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(3000):  # the cancelled step finishes in the server
+            if srv.stats()["queued_requests"] + srv.stats()["running_requests"] == 0:
+                break
+            await asyncio.sleep(0.01)
+        r = await srv.infer_async(4, {"obs": obs})
+        np.testing.assert_allclose(r["logits"], second["logits"], rtol=RTOL, atol=ATOL)
+        q = srv._loop_queues[asyncio.get_running_loop()]
+        assert q._cq.pending == 0 and not q._reading  # nothing left registered with the loop
+
+    with ki.InferenceServer(sess, state=STATE, max_wait_us=100) as srv:
+        asyncio.run(main(srv))
+
+    async def stalled(srv):
+        # queued requests fail with ServerClosedError when the server closes
+        pending = [asyncio.ensure_future(srv.infer_async(a, {"obs": np.ones((1, OBS), np.float32)}))
+                   for a in range(3)]
+        await asyncio.sleep(0.05)
+        assert not any(p.done() for p in pending)
+        srv.close()
+        for p in pending:
+            with pytest.raises(ki.ServerClosedError):
+                await p
+        with pytest.raises(ki.ServerClosedError):
+            await srv.infer_async(1, {"obs": np.ones((1, OBS), np.float32)})
+
+    asyncio.run(stalled(_stalled_server(_mlp_bytes())))
+
+
 # ---------------------------------------------------------------- processes
 
 def _ctx():

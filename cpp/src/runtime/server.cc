@@ -241,9 +241,14 @@ void InferenceServer::Submit(const std::shared_ptr<ServerRequest>& req) {
   if (a->queued++ == 0) ++queued_actors_;
   queued_rows_ += req->rows;
   Queue& q = queues_[{req->weights.get(), sig}];
+  const bool first = q.reqs.empty();
   q.reqs.push_back(req);
   q.rows += req->rows;
-  work_cv_.notify_one();
+  // Wake a worker only when this request can change its decision: a new
+  // deadline (first request of a queue), a full batch, or every actor waiting.
+  // Otherwise the idle workers' deadline stands and a wake-up would be wasted.
+  if (first || q.rows >= opt_.max_batch || queued_actors_ + running_actors_ >= static_cast<int>(actors_.size()))
+    work_cv_.notify_one();
 }
 
 void InferenceServer::Reset(int64_t actor) {
