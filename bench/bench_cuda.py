@@ -25,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, HERE)
+from bench_server import env_prefix  # noqa: E402
 
 
 def rate(fn, rows, seconds):
@@ -49,6 +51,7 @@ def torch_step(module, names, dev):
             outs = module(*[torch.from_numpy(feeds[n]).to(dev, non_blocking=False) for n in names])
             return [o.cpu().numpy() for o in outs]
     return f
+
 
 
 def main():
@@ -116,7 +119,7 @@ def main():
     dev = ki.Session(policies.export_bytes("mlp"), device="cuda").device
     meta = {"machine": f"{platform.node()} {platform.machine()} cores={cores}", "device": dev,
             "torch": torch.__version__, "onnxruntime": ort.__version__,
-            "command": "PYTHONPATH=python python bench/bench_cuda.py " + " ".join(sys.argv[1:]),
+            "command": env_prefix() + "PYTHONPATH=python python bench/bench_cuda.py " + " ".join(sys.argv[1:]),
             "ort_threads": cores}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, args.name + ".json"), "w") as f:

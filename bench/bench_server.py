@@ -325,6 +325,11 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
 
 # ------------------------------------------------------------------ main
 
+def env_prefix() -> str:
+    """The engine switches set for this run (KAIWU_CUDNN, KAIWU_CUDA_GRAPHS), as a command prefix."""
+    return "".join(f"{k}={os.environ[k]} " for k in ("KAIWU_CUDNN", "KAIWU_CUDA_GRAPHS") if k in os.environ)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -429,7 +434,7 @@ def main():
     meta = {
         "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''} cores={cores}",
         "python": sys.version.split()[0],
-        "command": "PYTHONPATH=python python bench/bench_server.py " + " ".join(sys.argv[1:]),
+        "command": env_prefix() + "PYTHONPATH=python python bench/bench_server.py " + " ".join(sys.argv[1:]),
         "server_threads": threads,
         "server_device": ki.Session(policies["mlp"].path, threads=1, device=args.device).device,
         "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",

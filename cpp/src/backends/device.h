@@ -62,8 +62,9 @@ class DeviceBackend {
     virtual bool EndRecord(const std::vector<const void*>& key, bool ok) = 0;
   };
   /// Staging capacity: the sum of StagingBytes() over the CopyIn / CopyOut
-  /// calls of one run.
-  virtual std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes) const = 0;
+  /// calls of one run. `needs`: DeviceNeed bits (backends/kernel.h) of the
+  /// plan's kernels.
+  virtual std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes, uint32_t needs) const = 0;
   /// Staging one copy of `bytes` takes (each copy starts 256-byte aligned).
   static size_t StagingBytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 };

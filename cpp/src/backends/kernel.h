@@ -30,6 +30,11 @@ struct TensorInfo {
   template <typename T> const T* As() const { return static_cast<const T*>(data); }
 };
 
+/// Resources a device kernel asks the run contexts of its plan for.
+enum DeviceNeed : uint32_t {
+  kNeedDnnHandle = 1u,  ///< a DNN library handle bound to the run's stream (cuDNN)
+};
+
 struct PrepareContext {
   const Node& node;
   std::vector<TensorInfo> inputs;   // filled by the planner
@@ -42,6 +47,9 @@ struct PrepareContext {
   /// so the planner computes them at plan time and Run never sees data inputs.
   bool shape_only = false;
   int num_threads = 1;
+  /// Device kernels: backend resources every run of this step needs in its
+  /// context (DeviceNeed bits), so that run contexts create only what is used.
+  uint32_t device_needs = 0;
 
   explicit PrepareContext(const Node& n) : node(n) {}
 

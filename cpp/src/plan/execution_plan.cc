@@ -95,6 +95,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       ctx.alias.assign(node.outputs.size(), -1);
       ctx.scratch_bytes = 0;
       kernel->Prepare(ctx);
+      device_needs_ |= ctx.device_needs;
     }
     for (size_t o = 0; o < node.outputs.size(); ++o)
       if (node.outputs[o] >= 0 && !ctx.outputs[o].present)
@@ -222,7 +223,7 @@ std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
     for (size_t b : input_bytes_) in_bytes += DeviceBackend::StagingBytes(b);
     for (const TensorInfo& o : outputs_)
       out_bytes += DeviceBackend::StagingBytes(static_cast<size_t>(o.size()) * DTypeSize(o.dtype));
-    ctx->stream = device_->NewStream(in_bytes, out_bytes);
+    ctx->stream = device_->NewStream(in_bytes, out_bytes, device_needs_);
   } else {
     ctx->arena = AlignedAlloc(arena_bytes_);
     base = static_cast<char*>(ctx->arena);

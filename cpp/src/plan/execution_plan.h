@@ -81,6 +81,7 @@ class ExecutionPlan {
   std::vector<int> alias_order_;
   std::vector<std::shared_ptr<Tensor>> consts_;  // by value id, folded at plan time
   const DeviceBackend* device_ = nullptr;
+  uint32_t device_needs_ = 0;  ///< DeviceNeed bits of the device kernels' steps
   std::vector<std::shared_ptr<void>> device_consts_;  // by value id: device copies of consts_
   std::vector<size_t> input_bytes_;                   // per graph input (device plans)
   std::vector<std::string> step_names_;               // node descriptions, for device errors

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <map>
 #include <random>
 #include <string>
@@ -47,15 +49,83 @@ struct ConvCase {
   bool bias = true;
 };
 
-void RunConvCases(const std::vector<ConvCase>& cases, uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (const ConvCase& c : cases) {
-    Tensor x = RandomTensor(c.x, rng), w = RandomTensor(c.w, rng);
-    std::vector<Tensor> ins = {x, w};
-    if (c.bias) ins.push_back(RandomTensor({c.w[0]}, rng));
-    Node node = MakeNode("Conv", static_cast<int>(ins.size()), 1, c.attrs);
-    ExpectCudaMatchesCpu(node, ins, kRtol, kAtol, "Conv " + c.name);
+// Sets KAIWU_CUDNN for the scope: "0" makes Conv use im2col + cuBLAS.
+class ScopedCudnnEnv {
+ public:
+  explicit ScopedCudnnEnv(const char* value) {
+    const char* old = std::getenv("KAIWU_CUDNN");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv("KAIWU_CUDNN", value, 1);
+    else
+      unsetenv("KAIWU_CUDNN");
   }
+  ~ScopedCudnnEnv() {
+    if (had_)
+      setenv("KAIWU_CUDNN", old_.c_str(), 1);
+    else
+      unsetenv("KAIWU_CUDNN");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+// Each case runs on both Conv paths: cuDNN (when built in; im2col otherwise)
+// and im2col + cuBLAS.
+void RunConvCases(const std::vector<ConvCase>& cases, uint32_t seed) {
+  for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
+    ScopedCudnnEnv scoped(env);
+    const std::string path = env ? " (im2col)" : " (default path)";
+    std::mt19937 rng(seed);
+    for (const ConvCase& c : cases) {
+      Tensor x = RandomTensor(c.x, rng), w = RandomTensor(c.w, rng);
+      std::vector<Tensor> ins = {x, w};
+      if (c.bias) ins.push_back(RandomTensor({c.w[0]}, rng));
+      Node node = MakeNode("Conv", static_cast<int>(ins.size()), 1, c.attrs);
+      ExpectCudaMatchesCpu(node, ins, kRtol, kAtol, "Conv " + c.name + path);
+    }
+  }
+}
+
+// Which convs cuDNN takes: symmetric pads, not pointwise, and not with KAIWU_CUDNN=0.
+TEST(CudaConv, CudnnPathSelection) {
+  KAIWU_REQUIRE_CUDA();
+  auto needs = [](const Shape& x, const Shape& w, const std::map<std::string, Attribute>& attrs) {
+    Node node = MakeNode("Conv", 2, 1, attrs);
+    std::unique_ptr<Kernel> k = CudaKernels().Find("Conv", "")(node);
+    PrepareContext ctx(node);
+    for (const Shape& s : {x, w}) {
+      TensorInfo t;
+      t.present = true;
+      t.dtype = DType::kFloat32;
+      t.shape = s;
+      ctx.inputs.push_back(t);
+    }
+    ctx.outputs.resize(1);
+    ctx.alias.assign(1, -1);
+    k->Prepare(ctx);
+    return (ctx.device_needs & kNeedDnnHandle) != 0;
+  };
+  const auto pads1 = IntsAttr({1, 1, 1, 1});
+  {
+    ScopedCudnnEnv scoped(nullptr);
+    const bool dnn = cuda::DnnEnabled();
+#if KAIWU_WITH_CUDNN
+    EXPECT_TRUE(dnn);
+#else
+    EXPECT_FALSE(dnn);
+#endif
+    EXPECT_EQ(needs({4, 3, 16, 16}, {8, 3, 3, 3}, {{"pads", pads1}}), dnn) << "3x3 pad 1";
+    EXPECT_EQ(needs({4, 6, 9, 9}, {6, 1, 3, 3}, {{"group", IntAttr(6)}}), dnn) << "depthwise";
+    EXPECT_FALSE(needs({4, 3, 9, 8}, {4, 3, 3, 2}, {{"pads", IntsAttr({0, 1, 2, 0})}})) << "asymmetric pads";
+    EXPECT_FALSE(needs({4, 8, 5, 5}, {6, 8, 1, 1}, {})) << "pointwise";
+  }
+  ScopedCudnnEnv off("0");
+  EXPECT_FALSE(cuda::DnnEnabled());
+  EXPECT_FALSE(needs({4, 3, 16, 16}, {8, 3, 3, 3}, {{"pads", pads1}})) << "KAIWU_CUDNN=0";
 }
 
 TEST(CudaConv, Conv2D) {
@@ -136,7 +206,7 @@ TEST(CudaConv, FusedActivation) {
 }
 
 // 60 images of 16 x 9 x 4096 im2col floats each exceed the 128 MiB scratch
-// bound: the batch runs in two chunks (56 + 4 images).
+// bound: on the im2col path the batch runs in two chunks (56 + 4 images).
 TEST(CudaConv, BatchInChunks) {
   KAIWU_REQUIRE_CUDA();
   RunConvCases({{"chunked batch", {60, 16, 64, 64}, {8, 16, 3, 3},

@@ -10,6 +10,7 @@
 
 #include "../kernel_harness.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/dnn.h"
 
 namespace kaiwu {
 namespace testing {
@@ -85,6 +86,7 @@ inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tenso
   cuda::CheckCuda(cudaStreamCreate(&dc.stream), "stream");
   cuda::CheckBlas(cublasCreate(&dc.blas), "cublasCreate");
   cuda::CheckBlas(cublasSetStream(dc.blas, dc.stream), "cublasSetStream");
+  if (ctx.device_needs & kNeedDnnHandle) dc.dnn = cuda::CreateDnnHandle(dc.stream);
   dc.error_flag = static_cast<int*>(dev_alloc(sizeof(int)));
   cuda::CheckCuda(cudaMemset(dc.error_flag, 0, sizeof(int)), "memset");
   KernelIO io{in_ptrs.data(), out_ptrs.data(), scratch, nullptr, &dc};
@@ -104,6 +106,7 @@ inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tenso
     error = e.what();
   }
   cublasDestroy(dc.blas);
+  cuda::DestroyDnnHandle(dc.dnn);
   cudaStreamDestroy(dc.stream);
   for (void* p : owned) cudaFree(p);
   if (!error.empty()) throw Error(StatusCode::kRuntime, error);

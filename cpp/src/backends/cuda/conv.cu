@@ -1,17 +1,23 @@
 // Conv (1-D and 2-D, float32; groups, dilations, pads/auto_pad, bias, fused
-// "_kaiwu_act"): im2col into device scratch, then one strided-batched cuBLAS
-// GEMM per group over a chunk of images, then one epilogue kernel for the bias
-// and the activation. Pointwise convs (1x1, stride 1, unpadded) skip im2col:
-// the input already is the column matrix.
+// "_kaiwu_act"). With cuDNN (built in, and KAIWU_CUDNN not "0"), convs with
+// symmetric pads run cudnnConvolutionForward with the algorithm cuDNN's
+// heuristics rank first among those without TF32 (FMA math) and within the
+// workspace bound. Otherwise: im2col into device scratch, then one
+// strided-batched cuBLAS GEMM per group over a chunk of images. Pointwise convs
+// (1x1, stride 1, unpadded) skip im2col: the input already is the column
+// matrix. Both paths end with one epilogue kernel for the bias and the
+// activation.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <memory>
 
 #include "backends/cpu/activation.h"
 #include "backends/cpu/conv_geometry.h"
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/dnn.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -62,6 +68,82 @@ __global__ void Im2ColKernel(ConvWindow g, I images, const float* __restrict__ x
   }
 }
 
+#if KAIWU_WITH_CUDNN
+// Most device scratch a cuDNN algorithm may use.
+constexpr size_t kMaxDnnWorkspace = size_t{256} << 20;
+
+// A conv's cuDNN descriptors and algorithm at one shape (one plan's).
+struct DnnConv {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace = 0;
+
+  DnnConv() = default;
+  DnnConv(const DnnConv&) = delete;
+  DnnConv& operator=(const DnnConv&) = delete;
+  ~DnnConv() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+  }
+};
+
+// Descriptors for y[n, m, oh, ow] = conv(x[n, c, h, w], W[m, c / group, kh, kw])
+// with symmetric pads, or null when cuDNN cannot run it as we compute it
+// (its output shape differs, or no FMA-math algorithm fits).
+std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const ConvWindow& g) {
+  for (int64_t v : {n, m, g.c, g.h, g.w, g.kh, g.kw, g.oh, g.ow})
+    if (v <= 0 || v > INT_MAX) return nullptr;
+  auto d = std::make_unique<DnnConv>();
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  CheckDnn(cudnnCreateTensorDescriptor(&d->x), "cudnnCreateTensorDescriptor");
+  CheckDnn(cudnnCreateTensorDescriptor(&d->y), "cudnnCreateTensorDescriptor");
+  CheckDnn(cudnnCreateFilterDescriptor(&d->w), "cudnnCreateFilterDescriptor");
+  CheckDnn(cudnnCreateConvolutionDescriptor(&d->conv), "cudnnCreateConvolutionDescriptor");
+  CheckDnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(n), i(g.c), i(g.h), i(g.w)),
+           "cudnnSetTensor4dDescriptor (x)");
+  CheckDnn(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(m), i(g.c / group), i(g.kh),
+                                      i(g.kw)),
+           "cudnnSetFilter4dDescriptor");
+  CheckDnn(cudnnSetConvolution2dDescriptor(d->conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w),
+                                           i(g.dil_h), i(g.dil_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+           "cudnnSetConvolution2dDescriptor");
+  CheckDnn(cudnnSetConvolutionGroupCount(d->conv, i(group)), "cudnnSetConvolutionGroupCount");
+  CheckDnn(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  int on, om, ooh, oow;
+  CheckDnn(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &on, &om, &ooh, &oow),
+           "cudnnGetConvolution2dForwardOutputDim");
+  if (on != n || om != m || ooh != g.oh || oow != g.ow) return nullptr;
+  CheckDnn(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, om, ooh, oow),
+           "cudnnSetTensor4dDescriptor (y)");
+  bool found = false;
+  WithQueryHandle([&](cudnnHandle_t h) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    CheckDnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                    &returned, perf),
+             "cudnnGetConvolutionForwardAlgorithm_v7");
+    for (int k = 0; k < returned && !found; ++k) {
+      const cudnnConvolutionFwdAlgoPerf_t& p = perf[k];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.mathType != CUDNN_FMA_MATH) continue;
+      size_t bytes = 0;
+      if (cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, p.algo, &bytes) !=
+              CUDNN_STATUS_SUCCESS ||
+          bytes > kMaxDnnWorkspace)
+        continue;
+      d->algo = p.algo;
+      d->workspace = bytes;
+      found = true;
+    }
+  });
+  if (!found) return nullptr;
+  return d;
+}
+#endif
+
 // y[n, m, p] = act(y[n, m, p] + bias[m]) (bias may be null); I as above.
 template <typename I>
 __global__ void BiasActivationKernel(I total, I M, I P, const float* __restrict__ bias,
@@ -84,6 +166,15 @@ class ConvKernel : public CudaKernel {
     const DeviceContext& dev = Dev(io);
     const int64_t total = n_ * m_ * p_;
     if (total == 0) return;
+#if KAIWU_WITH_CUDNN
+    if (dnn_) {
+      if (!dev.dnn) Fail(StatusCode::kInternal, "Conv: the run context has no cuDNN handle");
+      const float one = 1.f, zero = 0.f;
+      CheckDnn(cudnnConvolutionForward(static_cast<cudnnHandle_t>(dev.dnn), &one, dnn_->x, x, dnn_->w, w,
+                                       dnn_->conv, dnn_->algo, io.scratch, dnn_->workspace, &zero, dnn_->y, y),
+               "Conv cudnnConvolutionForward");
+    } else
+#endif
     if (k_ == 0) {  // no input channels: the products are all 0
       CheckCuda(cudaMemsetAsync(y, 0, total * sizeof(float), dev.stream), "Conv memset");
     } else {
@@ -172,6 +263,21 @@ class ConvKernel : public CudaKernel {
                         std::max<int64_t>(per_image, 1);
     chunk_ = std::max<int64_t>(1, std::min<int64_t>({n_, fit, INT_MAX}));
     ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(float);
+#if KAIWU_WITH_CUDNN
+    dnn_.reset();
+    const bool symmetric = geo.pad_begin[1] == geo.pad_end[1] && geo.pad_begin[2] == geo.pad_end[2];
+    if (DnnEnabled() && symmetric && !pointwise_) {
+      try {
+        dnn_ = MakeDnnConv(n_, m_, group_, win_);
+      } catch (const Error&) {
+        dnn_.reset();  // cuDNN refused this conv: im2col runs it
+      }
+      if (dnn_) {
+        ctx.scratch_bytes = dnn_->workspace;
+        ctx.device_needs |= kNeedDnnHandle;
+      }
+    }
+#endif
   }
 
  private:
@@ -181,6 +287,9 @@ class ConvKernel : public CudaKernel {
   int64_t p_ = 0, k_ = 0;  // output pixels per image; GEMM depth (C / group * KH * KW)
   int64_t chunk_ = 1;      // images per im2col + GEMM round
   bool pointwise_ = false, has_bias_ = false;
+#if KAIWU_WITH_CUDNN
+  std::unique_ptr<DnnConv> dnn_;  // set: cuDNN runs this conv
+#endif
 };
 
 }  // namespace

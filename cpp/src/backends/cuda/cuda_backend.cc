@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/dnn.h"
 #include "backends/device.h"
 
 namespace kaiwu {
@@ -31,7 +32,7 @@ struct PinnedBuffer {
 
 class CudaStream final : public DeviceBackend::Stream {
  public:
-  CudaStream(int ordinal, size_t in_bytes, size_t out_bytes)
+  CudaStream(int ordinal, size_t in_bytes, size_t out_bytes, uint32_t needs)
       : ordinal_(ordinal), in_(in_bytes), out_(out_bytes + 64) {
     CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
     CheckCuda(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -44,6 +45,7 @@ class CudaStream final : public DeviceBackend::Stream {
     // cuBLAS's own workspace, so that no call allocates (and graphs can record it).
     CheckCuda(cudaMalloc(&blas_workspace_, kBlasWorkspace), "cudaMalloc (cuBLAS workspace)");
     CheckBlas(cublasSetWorkspace(ctx_.blas, blas_workspace_, kBlasWorkspace), "cublasSetWorkspace");
+    if (needs & kNeedDnnHandle) ctx_.dnn = CreateDnnHandle(ctx_.stream);
     const char* env = std::getenv("KAIWU_CUDA_GRAPHS");
     graphs_on_ = !(env && std::string(env) == "0");
     CheckCuda(cudaMalloc(&flag_, sizeof(int)), "cudaMalloc (error flag)");
@@ -55,6 +57,7 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaStreamSynchronize(ctx_.stream);
     for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
+    DestroyDnnHandle(ctx_.dnn);
     cudaFree(blas_workspace_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
@@ -213,8 +216,8 @@ class Device final : public DeviceBackend {
     return d;
   }
 
-  std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes) const override {
-    return std::make_unique<CudaStream>(ordinal_, in_bytes, out_bytes);
+  std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes, uint32_t needs) const override {
+    return std::make_unique<CudaStream>(ordinal_, in_bytes, out_bytes, needs);
   }
 
  private:

@@ -34,6 +34,7 @@ struct DeviceContext {
   cublasHandle_t blas = nullptr;
   int* error_flag = nullptr;  // device int: 0, or 1 + the step that failed
   int step = 0;               // the step being launched (set by the plan)
+  void* dnn = nullptr;        // cudnnHandle_t on `stream`, when the plan asked (kNeedDnnHandle)
 };
 
 inline const DeviceContext& Dev(const KernelIO& io) {
