@@ -67,30 +67,33 @@ class ServerFuture:
 class _LoopQueue:
     """The requests one asyncio event loop has in flight. Server threads report
     completions through one pipe the loop watches; the loop drains every finished
-    request per wake-up and resolves their futures (no GIL taken by server threads)."""
+    request per wake-up and resolves their futures (no GIL taken by server threads).
 
-    __slots__ = ("_cq", "_server", "_loop", "_futures", "_token", "_reading")
+    It holds no reference to its loop (only pending futures do), so that the
+    server's weak map from loops to queues lets a finished loop go, pipe and all."""
 
-    def __init__(self, server: Any, loop: asyncio.AbstractEventLoop):
+    __slots__ = ("_cq", "_server", "_futures", "_token", "_reading")
+
+    def __init__(self, server: Any):
         self._cq = _core._CompletionQueue()
         self._server = server
-        self._loop = loop
         self._futures: dict[int, asyncio.Future] = {}
         self._token = 0
         self._reading = False
 
-    def submit(self, actor_id: int, feeds: Mapping[str, Any], done: Any, version: str | None) -> asyncio.Future:
+    def submit(self, loop: asyncio.AbstractEventLoop, actor_id: int, feeds: Mapping[str, Any], done: Any,
+               version: str | None) -> asyncio.Future:
         token = self._token
         self._token += 1
         self._cq.submit(self._server, token, actor_id, feeds, done, version)  # raises on bad input
-        fut = self._loop.create_future()
+        fut = loop.create_future()
         self._futures[token] = fut
         if not self._reading:
-            self._loop.add_reader(self._cq.fd, self._drain)
+            loop.add_reader(self._cq.fd, self._drain, loop)
             self._reading = True
         return fut
 
-    def _drain(self) -> None:
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         futures = self._futures
         for token, value in self._cq.drain(self._server):
             fut = futures.pop(token, None)
@@ -101,7 +104,7 @@ class _LoopQueue:
             else:
                 fut.set_result(value)
         if not futures:
-            self._loop.remove_reader(self._cq.fd)
+            loop.remove_reader(self._cq.fd)
             self._reading = False
 
 
@@ -164,8 +167,9 @@ class InferenceServer:
     Requests: ``infer(actor_id, feeds, done=False, version=None)`` blocks and returns
     ``{output_name: array}`` for this actor's rows; ``submit`` returns a
     :class:`ServerFuture`; ``await infer_async(...)`` is the same step for actors that
-    are asyncio coroutines (the fastest in-process form: see ``infer_async``). ``feeds`` holds the non-state inputs only, rows on axis 0
-    (one env or a small vector of envs; an actor keeps its row count until ``release``).
+    are asyncio coroutines (the fastest in-process form: see ``infer_async``).
+    ``feeds`` holds the non-state inputs only, rows on axis 0 (one env or a small
+    vector of envs; an actor keeps its row count until ``release``).
     State outputs are returned too (this actor's slice, batch axis as in the model)
     and are also consumed by the server. ``done`` (a bool or one flag per row) zeroes
     the state of those rows before the step. A recurrent actor has at most one
@@ -234,17 +238,14 @@ class InferenceServer:
         wake-up. Cancelling the await does not cancel the step: it still runs and
         advances the actor's recurrent state. Keep ``feeds`` unchanged until the
         await returns (the server reads them in place)."""
-        return await self._loop_queue().submit(actor_id, feeds, done, version)
-
-    def _loop_queue(self) -> _LoopQueue:
         loop = asyncio.get_running_loop()
         q = self._loop_queues.get(loop)
         if q is None:
             with self._lock:
                 q = self._loop_queues.get(loop)
                 if q is None:
-                    q = self._loop_queues[loop] = _LoopQueue(self._server, loop)
-        return q
+                    q = self._loop_queues[loop] = _LoopQueue(self._server)
+        return await q.submit(loop, actor_id, feeds, done, version)
 
     def reset(self, actor_id: int) -> None:
         """Zeroes an actor's recurrent state (takes effect at its next step)."""

@@ -3,6 +3,7 @@ versions, faults, shared-memory clients in other processes."""
 
 from __future__ import annotations
 
+import gc
 import io
 import multiprocessing as mp
 import os
@@ -529,6 +530,7 @@ def test_asyncio_errors_cancel_and_close(lstm_bytes):
     second = sess.run({"obs": obs, "h0": first["hn"].copy(), "c0": first["cn"].copy()})
 
     async def main(srv):
+        srv.reset(4)
         # bad feeds raise at once, naming the input, and fail only their caller
         with pytest.raises(ki.InputError, match="dtype"):
             await srv.infer_async(1, {"obs": obs.astype(np.float64)})
@@ -551,6 +553,9 @@ def test_asyncio_errors_cancel_and_close(lstm_bytes):
 
     with ki.InferenceServer(sess, state=STATE, max_wait_us=100) as srv:
         asyncio.run(main(srv))
+        asyncio.run(main(srv))  # a second loop: the first one's queue went with it
+        gc.collect()
+        assert len(srv._loop_queues) == 0
 
     async def stalled(srv):
         # queued requests fail with ServerClosedError when the server closes
