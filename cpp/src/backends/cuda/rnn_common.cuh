@@ -106,12 +106,71 @@ struct RnnScratch {
   }
 };
 
-/// Zeroes Y ([seq, dirs, batch, hidden] or its layout-1 order): with
-/// sequence_lens, the steps past a row's length are never written.
-inline void RnnZeroY(const DeviceContext& dev, const RnnGeometry& g, float* y, const char* what) {
-  CheckCuda(cudaMemsetAsync(y, 0, sizeof(float) * g.seq * g.dirs * g.batch * g.hidden, dev.stream),
-            what);
-}
+/// What the step kernels of both ops read; each op's argument struct adds its
+/// own fields. Passed to kernels by value.
+struct RnnStepArgs {
+  RnnGeometry g;
+  int64_t d = 0, s = 0;           // direction, step
+  const int32_t* lens = nullptr;  // sequence_lens, or null
+  float* gates = nullptr;         // [batch, gates * H]: h * R^T (the GRU also writes z, r)
+  const float* xw = nullptr;      // [seq * batch, gates * H]: X * W^T, rows in X's order
+  const float* bias = nullptr;    // [2 * gates * H]: Wb then Rb of direction d, or null
+  float* h = nullptr;             // [batch, H] state, updated in place
+  float* y = nullptr;             // Y, or null
+  int* error_flag = nullptr;
+  int step = 0;
+
+  /// Time index of this step for batch row b, or -1 (see RnnStepTime).
+  __device__ int64_t Time(int64_t b) const { return RnnStepTime(g, lens, d, s, b, error_flag, step); }
+};
+
+/// The part of the LSTM and GRU kernels that is the same for both: the
+/// geometry, which optional inputs are present, the scratch, and the binding
+/// of a run's pointers.
+class RnnKernel : public CudaKernel {
+ protected:
+  /// Reads the geometry (see PrepareRnnGeometry) and the inputs present; sets the scratch.
+  void PrepareRnn(PrepareContext& ctx, int gates, const std::vector<const char*>& defaults) {
+    g_ = PrepareRnnGeometry(ctx, gates, defaults);
+    present_.assign(ctx.inputs.size(), false);
+    for (int i = 0; i < ctx.num_inputs(); ++i) present_[i] = ctx.HasInput(i);
+    num_outputs_ = static_cast<int>(ctx.outputs.size());
+    scratch_ = RnnScratch(g_, gates);
+    ctx.scratch_bytes = scratch_.bytes();
+  }
+  /// Input i's device data, or null when the node omits it.
+  const float* Input(const KernelIO& io, int i) const {
+    return i < static_cast<int>(present_.size()) && present_[i] ? static_cast<const float*>(io.inputs[i])
+                                                                 : nullptr;
+  }
+  /// Output k's device data, or null when the node does not produce it.
+  float* Output(const KernelIO& io, int k) const {
+    return k < num_outputs_ ? static_cast<float*>(io.outputs[k]) : nullptr;
+  }
+  /// Fills the shared step arguments of a run (h is scratch state 0) and zeroes
+  /// Y when sequence_lens leaves steps of it unwritten.
+  void BindRun(const KernelIO& io, RnnStepArgs* a, const char* what) const {
+    const DeviceContext& dev = Dev(io);
+    a->g = g_;
+    a->lens = present_.size() > 4 && present_[4] ? static_cast<const int32_t*>(io.inputs[4]) : nullptr;
+    a->gates = scratch_.gates(io.scratch);
+    a->xw = scratch_.xw(io.scratch);
+    a->h = scratch_.state(io.scratch, 0);
+    a->y = Output(io, 0);
+    a->error_flag = dev.error_flag;
+    a->step = dev.step;
+    if (a->y && a->lens)
+      CheckCuda(cudaMemsetAsync(a->y, 0, sizeof(float) * g_.seq * g_.dirs * g_.batch * g_.hidden, dev.stream),
+                what);
+  }
+
+  RnnGeometry g_;
+  RnnScratch scratch_;
+
+ private:
+  std::vector<bool> present_;
+  int num_outputs_ = 0;
+};
 
 std::unique_ptr<Kernel> MakeLstmKernel(const Node& node);  // rnn_lstm.cu
 std::unique_ptr<Kernel> MakeGruKernel(const Node& node);   // rnn_gru.cu

@@ -10,21 +10,12 @@ namespace kaiwu {
 namespace cuda {
 namespace {
 
-struct GruStepArgs {
-  RnnGeometry g;
-  int64_t d = 0, s = 0;           // direction, step
-  const int32_t* lens = nullptr;  // sequence_lens, or null
-  // [batch, 3H]: h * R^T for z, r and h (linear_before_reset), or: z, r
-  // (written by GruResetKernel) and (r . h) * Rh^T.
-  float* gates = nullptr;
-  const float* xw = nullptr;    // [seq * batch, 3H]: X * W^T, rows in X's order
-  const float* bias = nullptr;  // [6H]: Wb then Rb (z, r, h each) of direction d, or null
+// gates: [batch, 3H]: h * R^T for z, r and h (linear_before_reset), or: z, r
+// (written by GruResetKernel) and (r . h) * Rh^T. bias: [6H], Wb then Rb (z, r,
+// h each).
+struct GruStepArgs : RnnStepArgs {
   bool linear_before_reset = false;
-  float* h = nullptr;   // [batch, H] state, updated in place
   float* rh = nullptr;  // [batch, H]: r . h (linear_before_reset = 0)
-  float* y = nullptr;   // Y, or null
-  int* error_flag = nullptr;
-  int step = 0;
 };
 
 // z and r of one (row, unit): f(clip(h * R^T + X * W^T + Wb + Rb)).
@@ -43,7 +34,7 @@ __global__ void GruResetKernel(GruStepArgs a) {
   const int64_t H = a.g.hidden, G = 3 * H;
   KAIWU_CUDA_LOOP(i, a.g.batch * H) {
     const int64_t b = i / H, j = i - b * H;
-    const int64_t t = RnnStepTime(a.g, a.lens, a.d, a.s, b, a.error_flag, a.step);
+    const int64_t t = a.Time(b);
     if (t < 0) {
       a.rh[i] = 0.f;
       continue;
@@ -65,7 +56,7 @@ __global__ void GruStepKernel(GruStepArgs a) {
   const int64_t H = a.g.hidden, G = 3 * H;
   KAIWU_CUDA_LOOP(i, a.g.batch * H) {
     const int64_t b = i / H, j = i - b * H;
-    const int64_t t = RnnStepTime(a.g, a.lens, a.d, a.s, b, a.error_flag, a.step);
+    const int64_t t = a.Time(b);
     if (t < 0) continue;
     const float* hr = a.gates + b * G + j;
     const float* xw = a.xw + a.g.XRow(t, b) * G + j;
@@ -87,47 +78,26 @@ __global__ void GruStepKernel(GruStepArgs a) {
   }
 }
 
-class GruKernel : public CudaKernel {
+class GruKernel : public RnnKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    g_ = PrepareRnnGeometry(ctx, 3, {"Sigmoid", "Tanh"});
-    has_bias_ = ctx.HasInput(3);
-    has_lens_ = ctx.HasInput(4);
-    has_init_h_ = ctx.HasInput(5);
+    PrepareRnn(ctx, 3, {"Sigmoid", "Tanh"});
     linear_before_reset_ = ctx.node.GetInt("linear_before_reset", 0) != 0;
-    num_outputs_ = static_cast<int>(ctx.outputs.size());
-    scratch_ = RnnScratch(g_, 3);
-    ctx.scratch_bytes = scratch_.bytes();
   }
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
     const int64_t H = g_.hidden, G = 3 * H, I = g_.input, batch = g_.batch;
     if (batch == 0 || H == 0) return;  // every output is empty
-    float* xw = scratch_.xw(io.scratch);
-    float* gates = scratch_.gates(io.scratch);
-    float* h = scratch_.state(io.scratch, 0);
-    float* rh = scratch_.state(io.scratch, 1);
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    const float* w = static_cast<const float*>(io.inputs[1]);
-    const float* r = static_cast<const float*>(io.inputs[2]);
-    const float* bias = has_bias_ ? static_cast<const float*>(io.inputs[3]) : nullptr;
-    const float* init_h = has_init_h_ ? static_cast<const float*>(io.inputs[5]) : nullptr;
-    float* y = static_cast<float*>(io.outputs[0]);
-    float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
-    if (y && has_lens_) RnnZeroY(dev, g_, y, "GRU zero Y");
-
+    const float *x = Input(io, 0), *w = Input(io, 1), *r = Input(io, 2), *bias = Input(io, 3);
+    const float* init_h = Input(io, 5);
     GruStepArgs args;
-    args.g = g_;
-    args.lens = has_lens_ ? static_cast<const int32_t*>(io.inputs[4]) : nullptr;
-    args.gates = gates;
-    args.xw = xw;
+    BindRun(io, &args, "GRU zero Y");
     args.linear_before_reset = linear_before_reset_;
-    args.h = h;
-    args.rh = rh;
-    args.y = y;
-    args.error_flag = dev.error_flag;
-    args.step = dev.step;
+    args.rh = scratch_.state(io.scratch, 1);
+    float* xw = scratch_.xw(io.scratch);  // written by the X * W^T GEMM, read by the steps
+    float* h = args.h;
+    float* gates = args.gates;
     const unsigned grid = GridFor(batch * H);
     for (int64_t d = 0; d < g_.dirs; ++d) {
       RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G);
@@ -143,22 +113,18 @@ class GruKernel : public CudaKernel {
           RowMajorSgemm(dev, false, true, batch, 2 * H, H, 1.f, h, H, rd, H, gates, G);
           GruResetKernel<<<grid, kBlock, 0, dev.stream>>>(args);
           CheckLaunch("GRU reset kernel");
-          RowMajorSgemm(dev, false, true, batch, H, H, 1.f, rh, H, rd + 2 * H * H, H, gates + 2 * H,
+          RowMajorSgemm(dev, false, true, batch, H, H, 1.f, args.rh, H, rd + 2 * H * H, H, gates + 2 * H,
                         G);
         }
         GruStepKernel<<<grid, kBlock, 0, dev.stream>>>(args);
         CheckLaunch("GRU step kernel");
       }
-      RnnStoreStates(dev, g_, d, h, y_h, nullptr, nullptr);
+      RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
     }
   }
 
  private:
-  RnnGeometry g_;
-  bool has_bias_ = false, has_lens_ = false, has_init_h_ = false;
   bool linear_before_reset_ = false;
-  int num_outputs_ = 0;
-  RnnScratch scratch_;
 };
 
 }  // namespace
