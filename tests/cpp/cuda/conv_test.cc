@@ -49,7 +49,7 @@ struct ConvCase {
   bool bias = true;
 };
 
-// Sets KAIWU_CUDNN for the scope: "0" makes Conv use im2col + cuBLAS.
+// Sets KAIWU_CUDNN for the scope: "1" lets Conv use cuDNN (when built in).
 class ScopedCudnnEnv {
  public:
   explicit ScopedCudnnEnv(const char* value) {
@@ -73,12 +73,12 @@ class ScopedCudnnEnv {
   std::string old_;
 };
 
-// Each case runs on both Conv paths: cuDNN (when built in; im2col otherwise)
-// and im2col + cuBLAS.
+// Each case runs on both Conv paths: cuDNN (KAIWU_CUDNN=1, when built in;
+// im2col otherwise) and the default, im2col + cuBLAS.
 void RunConvCases(const std::vector<ConvCase>& cases, uint32_t seed) {
-  for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
+  for (const char* env : {"1", static_cast<const char*>(nullptr)}) {
     ScopedCudnnEnv scoped(env);
-    const std::string path = env ? " (im2col)" : " (default path)";
+    const std::string path = env ? " (KAIWU_CUDNN=1)" : " (default: im2col)";
     std::mt19937 rng(seed);
     for (const ConvCase& c : cases) {
       Tensor x = RandomTensor(c.x, rng), w = RandomTensor(c.w, rng);
@@ -90,7 +90,7 @@ void RunConvCases(const std::vector<ConvCase>& cases, uint32_t seed) {
   }
 }
 
-// Which convs cuDNN takes: symmetric pads, not pointwise, and not with KAIWU_CUDNN=0.
+// Which convs cuDNN takes: with KAIWU_CUDNN=1, symmetric pads, not pointwise.
 TEST(CudaConv, CudnnPathSelection) {
   KAIWU_REQUIRE_CUDA();
   auto needs = [](const Shape& x, const Shape& w, const std::map<std::string, Attribute>& attrs) {
@@ -111,7 +111,7 @@ TEST(CudaConv, CudnnPathSelection) {
   };
   const auto pads1 = IntsAttr({1, 1, 1, 1});
   {
-    ScopedCudnnEnv scoped(nullptr);
+    ScopedCudnnEnv scoped("1");
     const bool dnn = cuda::DnnEnabled();
 #if KAIWU_WITH_CUDNN
     EXPECT_TRUE(dnn);
@@ -123,9 +123,11 @@ TEST(CudaConv, CudnnPathSelection) {
     EXPECT_FALSE(needs({4, 3, 9, 8}, {4, 3, 3, 2}, {{"pads", IntsAttr({0, 1, 2, 0})}})) << "asymmetric pads";
     EXPECT_FALSE(needs({4, 8, 5, 5}, {6, 8, 1, 1}, {})) << "pointwise";
   }
-  ScopedCudnnEnv off("0");
-  EXPECT_FALSE(cuda::DnnEnabled());
-  EXPECT_FALSE(needs({4, 3, 16, 16}, {8, 3, 3, 3}, {{"pads", pads1}})) << "KAIWU_CUDNN=0";
+  for (const char* off : {static_cast<const char*>(nullptr), "0"}) {
+    ScopedCudnnEnv scoped(off);
+    EXPECT_FALSE(cuda::DnnEnabled());
+    EXPECT_FALSE(needs({4, 3, 16, 16}, {8, 3, 3, 3}, {{"pads", pads1}})) << "KAIWU_CUDNN unset or 0";
+  }
 }
 
 TEST(CudaConv, Conv2D) {

@@ -1,5 +1,5 @@
 // Conv (1-D and 2-D, float32; groups, dilations, pads/auto_pad, bias, fused
-// "_kaiwu_act"). With cuDNN (built in, and KAIWU_CUDNN not "0"), convs with
+// "_kaiwu_act"). With cuDNN (built in, and KAIWU_CUDNN=1), convs with
 // symmetric pads run cudnnConvolutionForward with the algorithm cuDNN's
 // heuristics rank first among those without TF32 (FMA math) and within the
 // workspace bound. Otherwise: im2col into device scratch, then one

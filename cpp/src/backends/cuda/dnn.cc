@@ -14,7 +14,7 @@ namespace cuda {
 bool DnnEnabled() {
 #if KAIWU_WITH_CUDNN
   const char* env = std::getenv("KAIWU_CUDNN");
-  return !(env && std::string(env) == "0");
+  return env && std::string(env) == "1";
 #else
   return false;
 #endif
