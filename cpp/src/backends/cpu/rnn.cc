@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/rnn_common.h"
@@ -178,6 +179,45 @@ void ReadSequenceLens(const Node& node, const RnnDims& dims, const void* lens_in
            " is outside [0, ", dims.seq, "]");
     lens[b] = static_cast<int32_t>(len);
   }
+}
+
+namespace {
+int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
+}  // namespace
+
+RnnScratch::RnnScratch(const RnnDims& d, int gates)
+    : xw(Align16(d.seq * d.batch * gates * d.hidden)),
+      gates(Align16(d.batch * gates * d.hidden)),
+      state(Align16(d.batch * d.hidden)),
+      bias(Align16(4 * d.hidden)),
+      batch(d.batch) {}
+
+size_t RnnScratch::bytes() const {
+  return sizeof(float) * static_cast<size_t>(xw + gates + 2 * state + bias) +
+         sizeof(int32_t) * static_cast<size_t>(batch);
+}
+
+RnnRun BeginRnnRun(const Node& node, const RnnDims& dims, const RnnScratch& s, const KernelIO& io,
+                   int num_outputs) {
+  RnnRun r;
+  r.x = static_cast<const float*>(io.inputs[0]);
+  r.w = static_cast<const float*>(io.inputs[1]);
+  r.r = static_cast<const float*>(io.inputs[2]);
+  r.b = dims.has_bias ? static_cast<const float*>(io.inputs[3]) : nullptr;
+  r.init_h = dims.has_init_h ? static_cast<const float*>(io.inputs[5]) : nullptr;
+  r.y = static_cast<float*>(io.outputs[0]);
+  r.y_h = num_outputs > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
+  r.xw = static_cast<float*>(io.scratch);
+  r.gates = r.xw + s.xw;
+  r.state[0] = r.gates + s.gates;
+  r.state[1] = r.state[0] + s.state;
+  r.bias = r.state[1] + s.state;
+  r.lens = reinterpret_cast<int32_t*>(r.bias + s.bias);
+  ReadSequenceLens(node, dims, dims.has_lens ? io.inputs[4] : nullptr, r.lens);
+  bool padded = false;
+  for (int64_t b = 0; b < dims.batch; ++b) padded |= r.lens[b] != dims.seq;
+  if (r.y && padded) std::memset(r.y, 0, sizeof(float) * dims.seq * dims.dirs * dims.batch * dims.hidden);
+  return r;
 }
 
 void RegisterRnnKernels(KernelRegistry& r) {

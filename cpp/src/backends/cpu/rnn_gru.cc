@@ -19,8 +19,6 @@ namespace {
 using Arr = Eigen::Map<Eigen::ArrayXf>;
 using ConstArr = Eigen::Map<const Eigen::ArrayXf>;
 
-int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 class GruKernel : public Kernel {
  public:
   explicit GruKernel(const Node& node) : node_(node) {}
@@ -30,37 +28,17 @@ class GruKernel : public Kernel {
     linear_before_reset_ = ctx.node.GetInt("linear_before_reset", 0) != 0;
     acts_ = ParseActivations(ctx, {"Sigmoid", "Tanh"}, d_.dirs);
     num_outputs_ = static_cast<int>(ctx.outputs.size());
-    const int64_t h = d_.hidden;
-    // Scratch: X*W^T, gates, h, r.h, bias (z, r, Wbh, Rbh), lengths.
-    xw_floats_ = Align16(d_.seq * d_.batch * 3 * h);
-    gates_floats_ = Align16(d_.batch * 3 * h);
-    state_floats_ = Align16(d_.batch * h);
-    bias_floats_ = Align16(4 * h);
-    ctx.scratch_bytes = sizeof(float) * static_cast<size_t>(xw_floats_ + gates_floats_ +
-                                                            2 * state_floats_ + bias_floats_) +
-                        sizeof(int32_t) * static_cast<size_t>(d_.batch);
+    scratch_ = RnnScratch(d_, 3);  // states: h, r.h; bias row: z, r, Wbh, Rbh
+    ctx.scratch_bytes = scratch_.bytes();
   }
 
   void Run(const KernelIO& io) const override {
     const int64_t H = d_.hidden, G = 3 * H, batch = d_.batch;
-    float* xw = static_cast<float*>(io.scratch);
-    float* gates = xw + xw_floats_;
-    float* h = gates + gates_floats_;
-    float* rh = h + state_floats_;
-    float* bias = rh + state_floats_;
-    int32_t* lens = reinterpret_cast<int32_t*>(bias + bias_floats_);
-    ReadSequenceLens(node_, d_, d_.has_lens ? io.inputs[4] : nullptr, lens);
-    bool padded = false;
-    for (int64_t b = 0; b < batch; ++b) padded |= lens[b] != d_.seq;
-
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    const float* w = static_cast<const float*>(io.inputs[1]);
-    const float* r = static_cast<const float*>(io.inputs[2]);
-    const float* bsrc = d_.has_bias ? static_cast<const float*>(io.inputs[3]) : nullptr;
-    const float* init_h = d_.has_init_h ? static_cast<const float*>(io.inputs[5]) : nullptr;
-    float* y = static_cast<float*>(io.outputs[0]);
-    float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
-    if (y && padded) std::memset(y, 0, sizeof(float) * d_.seq * d_.dirs * batch * H);
+    const RnnRun run = BeginRnnRun(node_, d_, scratch_, io, num_outputs_);
+    float *xw = run.xw, *gates = run.gates, *h = run.state[0], *rh = run.state[1], *bias = run.bias;
+    const int32_t* lens = run.lens;
+    const float *x = run.x, *w = run.w, *r = run.r, *bsrc = run.b, *init_h = run.init_h;
+    float *y = run.y, *y_h = run.y_h;
 
     for (int64_t d = 0; d < d_.dirs; ++d) {
       Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
@@ -143,7 +121,7 @@ class GruKernel : public Kernel {
   bool linear_before_reset_ = false;
   int num_outputs_ = 0;
   std::vector<Activation> acts_;
-  int64_t xw_floats_ = 0, gates_floats_ = 0, state_floats_ = 0, bias_floats_ = 0;
+  RnnScratch scratch_;
 };
 
 }  // namespace

@@ -18,8 +18,6 @@ namespace {
 using Arr = Eigen::Map<Eigen::ArrayXf>;
 using ConstArr = Eigen::Map<const Eigen::ArrayXf>;
 
-int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 class LstmKernel : public Kernel {
  public:
   explicit LstmKernel(const Node& node) : node_(node) {}
@@ -46,39 +44,20 @@ class LstmKernel : public Kernel {
     acts_ = ParseActivations(ctx, {"Sigmoid", "Tanh", "Tanh"}, d_.dirs);
     if (ctx.outputs.size() > 2) ctx.SetOutput(2, DType::kFloat32, state);
     num_outputs_ = static_cast<int>(ctx.outputs.size());
-    // Scratch: X*W^T, gates, h, c, bias, lengths.
-    xw_floats_ = Align16(d_.seq * d_.batch * 4 * h);
-    gates_floats_ = Align16(d_.batch * 4 * h);
-    state_floats_ = Align16(d_.batch * h);
-    bias_floats_ = Align16(4 * h);
-    ctx.scratch_bytes = sizeof(float) * static_cast<size_t>(xw_floats_ + gates_floats_ +
-                                                            2 * state_floats_ + bias_floats_) +
-                        sizeof(int32_t) * static_cast<size_t>(d_.batch);
+    scratch_ = RnnScratch(d_, 4);  // states: h, c; bias row: Wb + Rb
+    ctx.scratch_bytes = scratch_.bytes();
   }
 
   void Run(const KernelIO& io) const override {
     const int64_t H = d_.hidden, G = 4 * H, batch = d_.batch;
-    float* xw = static_cast<float*>(io.scratch);
-    float* gates = xw + xw_floats_;
-    float* h = gates + gates_floats_;
-    float* c = h + state_floats_;
-    float* bias = c + state_floats_;
-    int32_t* lens = reinterpret_cast<int32_t*>(bias + bias_floats_);
-    ReadSequenceLens(node_, d_, d_.has_lens ? io.inputs[4] : nullptr, lens);
-    bool padded = false;
-    for (int64_t b = 0; b < batch; ++b) padded |= lens[b] != d_.seq;
-
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    const float* w = static_cast<const float*>(io.inputs[1]);
-    const float* r = static_cast<const float*>(io.inputs[2]);
-    const float* bsrc = d_.has_bias ? static_cast<const float*>(io.inputs[3]) : nullptr;
-    const float* init_h = d_.has_init_h ? static_cast<const float*>(io.inputs[5]) : nullptr;
+    const RnnRun run = BeginRnnRun(node_, d_, scratch_, io, num_outputs_);
+    float *xw = run.xw, *gates = run.gates, *h = run.state[0], *c = run.state[1], *bias = run.bias;
+    const int32_t* lens = run.lens;
+    const float *x = run.x, *w = run.w, *r = run.r, *bsrc = run.b, *init_h = run.init_h;
+    float *y = run.y, *y_h = run.y_h;
     const float* init_c = has_init_c_ ? static_cast<const float*>(io.inputs[6]) : nullptr;
     const float* peep = has_peep_ ? static_cast<const float*>(io.inputs[7]) : nullptr;
-    float* y = static_cast<float*>(io.outputs[0]);
-    float* y_h = num_outputs_ > 1 ? static_cast<float*>(io.outputs[1]) : nullptr;
     float* y_c = num_outputs_ > 2 ? static_cast<float*>(io.outputs[2]) : nullptr;
-    if (y && padded) std::memset(y, 0, sizeof(float) * d_.seq * d_.dirs * batch * H);
 
     for (int64_t d = 0; d < d_.dirs; ++d) {
       Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
@@ -157,7 +136,7 @@ class LstmKernel : public Kernel {
   bool input_forget_ = false;
   int num_outputs_ = 0;
   std::vector<Activation> acts_;
-  int64_t xw_floats_ = 0, gates_floats_ = 0, state_floats_ = 0, bias_floats_ = 0;
+  RnnScratch scratch_;
 };
 
 }  // namespace
