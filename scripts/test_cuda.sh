@@ -2,8 +2,9 @@
 # The CUDA backend's tests, on a machine with an NVIDIA GPU and the CUDA toolkit
 # (nvcc, cuBLAS): builds with -DKAIWU_CUDA=ON into build/cuda (the Python module
 # lands in python/kaiwu_infer), then runs the CUDA kernel tests (GoogleTest,
-# each op against the CPU kernel), the whole C++ suite, and the CUDA pytest
-# module (policies against onnxruntime, refit, the server on the GPU).
+# each op against the CPU kernel; Conv on both its paths), the whole C++ suite,
+# and the CUDA pytest module (policies against onnxruntime, refit, the server on
+# the GPU), then that module again with cuDNN convolutions (KAIWU_CUDNN=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -16,3 +17,5 @@ echo "== C++ tests (CUDA kernels first)"
 ./build/cuda/kaiwu_tests --gtest_filter='-Cuda*' --gtest_brief=1
 echo "== pytest (CUDA)"
 PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider "$@"
+echo "== pytest (CUDA, KAIWU_CUDNN=1: convolutions on cuDNN when the build found it)"
+KAIWU_CUDNN=1 PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider "$@"
