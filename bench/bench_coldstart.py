@@ -6,7 +6,8 @@ Session and in an InferenceServer stepped by many thread actors.
 Part 1: a fresh Session of the IMPALA+LSTM policy runs batch sizes 1..256 once
 (the run that builds the plan) and again (warm). Part 2: one server is stepped by
 N thread actors for two rounds of `--seconds` each: round 0 meets every batch size
-for the first time, round 1 reuses the plans. Prints one line per measurement.
+for the first time (unless `--warmup` ran them all at start), round 1 reuses the
+plans. Prints one line per measurement.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ def first_runs(ki, policy, device):
     return " ".join(line)
 
 
-def server_rounds(ki, policy, device, actors, seconds, workers):
-    srv = ki.InferenceServer(policy.path, device=device, workers=workers, state={"h0": "hn", "c0": "cn"})
+def server_rounds(ki, policy, device, actors, seconds, workers, warmup):
+    t0 = time.perf_counter()
+    srv = ki.InferenceServer(policy.path, device=device, workers=workers, state={"h0": "hn", "c0": "cn"},
+                             warmup=warmup)
     on = policy.obs_name
-    out = []
+    out = [f"server start{' with warmup' if warmup else ''}: {1e3 * (time.perf_counter() - t0):.0f} ms"]
     for rnd in range(2):
         envs = [bs.FakeEnv(1, policy, a) for a in range(actors)]
         lats = [[] for _ in range(actors)]
@@ -77,13 +80,14 @@ def main():
     ap.add_argument("--actors", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--warmup", action="store_true", help="start the server with warmup=True")
     args = ap.parse_args()
     import kaiwu_infer as ki
 
     policy = bs.build_policies(tempfile.mkdtemp())["impala_lstm"]
     tag = bs.env_prefix() or "(defaults) "
     print(tag + first_runs(ki, policy, args.device), flush=True)
-    for line in server_rounds(ki, policy, args.device, args.actors, args.seconds, args.workers):
+    for line in server_rounds(ki, policy, args.device, args.actors, args.seconds, args.workers, args.warmup):
         print(tag + line, flush=True)
 
 

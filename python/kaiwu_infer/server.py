@@ -160,6 +160,8 @@ class InferenceServer:
         device: where a session the server loads runs (``"cpu"``, ``"cuda"``); see
             ``Session``. With ``"cuda"``, ``workers=2`` lets one batch's copies overlap
             another's compute.
+        warmup: run every padded batch size once at start (see :meth:`warmup`), so
+            that the first requests do not wait for plans to be built.
         base_version: tag of the session's own weights in the version pool (the
             weights it holds when the server starts; a later ``Session.refit`` does not
             change the server's versions: use ``server.refit``).
@@ -195,6 +197,7 @@ class InferenceServer:
         split_batches: bool = True,
         min_slice_us: float = 30.0,
         device: str = "cpu",
+        warmup: bool = False,
     ):
         if queue_full not in ("block", "raise"):
             raise ValueError("queue_full must be 'block' or 'raise'")
@@ -214,6 +217,8 @@ class InferenceServer:
         self._shm_names: list[str] = []
         self._lock = threading.Lock()
         self._loop_queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        if warmup:
+            self.warmup()
 
     # ---- requests
     def infer(self, actor_id: int, feeds: Mapping[str, Any], *, done: Any = False,
@@ -246,6 +251,16 @@ class InferenceServer:
                 if q is None:
                     q = self._loop_queues[loop] = _LoopQueue(self._server)
         return await q.submit(loop, actor_id, feeds, done, version)
+
+    def warmup(self) -> int:
+        """Runs every padded batch size up to ``max_batch`` once on zeros (the latest
+        version's weights; ``workers`` runs at a time), so that the session's plans,
+        run contexts and CUDA graphs exist before the first request. A new batch size
+        otherwise costs its first batch a plan build (a few ms; up to a second for
+        cuDNN convolutions under load, see ``bench/results/cuda.md``). Returns the
+        number of batch sizes run: 0 without ``pad_batches`` or when an input's
+        per-row shape is not fixed. Actors, their state and the stats are untouched."""
+        return self._server.warmup()
 
     def reset(self, actor_id: int) -> None:
         """Zeroes an actor's recurrent state (takes effect at its next step)."""

@@ -548,6 +548,10 @@ void BindServer(py::module_& m) {
            py::arg("version") = py::none())
       .def("submit", &PyServer::Submit, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,
            py::arg("version") = py::none())
+      .def("warmup", [](PyServer& s) {
+        py::gil_scoped_release release;
+        return s.server().Warmup();
+      })
       .def("reset", [](PyServer& s, int64_t a) { s.server().Reset(a); })
       .def("release", [](PyServer& s, int64_t a) { s.server().Release(a); })
       .def("add_version", &PyServer::AddVersion)

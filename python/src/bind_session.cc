@@ -310,6 +310,7 @@ void BindSession(py::module_& m) {
       .def_property_readonly("inputs", &PySession::inputs)
       .def_property_readonly("outputs", &PySession::outputs)
       .def_property_readonly("threads", [](PySession& s) { return s.session().num_threads(); })
+      .def_property_readonly("plans", [](PySession& s) { return s.session().num_plans(); })
       .def("run", &PySession::Run, py::arg("output_names_or_feeds"), py::arg("feeds") = py::none(),
            py::kw_only(), py::arg("out") = py::none())
       .def_property_readonly("weights_info", &PySession::WeightsInfo)

@@ -217,6 +217,28 @@ def test_submit_future_and_reset(lstm_bytes):
         assert not np.allclose(r5["logits"][0], r1["logits"][0])
 
 
+def test_warmup_builds_every_batch_size_and_leaves_actors_alone(lstm_bytes, mlp_bytes):
+    # Padded batch sizes up to 64: 1, 2, 4, 8, 12, 16, 24, 32, 48, 64.
+    sess = ki.Session(mlp_bytes, threads=1)
+    with ki.InferenceServer(sess, max_batch=64, warmup=True) as srv:
+        assert sess.plans == 10
+        assert srv.warmup() == 10 and sess.plans == 10  # again: the same plans
+        st = srv.stats()
+        assert st["requests"] == 0 and st["batches"] == 0 and st["connected_actors"] == 0
+        x = proc.obs_for(3, 0, 2, OBS)
+        np.testing.assert_allclose(srv.infer(1, {"obs": x})["y"], sess.run({"obs": x})["y"], rtol=RTOL, atol=ATOL)
+    with ki.InferenceServer(mlp_bytes, threads=1, max_batch=64, pad_batches=False) as srv:
+        assert srv.warmup() == 0  # unpadded sizes are unbounded: nothing to warm
+    # A recurrent server: warm-up runs zero state at every size; actors then step as alone.
+    lstm = ki.Session(lstm_bytes, threads=2)
+    steps, rows_of = 8, {a: (1 if a % 2 else 3) for a in range(6)}
+    with ki.InferenceServer(lstm, state=STATE, max_batch=16, max_wait_us=2000, workers=2, warmup=True) as srv:
+        assert lstm.plans == 6  # 1, 2, 4, 8, 12, 16
+        results, _ = _step_actors(srv, rows_of, steps)
+    for a, rows in rows_of.items():
+        _assert_same(results[a], _reference(lstm, a, steps, rows))
+
+
 # ---------------------------------------------------------------- versions
 
 def _perturbed(sess, scale, seed):

@@ -59,6 +59,8 @@ class Session {
   const std::vector<IOInfo>& inputs() const;
   const std::vector<IOInfo>& outputs() const;
   int num_threads() const;
+  /// Compiled plans cached: one per distinct set of input shapes seen (at most 64).
+  int num_plans() const;
   /// "cpu", or the device's name, e.g. "cuda:0 (NVIDIA H100 80GB HBM3)".
   std::string device() const;
   bool on_device() const;

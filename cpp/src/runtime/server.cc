@@ -251,6 +251,69 @@ void InferenceServer::Submit(const std::shared_ptr<ServerRequest>& req) {
     work_cv_.notify_one();
 }
 
+int InferenceServer::Warmup() {
+  if (!opt_.pad_batches) return 0;
+  const auto& ins = session_->inputs();
+  for (const IOInfo& io : feed_inputs_) {
+    if (!io.has_shape || io.dims.empty()) return 0;
+    for (size_t d = 1; d < io.dims.size(); ++d)
+      if (io.dims[d] < 0) return 0;
+  }
+  for (const StateSpec& st : state_) {
+    const Shape& dims = ins[st.in_index].dims;
+    if (dims.size() <= static_cast<size_t>(st.in_axis)) return 0;
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (static_cast<int>(d) != st.in_axis && dims[d] < 0) return 0;
+  }
+  std::shared_ptr<const WeightSet> weights;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    KAIWU_CHECK(!closed_, StatusCode::kRuntime, "the inference server is closed");
+    weights = versions_.at(version_order_.back()).weights;
+  }
+  int sizes = 0;
+  for (int64_t rows = 1;;) {
+    const int64_t S = Bucket(rows);
+    std::vector<Tensor> zeros;
+    std::vector<TensorView> feeds(ins.size());
+    auto add = [&](int index, DType dtype, Shape shape) {
+      zeros.emplace_back(dtype, std::move(shape));
+      std::memset(zeros.back().data(), 0, zeros.back().bytes());
+      feeds[index] = TensorView{dtype, zeros.back().shape(), zeros.back().data()};
+    };
+    zeros.reserve(feed_inputs_.size() + state_.size());
+    for (size_t i = 0; i < feed_inputs_.size(); ++i) {
+      Shape s = feed_inputs_[i].dims;
+      s[0] = S;
+      add(feed_index_[i], feed_inputs_[i].dtype, s);
+    }
+    for (const StateSpec& st : state_) {
+      Shape s = ins[st.in_index].dims;
+      s[st.in_axis] = S;
+      add(st.in_index, st.dtype, s);
+    }
+    // One run builds the plan; then as many runs at once as workers, so that
+    // each concurrent run has its own context.
+    session_->Run(feeds, nullptr, weights.get());
+    std::vector<std::exception_ptr> errors(opt_.workers);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < opt_.workers && opt_.workers > 1; ++w)
+      threads.emplace_back([&, w] {
+        try {
+          session_->Run(feeds, nullptr, weights.get());
+        } catch (...) {
+          errors[w] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    ++sizes;
+    if (S >= opt_.max_batch) return sizes;
+    rows = S + 1;
+  }
+}
+
 void InferenceServer::Reset(int64_t actor) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = actors_.find(actor);

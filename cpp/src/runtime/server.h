@@ -111,6 +111,13 @@ class InferenceServer {
   /// models whose observation inputs have fixed non-batch dims.
   std::vector<int> OutputLayout(std::vector<TensorView>* at_one_row);
 
+  /// Runs every padded batch size up to max_batch once on zeros (the latest
+  /// version's weights), `workers` runs at a time, so that plans, run contexts
+  /// and CUDA graphs exist before the first request. Returns the batch sizes
+  /// run: 0 without pad_batches (sizes are unbounded) or when a feed input's
+  /// per-row shape is not fixed. Actors and stats are untouched.
+  int Warmup();
+
   /// Queues a request (validating its feeds; throws kInput, kClosed, kQueueFull).
   void Submit(const std::shared_ptr<ServerRequest>& req);
   /// Zeroes an actor's state (dropped; the next request starts from zeros).

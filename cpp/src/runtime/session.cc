@@ -205,6 +205,10 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
   }
   CachedPlan cached{plan, std::make_shared<BlockPool>(plan->output_block_bytes())};
   std::lock_guard<std::mutex> lock(plans_mu);
+  // A concurrent run of the same shapes may have built and cached it meanwhile:
+  // keep one plan per key.
+  for (auto it = plans.begin(); it != plans.end(); ++it)
+    if (it->first == key) return it->second;
   plans.emplace_front(key, cached);
   if (plans.size() > kMaxPlans) plans.pop_back();
   return cached;
@@ -294,6 +298,10 @@ std::unique_ptr<Session> Session::LoadFile(const std::string& path, const Sessio
 const std::vector<IOInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IOInfo>& Session::outputs() const { return impl_->outputs; }
 int Session::num_threads() const { return impl_->pool->num_threads(); }
+int Session::num_plans() const {
+  std::lock_guard<std::mutex> lock(impl_->plans_mu);
+  return static_cast<int>(impl_->plans.size());
+}
 std::string Session::device() const { return impl_->device ? impl_->device->name() : "cpu"; }
 bool Session::on_device() const { return impl_->device != nullptr; }
 const std::map<std::string, std::string>& Session::metadata() const { return impl_->graph.metadata; }
