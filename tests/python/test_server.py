@@ -229,6 +229,8 @@ def test_warmup_builds_every_batch_size_and_leaves_actors_alone(lstm_bytes, mlp_
         np.testing.assert_allclose(srv.infer(1, {"obs": x})["y"], sess.run({"obs": x})["y"], rtol=RTOL, atol=ATOL)
     with ki.InferenceServer(mlp_bytes, threads=1, max_batch=64, pad_batches=False) as srv:
         assert srv.warmup() == 0  # unpadded sizes are unbounded: nothing to warm
+    with pytest.raises(ki.ServerClosedError):
+        srv.warmup()
     # A recurrent server: warm-up runs zero state at every size; actors then step as alone.
     lstm = ki.Session(lstm_bytes, threads=2)
     steps, rows_of = 8, {a: (1 if a % 2 else 3) for a in range(6)}

@@ -252,6 +252,7 @@ void InferenceServer::Submit(const std::shared_ptr<ServerRequest>& req) {
 }
 
 int InferenceServer::Warmup() {
+  if (closed_) throw ServerError(ServerError::kClosed, "the inference server is closed");
   if (!opt_.pad_batches) return 0;
   const auto& ins = session_->inputs();
   for (const IOInfo& io : feed_inputs_) {
@@ -268,7 +269,6 @@ int InferenceServer::Warmup() {
   std::shared_ptr<const WeightSet> weights;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    KAIWU_CHECK(!closed_, StatusCode::kRuntime, "the inference server is closed");
     weights = versions_.at(version_order_.back()).weights;
   }
   int sizes = 0;
