@@ -1,6 +1,8 @@
 // Runs one CPU kernel outside any plan, for kernel tests against naive references.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -79,6 +81,17 @@ inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& 
   KernelIO io{in_ptrs.data(), out_ptrs.data(), scratch.data(), &pool};
   kernel->Run(io);
   return outputs;
+}
+
+/// Expects `fn` to throw kaiwu::Error with `code`.
+template <typename F>
+void ExpectError(F fn, StatusCode code, const std::string& what) {
+  try {
+    fn();
+    ADD_FAILURE() << what << ": no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << what << ": " << e.what();
+  }
 }
 
 }  // namespace testing

@@ -113,16 +113,5 @@ inline PrepareContext PrepareOnly(const Node& node, const std::vector<Tensor>& i
   return ctx;
 }
 
-/// Expects `fn` to throw kaiwu::Error with `code`.
-template <typename F>
-void ExpectError(F fn, StatusCode code, const std::string& what) {
-  try {
-    fn();
-    ADD_FAILURE() << what << ": no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << what << ": " << e.what();
-  }
-}
-
 }  // namespace testing
 }  // namespace kaiwu

@@ -113,6 +113,12 @@ inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tenso
   return outputs;
 }
 
+/// Expects RunNodeCuda(node, inputs) to throw kaiwu::Error with `code`.
+inline void ExpectCudaError(const Node& node, const std::vector<Tensor>& inputs, StatusCode code,
+                            const std::string& what) {
+  ExpectError([&] { RunNodeCuda(node, inputs); }, code, what);
+}
+
 /// Element-wise |a - b| <= atol + rtol * |b| for float32 tensors of equal shape
 /// (NaN only where the reference has NaN, infinities equal); exact equality for
 /// other dtypes.

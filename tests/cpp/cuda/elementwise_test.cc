@@ -69,12 +69,7 @@ void Check(const Node& node, const std::vector<Tensor>& inputs, float rtol, floa
 }
 
 void ExpectUnsupported(const Node& node, const std::vector<Tensor>& inputs) {
-  try {
-    RunNodeCuda(node, inputs);
-    ADD_FAILURE() << Describe(node, inputs) << ": expected kUnsupported, ran";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kUnsupported) << Describe(node, inputs) << ": " << e.what();
-  }
+  ExpectCudaError(node, inputs, StatusCode::kUnsupported, Describe(node, inputs));
 }
 
 // Float values rounded to halves, so that comparisons and Hardmax see ties.

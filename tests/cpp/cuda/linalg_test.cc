@@ -31,16 +31,6 @@ void ExpectCudaMatchesCpu(const Node& node, const std::vector<Tensor>& inputs,
 }
 
 // Expects RunNodeCuda to fail with `code`.
-void ExpectCudaError(const Node& node, const std::vector<Tensor>& inputs, StatusCode code,
-                     const std::string& what) {
-  try {
-    RunNodeCuda(node, inputs);
-    ADD_FAILURE() << what << ": no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << what << ": " << e.what();
-  }
-}
-
 // Uniform in +-1/sqrt(fan_in).
 Tensor WeightTensor(Shape shape, int64_t fan_in, std::mt19937& rng) {
   const float s = 1.f / std::sqrt(static_cast<float>(std::max<int64_t>(fan_in, 1)));

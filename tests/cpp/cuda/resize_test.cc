@@ -274,12 +274,8 @@ TEST(CudaResize, UnsupportedVariant) {
                           {"coordinate_transformation_mode", StrAttr("tf_crop_and_resize")}});
   std::vector<Tensor> inputs = ResizeInputs(RandomIntegers<int32_t>({1, 1, 4, 4}, rng),
                                             {{0, 0, 0.1f, 0.1f, 1, 1, 0.9f, 1.3f}, {}, {1, 1, 3, 5}});
-  try {
-    RunNodeCuda(node, inputs, {1, 2, 3});
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), StatusCode::kUnsupported) << e.what();
-  }
+  ExpectError([&] { RunNodeCuda(node, inputs, {1, 2, 3}); }, StatusCode::kUnsupported,
+              "nearest tf_crop_and_resize of int32");
 }
 
 }  // namespace

@@ -227,8 +227,7 @@ class ConvKernel : public CudaKernel {
     const Shape& x = ctx.in(0).shape;
     const Shape& w = ctx.in(1).shape;
     if (x.size() > 4)
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(),
-           ": 3-D Conv is not supported by the CUDA backend");
+      Unsupported(ctx, "3-D Conv");
     std::vector<int64_t> kernel(w.begin() + 2, w.end());
     const cpu::SpatialGeometry geo =
         cpu::MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);

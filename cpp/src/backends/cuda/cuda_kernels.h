@@ -17,7 +17,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
 #include <memory>
+#include <string>
 
 #include "backends/kernel.h"
 
@@ -52,6 +54,20 @@ constexpr int kBlock = 256;
 inline unsigned GridFor(int64_t n) {
   int64_t g = (n + kBlock - 1) / kBlock;
   return static_cast<unsigned>(g < 1 ? 1 : (g > 65535LL * 64 ? 65535LL * 64 : g));
+}
+
+/// Throws kUnsupported naming the node: "<node>: <what> is not supported by the CUDA backend".
+template <typename... Args>
+[[noreturn]] void Unsupported(const PrepareContext& ctx, const Args&... what) {
+  Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": ", what..., " is not supported by the CUDA backend");
+}
+
+/// Throws kUnsupported unless input i's dtype is one of `allowed`.
+inline void RequireDType(const PrepareContext& ctx, int i, std::initializer_list<DType> allowed) {
+  const DType dt = ctx.in(i).dtype;
+  for (DType a : allowed)
+    if (a == dt) return;
+  Unsupported(ctx, std::string("dtype ") + DTypeName(dt) + " of input " + std::to_string(i));
 }
 
 class CudaKernel : public Kernel {

@@ -89,11 +89,9 @@ class EinsumKernel : public CudaKernel {
   void PrepareDevice(PrepareContext& ctx) override {
     const int n = ctx.num_inputs();  // >= 1, one dtype (checked by the CPU Prepare)
     if (ctx.in(0).dtype != DType::kFloat32)
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": Einsum on ",
-           DTypeName(ctx.in(0).dtype), " is not supported by the CUDA backend");
+      Unsupported(ctx, "Einsum on ", DTypeName(ctx.in(0).dtype));
     if (n > kMaxInputs)
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": Einsum with ", n,
-           " inputs (more than ", kMaxInputs, ") is not supported by the CUDA backend");
+      Unsupported(ctx, "Einsum with ", n, " inputs (more than ", kMaxInputs, ")");
     std::vector<int> ranks;
     for (int i = 0; i < n; ++i) ranks.push_back(ctx.in(i).rank());
     const cpu::EinsumSpec spec =
@@ -137,9 +135,8 @@ class EinsumKernel : public CudaKernel {
       for (int label : labels[i])
         if (!Contains(spec.output, label) && !Contains(summed, label)) summed.push_back(label);
     if (spec.output.size() > kMaxLabels || summed.size() > kMaxLabels)
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": Einsum with ", spec.output.size(),
-           " output and ", summed.size(), " contracted labels (more than ", kMaxLabels,
-           " of either) is not supported by the CUDA backend");
+      Unsupported(ctx, "Einsum with ", spec.output.size(), " output and ", summed.size(),
+                  " contracted labels (more than ", kMaxLabels, " of either)");
     auto stride_of = [&](int i, int label) {
       auto it = strides[i].find(label);
       return it == strides[i].end() ? int64_t{0} : it->second;

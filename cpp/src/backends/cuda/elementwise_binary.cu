@@ -111,11 +111,7 @@ class ArithKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    switch (dtype_) {
-      case DType::kInt32: return RunTyped<int32_t>(io);
-      case DType::kInt64: return RunTyped<int64_t>(io);
-      default: return RunTyped<float>(io);
-    }
+    WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
   }
 
  private:
@@ -186,22 +182,17 @@ class PowKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    switch (base_) {
-      case DType::kInt32: return RunBase<int32_t>(io);
-      case DType::kInt64: return RunBase<int64_t>(io);
-      default: return RunBase<float>(io);
-    }
+    WithNumericType(base_, [&](auto t) { RunBase<decltype(t)>(io); });
   }
 
  private:
   template <typename T>
   void RunBase(const KernelIO& io) const {
-    switch (exp_) {
-      case DType::kInt32: return RunTyped<T, int32_t>(io);
-      case DType::kInt64: return RunTyped<T, int64_t>(io);
-      default:
-        if constexpr (std::is_floating_point_v<T>) return RunTyped<T, float>(io);
-    }
+    WithNumericType(exp_, [&](auto e) {
+      using E = decltype(e);
+      // A float exponent comes with a float base (Prepare refuses the rest).
+      if constexpr (std::is_integral_v<E> || std::is_floating_point_v<T>) RunTyped<T, E>(io);
+    });
   }
 
   template <typename T, typename E>
@@ -233,11 +224,7 @@ class PReluKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    switch (dtype_) {
-      case DType::kInt32: return RunTyped<int32_t>(io);
-      case DType::kInt64: return RunTyped<int64_t>(io);
-      default: return RunTyped<float>(io);
-    }
+    WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
   }
 
  private:

@@ -196,11 +196,7 @@ class ClipKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    switch (dtype_) {
-      case DType::kInt32: return RunTyped<int32_t>(io);
-      case DType::kInt64: return RunTyped<int64_t>(io);
-      default: return RunTyped<float>(io);
-    }
+    WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
   }
 
  private:

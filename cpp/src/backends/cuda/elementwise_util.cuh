@@ -203,18 +203,15 @@ inline void CopyIfDistinct(void* dst, const void* src, size_t bytes, cudaStream_
   CheckCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
 }
 
-/// Throws kUnsupported naming the node: `what` is not supported on CUDA.
-[[noreturn]] inline void Unsupported(const PrepareContext& ctx, const std::string& what) {
-  Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": ", what,
-       " is not supported by the CUDA backend");
-}
-
-/// Throws kUnsupported unless input i's dtype is one of `allowed`.
-inline void RequireDType(const PrepareContext& ctx, int i, std::initializer_list<DType> allowed) {
-  const DType dt = ctx.in(i).dtype;
-  for (DType a : allowed)
-    if (a == dt) return;
-  Unsupported(ctx, std::string("dtype ") + DTypeName(dt) + " of input " + std::to_string(i));
+/// Calls fn(T{}) with T the element type of a numeric dtype these kernels take
+/// (checked at Prepare): int32_t, int64_t, else float.
+template <typename Fn>
+void WithNumericType(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kInt32: return fn(int32_t{});
+    case DType::kInt64: return fn(int64_t{});
+    default: return fn(float{});
+  }
 }
 
 }  // namespace eltwise

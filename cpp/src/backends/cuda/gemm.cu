@@ -34,10 +34,7 @@ void LaunchBiasActivation(const DeviceContext& dev, float* y, int64_t total, int
 }
 
 void RequireFloat32(const PrepareContext& ctx) {
-  for (int i : {0, 1})
-    if (ctx.in(i).dtype != DType::kFloat32)
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": ", ctx.node.op_type, " on ",
-           DTypeName(ctx.in(i).dtype), " is not supported by the CUDA backend");
+  for (int i : {0, 1}) RequireDType(ctx, i, {DType::kFloat32});
 }
 
 // Y = act(alpha * op(A) * op(B) + beta * C), C broadcast unidirectionally to [M, N].

@@ -193,9 +193,8 @@ class LayerNormKernel : public CudaKernel {
     BroadcastIndex index;
     if (NumElements(s) == NumElements(norm_shape)) return index;
     if (norm_shape.size() > BroadcastIndex::kMaxDims)
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": broadcasting input ", i,
-           " over more than ", BroadcastIndex::kMaxDims,
-           " normalised dims is not supported by the CUDA backend");
+      Unsupported(ctx, "broadcasting input ", i, " over more than ", BroadcastIndex::kMaxDims,
+                  " normalised dims");
     const std::vector<int64_t> strides = cpu::BroadcastStrides(s, norm_shape);
     index.identity = false;
     index.nd = static_cast<int>(norm_shape.size());

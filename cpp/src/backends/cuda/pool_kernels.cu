@@ -154,11 +154,6 @@ __global__ void GlobalPoolPlanesKernel(int64_t planes, int64_t size, const float
   }
 }
 
-void RequireFloat32(const PrepareContext& ctx) {
-  if (ctx.in(0).dtype != DType::kFloat32)
-    Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": ", DTypeName(ctx.in(0).dtype),
-         " input is not supported by the CUDA backend (float32 only)");
-}
 
 class PoolKernel : public CudaKernel {
  public:
@@ -183,7 +178,7 @@ class PoolKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireFloat32(ctx);
+    RequireDType(ctx, 0, {DType::kFloat32});
     const Shape& x = ctx.in(0).shape;
     const cpu::SpatialGeometry geo = cpu::MakeGeometry(
         ctx, Shape(x.begin() + 2, x.end()), ctx.node.GetInts("kernel_shape"), /*allow_ceil=*/true);
@@ -222,7 +217,7 @@ class GlobalPoolKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireFloat32(ctx);
+    RequireDType(ctx, 0, {DType::kFloat32});
     const Shape& x = ctx.in(0).shape;
     planes_ = x[0] * x[1];
     size_ = NumElements(Shape(x.begin() + 2, x.end()));

@@ -83,13 +83,6 @@ __device__ inline bool AddTupleOffset(const I* idx, const DimArray<int64_t>& ind
   return ok;
 }
 
-/// Throws kUnsupported naming the node: "<node>: <what> is not supported by the CUDA backend".
-template <typename... Args>
-[[noreturn]] void Unsupported(const PrepareContext& ctx, const Args&... what) {
-  Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": ", what...,
-       " is not supported by the CUDA backend");
-}
-
 /// Runs BODY with `using U = <unsigned type of ELEM bytes>` (1, 2, 4 or 8).
 #define KAIWU_CUDA_BY_ELEM(elem, ...)                                                  \
   switch (elem) {                                                                      \
