@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/kernel.h"
+#include "plan/node_plan.h"
 #include "ir/graph.h"
 
 namespace kaiwu {
@@ -48,13 +49,10 @@ Tensor MakeTensor(Shape shape, const std::vector<T>& values) {
   return t;
 }
 
-/// Prepares and runs the node's kernel on `inputs` (an undefined-dtype Tensor
+/// Infers the node (op layer), prepares and runs its CPU kernel on `inputs` (an undefined-dtype Tensor
 /// marks an omitted optional input). All input data is visible to Prepare.
 inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& inputs,
                                    int threads = 1) {
-  KernelFactory factory = CpuKernels().Find(node.op_type, node.domain);
-  if (!factory) Fail(StatusCode::kUnsupported, "no CPU kernel for ", node.op_type);
-  std::unique_ptr<Kernel> kernel = factory(node);
   PrepareContext ctx(node);
   ctx.num_threads = threads;
   for (const Tensor& t : inputs) {
@@ -65,9 +63,8 @@ inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& 
     info.data = info.present ? t.data() : nullptr;
     ctx.inputs.push_back(info);
   }
-  ctx.outputs.resize(node.outputs.size());
-  ctx.alias.assign(node.outputs.size(), -1);
-  kernel->Prepare(ctx);
+  InferNode(ctx);
+  std::unique_ptr<Kernel> kernel = PrepareHostKernel(ctx);
   std::vector<Tensor> outputs;
   std::vector<void*> out_ptrs;
   for (const TensorInfo& o : ctx.outputs) {

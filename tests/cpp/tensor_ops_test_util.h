@@ -97,7 +97,6 @@ inline void ExpectTensor(const Tensor& got, const Shape& shape, const std::vecto
 /// Prepares the node's kernel only, returning the context (output shapes,
 /// aliases, shape_only).
 inline PrepareContext PrepareOnly(const Node& node, const std::vector<Tensor>& inputs) {
-  std::unique_ptr<Kernel> kernel = CpuKernels().Find(node.op_type, node.domain)(node);
   PrepareContext ctx(node);
   for (const Tensor& t : inputs) {
     TensorInfo info;
@@ -107,9 +106,8 @@ inline PrepareContext PrepareOnly(const Node& node, const std::vector<Tensor>& i
     info.data = info.present ? t.data() : nullptr;
     ctx.inputs.push_back(info);
   }
-  ctx.outputs.resize(node.outputs.size());
-  ctx.alias.assign(node.outputs.size(), -1);
-  kernel->Prepare(ctx);
+  InferNode(ctx);
+  PrepareHostKernel(ctx);
   return ctx;
 }
 

@@ -57,7 +57,7 @@ SliceView ComputeSliceView(const PrepareContext& ctx) {
   view.strides = in_strides;
   std::vector<bool> seen(rank, false);
   for (size_t i = 0; i < n; ++i) {
-    const int64_t axis = cpu::NormalizeAxis(ctx, axes[i], rank);
+    const int64_t axis = NormalizeAxis(ctx, axes[i], rank);
     if (seen[axis]) ctx.Error("axis ", axes[i], " is repeated");
     seen[axis] = true;
     const int64_t dim = x.shape[axis], step = steps[i];

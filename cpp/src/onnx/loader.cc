@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "backends/kernel.h"
+#include "ops/op.h"
 #include "onnx.pb.h"
 #include "onnx/tensor_proto.h"
 
@@ -177,7 +177,7 @@ class Importer {
     n.opset = opset_it == opsets_.end() ? 0 : opset_it->second;
     std::string desc = n.Describe();
 
-    if (!CpuKernels().Find(n.op_type, n.domain) && !(n.domain.empty() && n.op_type == "Constant")) {
+    if (FindOp(n.op_type, n.domain) == OpId::kCount && !(n.domain.empty() && n.op_type == "Constant")) {
       std::ostringstream os;
       os << n.op_type << " (node '" << n.name << "', domain '"
          << (n.domain.empty() ? "ai.onnx" : n.domain) << "', opset " << n.opset << ")";

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "plan/memory_planner.h"
+#include "plan/node_plan.h"
 
 namespace kaiwu {
 
@@ -62,50 +63,24 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       requests.push_back(BufferRequest{input_bytes_.back(), 0, 0});
     }
   }
-  std::vector<const void*> fold_in;
-  std::vector<void*> fold_out;
   for (int n : *in.runtime_nodes) {
     const Node& node = g.nodes[n];
-    auto kernel = CpuKernels().Find(node.op_type, node.domain)(node);
     PrepareContext ctx(node);
     ctx.num_threads = in.num_threads;
-    bool all_known = true;
     for (int v : node.inputs) {
       TensorInfo ti;
       if (v >= 0) {
         ti = info[v];
         if (!ti.present) Fail(StatusCode::kInternal, node.Describe(), " reads '", g.values[v].name,
                               "' before it is computed");
-        all_known = all_known && ti.data != nullptr;
       }
       ctx.inputs.push_back(ti);
     }
-    ctx.outputs.resize(node.outputs.size());
-    ctx.alias.assign(node.outputs.size(), -1);
-    kernel->Prepare(ctx);
-    const bool fold = ctx.shape_only || all_known;
-    if (device_ && !fold) {
-      // Shapes and folding were decided on the CPU kernel; the step runs on the device.
-      KernelFactory factory = device_->kernels().Find(node.op_type, node.domain);
-      if (!factory)
-        Fail(StatusCode::kUnsupported, node.Describe(), ": the ", device_->name(),
-             " backend has no kernel for ", node.op_type);
-      kernel = factory(node);
-      ctx.outputs.assign(node.outputs.size(), TensorInfo{});
-      ctx.alias.assign(node.outputs.size(), -1);
-      ctx.scratch_bytes = 0;
-      kernel->Prepare(ctx);
-      device_needs_ |= ctx.device_needs;
-    }
-    for (size_t o = 0; o < node.outputs.size(); ++o)
-      if (node.outputs[o] >= 0 && !ctx.outputs[o].present)
-        Fail(StatusCode::kInternal, node.Describe(), " did not set output ", o);
+    InferNode(ctx);  // once per node and shape signature, for every backend
 
-    if (fold) {
+    if (FoldsAtPlanTime(ctx)) {
       // Fold now: the outputs become plan constants.
-      fold_in.clear();
-      fold_out.clear();
-      for (const TensorInfo& ti : ctx.inputs) fold_in.push_back(ti.data);
+      std::vector<void*> fold_out;
       for (size_t o = 0; o < node.outputs.size(); ++o) {
         int v = node.outputs[o];
         if (v < 0) {
@@ -115,9 +90,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
         consts_[v] = std::make_shared<Tensor>(ctx.outputs[o].dtype, ctx.outputs[o].shape);
         fold_out.push_back(consts_[v]->data());
       }
-      std::vector<char> scratch(ctx.scratch_bytes + 64);
-      ThreadPool inline_pool(1);
-      kernel->Run(KernelIO{fold_in.data(), fold_out.data(), scratch.data(), &inline_pool});
+      EvaluateOnHost(ctx, fold_out.data());
       for (int v : node.outputs) {
         if (v < 0) continue;
         info[v] = TensorInfo{true, consts_[v]->dtype(), consts_[v]->shape(), consts_[v]->data()};
@@ -125,6 +98,10 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       }
       continue;
     }
+    std::unique_ptr<Kernel> kernel =
+        device_ ? PrepareKernel(device_->kernels(), device_->name(), ctx)
+                : PrepareKernel(CpuKernels(), "cpu", ctx);
+    device_needs_ |= ctx.device_needs;
 
     int step_index = static_cast<int>(steps_.size());
     Step step{kernel.get(), n, static_cast<int>(step_inputs_.size()), node.num_inputs(),

@@ -265,13 +265,14 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
     if (g.values[v].data) ws->values[v] = g.values[v].data;
   impl->statics->Evaluate(g, ws.get(), nullptr, impl->pool.get());
   if (impl->device) {
-    // Every op that runs per step needs a device kernel; Shape and Size are
-    // computed from shapes at plan time on the host.
+    // Every op that runs per step needs a device kernel; ops the op layer
+    // evaluates (Shape, Size, ConstantOfShape, Range) are computed at plan time on the host.
     std::set<std::string> missing;
     for (int n : impl->runtime_nodes) {
       const Node& node = g.nodes[n];
-      if (node.op_type == "Shape" || node.op_type == "Size") continue;
-      if (!impl->device->kernels().Find(node.op_type, node.domain))
+      const OpId op = NodeOp(node);
+      if (GetOpDef(op).eval) continue;
+      if (!impl->device->kernels().Has(op))
         missing.insert((node.domain.empty() ? "" : node.domain + ".") + node.op_type);
     }
     if (!missing.empty()) {

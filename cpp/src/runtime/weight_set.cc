@@ -1,5 +1,7 @@
 #include "runtime/weight_set.h"
 
+#include "plan/node_plan.h"
+
 namespace kaiwu {
 
 StaticProgram::StaticProgram(const Graph& graph, std::vector<bool>* is_static,
@@ -56,7 +58,6 @@ void StaticProgram::Run(const Graph& graph, WeightSet* next, const WeightSet* pr
   for (size_t s = 0; s < nodes_.size(); ++s) {
     const Node& node = graph.nodes[nodes_[s]];
     if (first) {
-      kernels_[s] = CpuKernels().Find(node.op_type, node.domain)(node);
       PrepareContext ctx(node);
       ctx.num_threads = pool->num_threads();
       for (int in : node.inputs) {
@@ -67,9 +68,8 @@ void StaticProgram::Run(const Graph& graph, WeightSet* next, const WeightSet* pr
         }
         ctx.inputs.push_back(info);
       }
-      ctx.outputs.resize(node.outputs.size());
-      ctx.alias.assign(node.outputs.size(), -1);
-      kernels_[s]->Prepare(ctx);
+      InferNode(ctx);
+      kernels_[s] = PrepareHostKernel(ctx);
       output_info_[s] = ctx.outputs;
       scratch_bytes_[s] = ctx.scratch_bytes;
     }

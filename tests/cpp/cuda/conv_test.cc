@@ -90,7 +90,6 @@ TEST(CudaConv, CudnnPathSelection) {
   KAIWU_REQUIRE_CUDA();
   auto needs = [](const Shape& x, const Shape& w, const std::map<std::string, Attribute>& attrs) {
     Node node = MakeNode("Conv", 2, 1, attrs);
-    std::unique_ptr<Kernel> k = CudaKernels().Find("Conv", "")(node);
     PrepareContext ctx(node);
     for (const Shape& s : {x, w}) {
       TensorInfo t;
@@ -99,9 +98,8 @@ TEST(CudaConv, CudnnPathSelection) {
       t.shape = s;
       ctx.inputs.push_back(t);
     }
-    ctx.outputs.resize(1);
-    ctx.alias.assign(1, -1);
-    k->Prepare(ctx);
+    InferNode(ctx);
+    PrepareKernel(CudaKernels(), "CUDA", ctx);
     return (ctx.device_needs & kNeedDnnHandle) != 0;
   };
   const auto pads1 = IntsAttr({1, 1, 1, 1});

@@ -30,9 +30,6 @@ inline bool CudaDeviceAvailable() {
 /// (shape operands); weights and activations are not. Outputs are copied back.
 inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tensor>& inputs,
                                        const std::vector<int>& const_inputs = {}) {
-  KernelFactory factory = CudaKernels().Find(node.op_type, node.domain);
-  if (!factory) Fail(StatusCode::kUnsupported, "no CUDA kernel for ", node.op_type);
-  std::unique_ptr<Kernel> kernel = factory(node);
   PrepareContext ctx(node);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
@@ -45,9 +42,8 @@ inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tenso
     info.data = info.present && known ? t.data() : nullptr;
     ctx.inputs.push_back(info);
   }
-  ctx.outputs.resize(node.outputs.size());
-  ctx.alias.assign(node.outputs.size(), -1);
-  kernel->Prepare(ctx);
+  InferNode(ctx);
+  std::unique_ptr<Kernel> kernel = PrepareKernel(CudaKernels(), "CUDA", ctx);
 
   std::vector<void*> owned;
   auto dev_alloc = [&](size_t bytes) {

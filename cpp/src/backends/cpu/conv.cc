@@ -179,7 +179,7 @@ class ConvKernel : public Kernel {
 }  // namespace
 
 void RegisterConvKernels(KernelRegistry& r) {
-  r.Register("Conv", &MakeKernel<ConvKernel>);
+  r.Register(OpId::kConv, kAnyDType, &MakeKernel<ConvKernel>);
   RegisterPoolKernels(r);
 }
 

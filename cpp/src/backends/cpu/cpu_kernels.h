@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/kernel.h"
+#include "core/dtype_dispatch.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -27,33 +28,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc, ThreadPool* pool);
 
-/// Normalises a possibly negative axis against `rank`, or fails naming the node.
-int64_t NormalizeAxis(const PrepareContext& ctx, int64_t axis, int64_t rank);
-
-/// Numpy broadcasting of two shapes, or fails naming the node.
-Shape BroadcastShapes(const PrepareContext& ctx, const Shape& a, const Shape& b);
 
 }  // namespace cpu
 }  // namespace kaiwu
 
-/// Calls BODY with `using T = <c++ type>` for the runtime dtype; fails otherwise.
-#define KAIWU_DISPATCH_CASE(DT, CT, ...) \
-  case ::kaiwu::DType::DT: {             \
-    using T = CT;                        \
-    __VA_ARGS__;                         \
-    break;                               \
-  }
-#define KAIWU_DISPATCH_ALL(dtype, ...)                                      \
-  switch (dtype) {                                                          \
-    KAIWU_DISPATCH_CASE(kFloat32, float, __VA_ARGS__)                       \
-    KAIWU_DISPATCH_CASE(kFloat64, double, __VA_ARGS__)                      \
-    KAIWU_DISPATCH_CASE(kInt8, int8_t, __VA_ARGS__)                         \
-    KAIWU_DISPATCH_CASE(kUInt8, uint8_t, __VA_ARGS__)                       \
-    KAIWU_DISPATCH_CASE(kInt16, int16_t, __VA_ARGS__)                       \
-    KAIWU_DISPATCH_CASE(kInt32, int32_t, __VA_ARGS__)                       \
-    KAIWU_DISPATCH_CASE(kInt64, int64_t, __VA_ARGS__)                       \
-    KAIWU_DISPATCH_CASE(kBool, bool, __VA_ARGS__)                           \
-    default:                                                                \
-      ::kaiwu::Fail(::kaiwu::StatusCode::kInternal, "unsupported dtype ",   \
-                    ::kaiwu::DTypeName(dtype));                             \
-  }

@@ -289,7 +289,7 @@ class EinsumKernel : public Kernel {
 
 }  // namespace
 
-void RegisterEinsumKernel(KernelRegistry& r) { r.Register("Einsum", &MakeKernel<EinsumKernel>); }
+void RegisterEinsumKernel(KernelRegistry& r) { r.Register(OpId::kEinsum, kAnyDType, &MakeKernel<EinsumKernel>); }
 
 }  // namespace cpu
 }  // namespace kaiwu

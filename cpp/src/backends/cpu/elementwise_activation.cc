@@ -206,17 +206,17 @@ std::unique_ptr<Kernel> MakeActivation(const Node&) {
 }  // namespace
 
 void RegisterActivationKernels(KernelRegistry& r) {
-  r.Register("Relu", &MakeActivation<ActOp::kRelu>);
-  r.Register("LeakyRelu", &MakeActivation<ActOp::kLeakyRelu>);
-  r.Register("Elu", &MakeActivation<ActOp::kElu>);
-  r.Register("Selu", &MakeActivation<ActOp::kSelu>);
-  r.Register("Celu", &MakeActivation<ActOp::kCelu>);
-  r.Register("HardSigmoid", &MakeActivation<ActOp::kHardSigmoid>);
-  r.Register("HardSwish", &MakeActivation<ActOp::kHardSwish>);
-  r.Register("Gelu", &MakeActivation<ActOp::kGelu>);
-  r.Register("ThresholdedRelu", &MakeActivation<ActOp::kThresholdedRelu>);
-  r.Register("Mish", &MakeActivation<ActOp::kMish>);
-  r.Register("Clip", &MakeKernel<ClipKernel>);
+  r.Register(OpId::kRelu, kAnyDType, &MakeActivation<ActOp::kRelu>);
+  r.Register(OpId::kLeakyRelu, kAnyDType, &MakeActivation<ActOp::kLeakyRelu>);
+  r.Register(OpId::kElu, kAnyDType, &MakeActivation<ActOp::kElu>);
+  r.Register(OpId::kSelu, kAnyDType, &MakeActivation<ActOp::kSelu>);
+  r.Register(OpId::kCelu, kAnyDType, &MakeActivation<ActOp::kCelu>);
+  r.Register(OpId::kHardSigmoid, kAnyDType, &MakeActivation<ActOp::kHardSigmoid>);
+  r.Register(OpId::kHardSwish, kAnyDType, &MakeActivation<ActOp::kHardSwish>);
+  r.Register(OpId::kGelu, kAnyDType, &MakeActivation<ActOp::kGelu>);
+  r.Register(OpId::kThresholdedRelu, kAnyDType, &MakeActivation<ActOp::kThresholdedRelu>);
+  r.Register(OpId::kMish, kAnyDType, &MakeActivation<ActOp::kMish>);
+  r.Register(OpId::kClip, kAnyDType, &MakeKernel<ClipKernel>);
 }
 
 }  // namespace cpu

@@ -306,17 +306,17 @@ std::unique_ptr<Kernel> MakeArith(const Node& node) {
 }  // namespace
 
 void RegisterArithmeticKernels(KernelRegistry& r) {
-  r.Register("Add", &MakeArith<ArithOp::kAdd, false>);
-  r.Register("Sub", &MakeArith<ArithOp::kSub, false>);
-  r.Register("Mul", &MakeArith<ArithOp::kMul, false>);
-  r.Register("Div", &MakeArith<ArithOp::kDiv, false>);
-  r.Register("Mod", &MakeArith<ArithOp::kMod, false>);
-  r.Register("Min", &MakeArith<ArithOp::kMin, true>);
-  r.Register("Max", &MakeArith<ArithOp::kMax, true>);
-  r.Register("Sum", &MakeArith<ArithOp::kSum, true>);
-  r.Register("Mean", &MakeArith<ArithOp::kMean, true>);
-  r.Register("Pow", &MakeKernel<PowKernel>);
-  r.Register("PRelu", &MakeKernel<PReluKernel>);
+  r.Register(OpId::kAdd, kAnyDType, &MakeArith<ArithOp::kAdd, false>);
+  r.Register(OpId::kSub, kAnyDType, &MakeArith<ArithOp::kSub, false>);
+  r.Register(OpId::kMul, kAnyDType, &MakeArith<ArithOp::kMul, false>);
+  r.Register(OpId::kDiv, kAnyDType, &MakeArith<ArithOp::kDiv, false>);
+  r.Register(OpId::kMod, kAnyDType, &MakeArith<ArithOp::kMod, false>);
+  r.Register(OpId::kMin, kAnyDType, &MakeArith<ArithOp::kMin, true>);
+  r.Register(OpId::kMax, kAnyDType, &MakeArith<ArithOp::kMax, true>);
+  r.Register(OpId::kSum, kAnyDType, &MakeArith<ArithOp::kSum, true>);
+  r.Register(OpId::kMean, kAnyDType, &MakeArith<ArithOp::kMean, true>);
+  r.Register(OpId::kPow, kAnyDType, &MakeKernel<PowKernel>);
+  r.Register(OpId::kPRelu, kAnyDType, &MakeKernel<PReluKernel>);
 }
 
 }  // namespace cpu

@@ -108,8 +108,8 @@ std::unique_ptr<Kernel> MakeCast(const Node&) {
 }  // namespace
 
 void RegisterCastKernels(KernelRegistry& r) {
-  r.Register("Cast", &MakeCast<false>);
-  r.Register("CastLike", &MakeCast<true>);
+  r.Register(OpId::kCast, kAnyDType, &MakeCast<false>);
+  r.Register(OpId::kCastLike, kAnyDType, &MakeCast<true>);
 }
 
 }  // namespace cpu

@@ -46,7 +46,7 @@ class WhereKernel : public Kernel {
 
 }  // namespace
 
-void RegisterSelectKernels(KernelRegistry& r) { r.Register("Where", &MakeKernel<WhereKernel>); }
+void RegisterSelectKernels(KernelRegistry& r) { r.Register(OpId::kWhere, kAnyDType, &MakeKernel<WhereKernel>); }
 
 }  // namespace cpu
 }  // namespace kaiwu

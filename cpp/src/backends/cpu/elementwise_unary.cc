@@ -188,25 +188,25 @@ std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
 }  // namespace
 
 void RegisterUnaryKernels(KernelRegistry& r) {
-  r.Register("Neg", &MakeUnary<UnOp::kNeg>);
-  r.Register("Abs", &MakeUnary<UnOp::kAbs>);
-  r.Register("Sign", &MakeUnary<UnOp::kSign>);
-  r.Register("Sqrt", &MakeUnary<UnOp::kSqrt>);
-  r.Register("Exp", &MakeUnary<UnOp::kExp>);
-  r.Register("Log", &MakeUnary<UnOp::kLog>);
-  r.Register("Reciprocal", &MakeUnary<UnOp::kReciprocal>);
-  r.Register("Floor", &MakeUnary<UnOp::kFloor>);
-  r.Register("Ceil", &MakeUnary<UnOp::kCeil>);
-  r.Register("Round", &MakeUnary<UnOp::kRound>);
-  r.Register("Sin", &MakeUnary<UnOp::kSin>);
-  r.Register("Cos", &MakeUnary<UnOp::kCos>);
-  r.Register("Erf", &MakeUnary<UnOp::kErf>);
-  r.Register("Sigmoid", &MakeUnary<UnOp::kSigmoid>);
-  r.Register("Tanh", &MakeUnary<UnOp::kTanh>);
-  r.Register("Softplus", &MakeUnary<UnOp::kSoftplus>);
-  r.Register("Softsign", &MakeUnary<UnOp::kSoftsign>);
-  r.Register("IsNaN", &MakeIsSpecial<true>);
-  r.Register("IsInf", &MakeIsSpecial<false>);
+  r.Register(OpId::kNeg, kAnyDType, &MakeUnary<UnOp::kNeg>);
+  r.Register(OpId::kAbs, kAnyDType, &MakeUnary<UnOp::kAbs>);
+  r.Register(OpId::kSign, kAnyDType, &MakeUnary<UnOp::kSign>);
+  r.Register(OpId::kSqrt, kAnyDType, &MakeUnary<UnOp::kSqrt>);
+  r.Register(OpId::kExp, kAnyDType, &MakeUnary<UnOp::kExp>);
+  r.Register(OpId::kLog, kAnyDType, &MakeUnary<UnOp::kLog>);
+  r.Register(OpId::kReciprocal, kAnyDType, &MakeUnary<UnOp::kReciprocal>);
+  r.Register(OpId::kFloor, kAnyDType, &MakeUnary<UnOp::kFloor>);
+  r.Register(OpId::kCeil, kAnyDType, &MakeUnary<UnOp::kCeil>);
+  r.Register(OpId::kRound, kAnyDType, &MakeUnary<UnOp::kRound>);
+  r.Register(OpId::kSin, kAnyDType, &MakeUnary<UnOp::kSin>);
+  r.Register(OpId::kCos, kAnyDType, &MakeUnary<UnOp::kCos>);
+  r.Register(OpId::kErf, kAnyDType, &MakeUnary<UnOp::kErf>);
+  r.Register(OpId::kSigmoid, kAnyDType, &MakeUnary<UnOp::kSigmoid>);
+  r.Register(OpId::kTanh, kAnyDType, &MakeUnary<UnOp::kTanh>);
+  r.Register(OpId::kSoftplus, kAnyDType, &MakeUnary<UnOp::kSoftplus>);
+  r.Register(OpId::kSoftsign, kAnyDType, &MakeUnary<UnOp::kSoftsign>);
+  r.Register(OpId::kIsNaN, kAnyDType, &MakeIsSpecial<true>);
+  r.Register(OpId::kIsInf, kAnyDType, &MakeIsSpecial<false>);
 }
 
 }  // namespace cpu

@@ -3,12 +3,6 @@
 namespace kaiwu {
 namespace cpu {
 
-Shape BroadcastAll(const PrepareContext& ctx, const std::vector<Shape>& shapes) {
-  Shape out = shapes.empty() ? Shape{} : shapes[0];
-  for (size_t i = 1; i < shapes.size(); ++i) out = BroadcastShapes(ctx, out, shapes[i]);
-  return out;
-}
-
 BroadcastPlan MakeBroadcastPlan(const PrepareContext& ctx, const std::vector<Shape>& inputs,
                                 const Shape& out) {
   const int n = static_cast<int>(inputs.size());

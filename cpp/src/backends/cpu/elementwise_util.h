@@ -47,8 +47,6 @@ struct BroadcastPlan {
 BroadcastPlan MakeBroadcastPlan(const PrepareContext& ctx, const std::vector<Shape>& inputs,
                                 const Shape& out);
 
-/// Output shape of numpy broadcasting over all of `shapes`.
-Shape BroadcastAll(const PrepareContext& ctx, const std::vector<Shape>& shapes);
 
 /// Total cost (about scalar ops) below which elementwise work stays on the
 /// calling thread: waking workers costs more than streaming this much memory.

@@ -200,7 +200,7 @@ bool FusedElementwiseSupports(const std::string& op_type) {
 }
 
 void RegisterFusedKernels(KernelRegistry& r) {
-  r.Register("FusedElementwise", &MakeKernel<FusedElementwiseKernel>, "kaiwu");
+  r.Register(OpId::kFusedElementwise, kAnyDType, &MakeKernel<FusedElementwiseKernel>);
 }
 
 }  // namespace cpu

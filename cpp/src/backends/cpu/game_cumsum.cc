@@ -101,7 +101,7 @@ class CumSumKernel : public Kernel {
 }  // namespace
 
 void RegisterGameCumSumKernels(KernelRegistry& r) {
-  r.Register("CumSum", &MakeKernel<CumSumKernel>);
+  r.Register(OpId::kCumSum, kAnyDType, &MakeKernel<CumSumKernel>);
 }
 
 }  // namespace cpu

@@ -83,7 +83,7 @@ class GatherNDKernel : public Kernel {
 }  // namespace
 
 void RegisterGameGatherNDKernels(KernelRegistry& r) {
-  r.Register("GatherND", &MakeKernel<GatherNDKernel>);
+  r.Register(OpId::kGatherND, kAnyDType, &MakeKernel<GatherNDKernel>);
 }
 
 }  // namespace cpu

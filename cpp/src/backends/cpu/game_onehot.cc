@@ -90,7 +90,7 @@ class OneHotKernel : public Kernel {
 }  // namespace
 
 void RegisterGameOneHotKernels(KernelRegistry& r) {
-  r.Register("OneHot", &MakeKernel<OneHotKernel>);
+  r.Register(OpId::kOneHot, kAnyDType, &MakeKernel<OneHotKernel>);
 }
 
 }  // namespace cpu

@@ -167,7 +167,7 @@ class ResizeKernel : public Kernel {
 }  // namespace
 
 void RegisterGameResizeKernels(KernelRegistry& r) {
-  r.Register("Resize", &MakeKernel<ResizeKernel>);
+  r.Register(OpId::kResize, kAnyDType, &MakeKernel<ResizeKernel>);
 }
 
 }  // namespace cpu

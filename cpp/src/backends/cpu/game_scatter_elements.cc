@@ -112,7 +112,7 @@ class ScatterElementsKernel : public Kernel {
 }  // namespace
 
 void RegisterGameScatterElementsKernels(KernelRegistry& r) {
-  r.Register("ScatterElements", &MakeKernel<ScatterElementsKernel>);
+  r.Register(OpId::kScatterElements, kAnyDType, &MakeKernel<ScatterElementsKernel>);
 }
 
 }  // namespace cpu

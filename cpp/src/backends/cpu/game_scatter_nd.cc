@@ -98,7 +98,7 @@ class ScatterNDKernel : public Kernel {
 }  // namespace
 
 void RegisterGameScatterNDKernels(KernelRegistry& r) {
-  r.Register("ScatterND", &MakeKernel<ScatterNDKernel>);
+  r.Register(OpId::kScatterND, kAnyDType, &MakeKernel<ScatterNDKernel>);
 }
 
 }  // namespace cpu

@@ -133,7 +133,7 @@ class TopKKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGameTopKKernels(KernelRegistry& r) { r.Register("TopK", &MakeKernel<TopKKernel>); }
+void RegisterGameTopKKernels(KernelRegistry& r) { r.Register(OpId::kTopK, kAnyDType, &MakeKernel<TopKKernel>); }
 
 }  // namespace cpu
 }  // namespace kaiwu

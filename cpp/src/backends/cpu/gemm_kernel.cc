@@ -116,7 +116,7 @@ class GemmKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGemmKernel(KernelRegistry& r) { r.Register("Gemm", &MakeKernel<GemmKernel>); }
+void RegisterGemmKernel(KernelRegistry& r) { r.Register(OpId::kGemm, kAnyDType, &MakeKernel<GemmKernel>); }
 
 }  // namespace cpu
 }  // namespace kaiwu

@@ -103,7 +103,7 @@ class MatMulKernel : public Kernel {
 
 }  // namespace
 
-void RegisterMatMulKernel(KernelRegistry& r) { r.Register("MatMul", &MakeKernel<MatMulKernel>); }
+void RegisterMatMulKernel(KernelRegistry& r) { r.Register(OpId::kMatMul, kAnyDType, &MakeKernel<MatMulKernel>); }
 
 }  // namespace cpu
 }  // namespace kaiwu

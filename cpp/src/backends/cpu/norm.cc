@@ -111,8 +111,8 @@ class InstanceNormKernel : public Kernel {
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
-  r.Register("BatchNormalization", &MakeKernel<BatchNormKernel>);
-  r.Register("InstanceNormalization", &MakeKernel<InstanceNormKernel>);
+  r.Register(OpId::kBatchNormalization, kAnyDType, &MakeKernel<BatchNormKernel>);
+  r.Register(OpId::kInstanceNormalization, kAnyDType, &MakeKernel<InstanceNormKernel>);
   RegisterLayerNormKernel(r);
 }
 

@@ -118,7 +118,7 @@ class LayerNormKernel : public Kernel {
 }  // namespace
 
 void RegisterLayerNormKernel(KernelRegistry& r) {
-  r.Register("LayerNormalization", &MakeKernel<LayerNormKernel>);
+  r.Register(OpId::kLayerNormalization, kAnyDType, &MakeKernel<LayerNormKernel>);
 }
 
 }  // namespace cpu

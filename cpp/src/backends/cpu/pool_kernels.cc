@@ -490,10 +490,10 @@ std::unique_ptr<Kernel> MakePool(const Node&) {
 }  // namespace
 
 void RegisterPoolKernels(KernelRegistry& r) {
-  r.Register("MaxPool", &MakePool<PoolKernel, true>);
-  r.Register("AveragePool", &MakePool<PoolKernel, false>);
-  r.Register("GlobalMaxPool", &MakePool<GlobalPoolKernel, true>);
-  r.Register("GlobalAveragePool", &MakePool<GlobalPoolKernel, false>);
+  r.Register(OpId::kMaxPool, kAnyDType, &MakePool<PoolKernel, true>);
+  r.Register(OpId::kAveragePool, kAnyDType, &MakePool<PoolKernel, false>);
+  r.Register(OpId::kGlobalMaxPool, kAnyDType, &MakePool<GlobalPoolKernel, true>);
+  r.Register(OpId::kGlobalAveragePool, kAnyDType, &MakePool<GlobalPoolKernel, false>);
 }
 
 }  // namespace cpu

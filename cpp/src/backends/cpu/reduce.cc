@@ -275,16 +275,16 @@ std::unique_ptr<Kernel> MakeReduce(const Node&) {
 }  // namespace
 
 void RegisterReduceKernels(KernelRegistry& r) {
-  r.Register("ReduceSum", &MakeReduce<ReduceKind::kSum>);
-  r.Register("ReduceMean", &MakeReduce<ReduceKind::kMean>);
-  r.Register("ReduceMax", &MakeReduce<ReduceKind::kMax>);
-  r.Register("ReduceMin", &MakeReduce<ReduceKind::kMin>);
-  r.Register("ReduceProd", &MakeReduce<ReduceKind::kProd>);
-  r.Register("ReduceL1", &MakeReduce<ReduceKind::kL1>);
-  r.Register("ReduceL2", &MakeReduce<ReduceKind::kL2>);
-  r.Register("ReduceSumSquare", &MakeReduce<ReduceKind::kSumSquare>);
-  r.Register("ReduceLogSum", &MakeReduce<ReduceKind::kLogSum>);
-  r.Register("ReduceLogSumExp", &MakeReduce<ReduceKind::kLogSumExp>);
+  r.Register(OpId::kReduceSum, kAnyDType, &MakeReduce<ReduceKind::kSum>);
+  r.Register(OpId::kReduceMean, kAnyDType, &MakeReduce<ReduceKind::kMean>);
+  r.Register(OpId::kReduceMax, kAnyDType, &MakeReduce<ReduceKind::kMax>);
+  r.Register(OpId::kReduceMin, kAnyDType, &MakeReduce<ReduceKind::kMin>);
+  r.Register(OpId::kReduceProd, kAnyDType, &MakeReduce<ReduceKind::kProd>);
+  r.Register(OpId::kReduceL1, kAnyDType, &MakeReduce<ReduceKind::kL1>);
+  r.Register(OpId::kReduceL2, kAnyDType, &MakeReduce<ReduceKind::kL2>);
+  r.Register(OpId::kReduceSumSquare, kAnyDType, &MakeReduce<ReduceKind::kSumSquare>);
+  r.Register(OpId::kReduceLogSum, kAnyDType, &MakeReduce<ReduceKind::kLogSum>);
+  r.Register(OpId::kReduceLogSumExp, kAnyDType, &MakeReduce<ReduceKind::kLogSumExp>);
   RegisterSoftmaxKernels(r);
   RegisterArgReduceKernels(r);
 }

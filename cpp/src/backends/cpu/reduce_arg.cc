@@ -109,8 +109,8 @@ std::unique_ptr<Kernel> MakeArgReduce(const Node&) {
 }  // namespace
 
 void RegisterArgReduceKernels(KernelRegistry& r) {
-  r.Register("ArgMax", &MakeArgReduce<true>);
-  r.Register("ArgMin", &MakeArgReduce<false>);
+  r.Register(OpId::kArgMax, kAnyDType, &MakeArgReduce<true>);
+  r.Register(OpId::kArgMin, kAnyDType, &MakeArgReduce<false>);
 }
 
 }  // namespace cpu

@@ -221,8 +221,8 @@ RnnRun BeginRnnRun(const Node& node, const RnnDims& dims, const RnnScratch& s, c
 }
 
 void RegisterRnnKernels(KernelRegistry& r) {
-  r.Register("LSTM", &MakeLstmKernel);
-  r.Register("GRU", &MakeGruKernel);
+  r.Register(OpId::kLSTM, kAnyDType, &MakeLstmKernel);
+  r.Register(OpId::kGRU, kAnyDType, &MakeGruKernel);
 }
 
 }  // namespace cpu

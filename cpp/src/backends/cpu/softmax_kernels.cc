@@ -151,9 +151,9 @@ std::unique_ptr<Kernel> MakeSoftmax(const Node&) {
 }  // namespace
 
 void RegisterSoftmaxKernels(KernelRegistry& r) {
-  r.Register("Softmax", &MakeSoftmax<SoftmaxKind::kSoftmax>);
-  r.Register("LogSoftmax", &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
-  r.Register("Hardmax", &MakeSoftmax<SoftmaxKind::kHardmax>);
+  r.Register(OpId::kSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kSoftmax>);
+  r.Register(OpId::kLogSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
+  r.Register(OpId::kHardmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kHardmax>);
 }
 
 }  // namespace cpu

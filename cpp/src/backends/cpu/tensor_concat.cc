@@ -164,8 +164,8 @@ class SplitKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorConcatKernels(KernelRegistry& r) {
-  r.Register("Concat", &MakeKernel<ConcatKernel>);
-  r.Register("Split", &MakeKernel<SplitKernel>);
+  r.Register(OpId::kConcat, kAnyDType, &MakeKernel<ConcatKernel>);
+  r.Register(OpId::kSplit, kAnyDType, &MakeKernel<SplitKernel>);
 }
 
 }  // namespace cpu

@@ -61,8 +61,8 @@ class TileKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorExpandKernels(KernelRegistry& r) {
-  r.Register("Expand", &MakeKernel<ExpandKernel>);
-  r.Register("Tile", &MakeKernel<TileKernel>);
+  r.Register(OpId::kExpand, kAnyDType, &MakeKernel<ExpandKernel>);
+  r.Register(OpId::kTile, kAnyDType, &MakeKernel<TileKernel>);
 }
 
 }  // namespace cpu

@@ -204,8 +204,8 @@ class GatherElementsKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorGatherKernels(KernelRegistry& r) {
-  r.Register("Gather", &MakeKernel<GatherKernel>);
-  r.Register("GatherElements", &MakeKernel<GatherElementsKernel>);
+  r.Register(OpId::kGather, kAnyDType, &MakeKernel<GatherKernel>);
+  r.Register(OpId::kGatherElements, kAnyDType, &MakeKernel<GatherElementsKernel>);
 }
 
 }  // namespace cpu

@@ -8,7 +8,6 @@ namespace cpu {
 
 void RegisterTensorKernels(KernelRegistry& r) {
   RegisterTensorViewKernels(r);       // Reshape Flatten Squeeze Unsqueeze Identity Dropout
-  RegisterTensorShapeKernels(r);      // Shape Size ConstantOfShape Range
   RegisterTensorTransposeKernels(r);  // Transpose
   RegisterTensorExpandKernels(r);     // Expand Tile
   RegisterTensorConcatKernels(r);     // Concat Split

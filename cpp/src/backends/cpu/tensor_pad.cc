@@ -168,7 +168,7 @@ class PadKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorPadKernels(KernelRegistry& r) {
-  r.Register("Pad", &MakeKernel<PadKernel>);
+  r.Register(OpId::kPad, kAnyDType, &MakeKernel<PadKernel>);
 }
 
 }  // namespace cpu

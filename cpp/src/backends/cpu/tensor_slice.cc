@@ -29,7 +29,7 @@ class SliceKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorSliceKernels(KernelRegistry& r) {
-  r.Register("Slice", &MakeKernel<SliceKernel>);
+  r.Register(OpId::kSlice, kAnyDType, &MakeKernel<SliceKernel>);
 }
 
 }  // namespace cpu

@@ -45,7 +45,7 @@ class TransposeKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorTransposeKernels(KernelRegistry& r) {
-  r.Register("Transpose", &MakeKernel<TransposeKernel>);
+  r.Register(OpId::kTranspose, kAnyDType, &MakeKernel<TransposeKernel>);
 }
 
 }  // namespace cpu

@@ -13,7 +13,6 @@ namespace cpu {
 
 // Registration, one function per file; RegisterTensorKernels calls them all.
 void RegisterTensorViewKernels(KernelRegistry& r);       // tensor_view.cc
-void RegisterTensorShapeKernels(KernelRegistry& r);      // tensor_shape.cc
 void RegisterTensorTransposeKernels(KernelRegistry& r);  // tensor_transpose.cc
 void RegisterTensorExpandKernels(KernelRegistry& r);     // tensor_expand.cc
 void RegisterTensorConcatKernels(KernelRegistry& r);     // tensor_concat.cc

@@ -185,12 +185,12 @@ class DropoutKernel : public ViewKernel {
 }  // namespace
 
 void RegisterTensorViewKernels(KernelRegistry& r) {
-  r.Register("Reshape", &MakeKernel<ReshapeKernel>);
-  r.Register("Flatten", &MakeKernel<FlattenKernel>);
-  r.Register("Squeeze", &MakeKernel<SqueezeKernel>);
-  r.Register("Unsqueeze", &MakeKernel<UnsqueezeKernel>);
-  r.Register("Identity", &MakeKernel<IdentityKernel>);
-  r.Register("Dropout", &MakeKernel<DropoutKernel>);
+  r.Register(OpId::kReshape, kAnyDType, &MakeKernel<ReshapeKernel>);
+  r.Register(OpId::kFlatten, kAnyDType, &MakeKernel<FlattenKernel>);
+  r.Register(OpId::kSqueeze, kAnyDType, &MakeKernel<SqueezeKernel>);
+  r.Register(OpId::kUnsqueeze, kAnyDType, &MakeKernel<UnsqueezeKernel>);
+  r.Register(OpId::kIdentity, kAnyDType, &MakeKernel<IdentityKernel>);
+  r.Register(OpId::kDropout, kAnyDType, &MakeKernel<DropoutKernel>);
 }
 
 }  // namespace cpu

@@ -294,7 +294,7 @@ class ConvKernel : public CudaKernel {
 }  // namespace
 
 void RegisterConvKernels(KernelRegistry& r) {
-  r.Register("Conv", &MakeKernel<ConvKernel>);
+  r.Register(OpId::kConv, kAnyDType, &MakeKernel<ConvKernel>);
   RegisterPoolKernels(r);
   RegisterNormKernels(r);
 }

@@ -1,10 +1,11 @@
 // The CUDA backend's kernel contract, on top of backends/kernel.h.
 //
-// Shapes: a CUDA kernel infers its outputs with the CPU kernel of the same op
-// (CudaKernel::Prepare runs it first), so both backends agree on every shape
-// and every model error. PrepareDevice then checks what the CUDA kernel
-// supports (throwing kUnsupported naming the node and the attribute) and asks
-// for device scratch.
+// Shapes: the op layer (ops/op.h) has inferred the node's outputs and checked
+// its attributes before the kernel is made, once for every backend, so both
+// backends agree on every shape and every model error. PrepareDevice then
+// checks what the CUDA kernel supports beyond its table entry's dtype
+// (throwing kUnsupported naming the node and the attribute) and asks for
+// device scratch.
 //
 // Run: every pointer in KernelIO (inputs, outputs, scratch) is device memory.
 // Kernels launch asynchronously on Dev(io).stream and never synchronize,
@@ -75,8 +76,8 @@ class CudaKernel : public Kernel {
   void Prepare(PrepareContext& ctx) final;
 
  protected:
-  /// After the CPU kernel set the outputs (ctx.outputs, ctx.alias): check what
-  /// this kernel supports, read attributes, set ctx.scratch_bytes (device).
+  /// After shape inference set the outputs (ctx.outputs, ctx.alias, ctx.params):
+  /// check what this kernel supports, set ctx.scratch_bytes (device).
   virtual void PrepareDevice(PrepareContext& ctx) = 0;
 };
 

@@ -247,7 +247,7 @@ class EinsumKernel : public CudaKernel {
 
 }  // namespace
 
-void RegisterEinsumKernel(KernelRegistry& r) { r.Register("Einsum", &MakeKernel<EinsumKernel>); }
+void RegisterEinsumKernel(KernelRegistry& r) { r.Register(OpId::kEinsum, kAnyDType, &MakeKernel<EinsumKernel>); }
 
 }  // namespace cuda
 }  // namespace kaiwu

@@ -248,17 +248,17 @@ std::unique_ptr<Kernel> MakeArith(const Node&) {
 }  // namespace
 
 void RegisterArithmeticKernels(KernelRegistry& r) {
-  r.Register("Add", &MakeArith<ArithOp::kAdd>);
-  r.Register("Sub", &MakeArith<ArithOp::kSub>);
-  r.Register("Mul", &MakeArith<ArithOp::kMul>);
-  r.Register("Div", &MakeArith<ArithOp::kDiv>);
-  r.Register("Mod", &MakeArith<ArithOp::kMod>);
-  r.Register("Min", &MakeArith<ArithOp::kMin>);
-  r.Register("Max", &MakeArith<ArithOp::kMax>);
-  r.Register("Sum", &MakeArith<ArithOp::kSum>);
-  r.Register("Mean", &MakeArith<ArithOp::kMean>);
-  r.Register("Pow", &MakeKernel<PowKernel>);
-  r.Register("PRelu", &MakeKernel<PReluKernel>);
+  r.Register(OpId::kAdd, kAnyDType, &MakeArith<ArithOp::kAdd>);
+  r.Register(OpId::kSub, kAnyDType, &MakeArith<ArithOp::kSub>);
+  r.Register(OpId::kMul, kAnyDType, &MakeArith<ArithOp::kMul>);
+  r.Register(OpId::kDiv, kAnyDType, &MakeArith<ArithOp::kDiv>);
+  r.Register(OpId::kMod, kAnyDType, &MakeArith<ArithOp::kMod>);
+  r.Register(OpId::kMin, kAnyDType, &MakeArith<ArithOp::kMin>);
+  r.Register(OpId::kMax, kAnyDType, &MakeArith<ArithOp::kMax>);
+  r.Register(OpId::kSum, kAnyDType, &MakeArith<ArithOp::kSum>);
+  r.Register(OpId::kMean, kAnyDType, &MakeArith<ArithOp::kMean>);
+  r.Register(OpId::kPow, kAnyDType, &MakeKernel<PowKernel>);
+  r.Register(OpId::kPRelu, kAnyDType, &MakeKernel<PReluKernel>);
 }
 
 }  // namespace eltwise

@@ -113,8 +113,8 @@ class CastKernel : public CudaKernel {
 }  // namespace
 
 void RegisterCastKernels(KernelRegistry& r) {
-  r.Register("Cast", &MakeKernel<CastKernel>);
-  r.Register("CastLike", &MakeKernel<CastKernel>);
+  r.Register(OpId::kCast, kAnyDType, &MakeKernel<CastKernel>);
+  r.Register(OpId::kCastLike, kAnyDType, &MakeKernel<CastKernel>);
 }
 
 }  // namespace eltwise

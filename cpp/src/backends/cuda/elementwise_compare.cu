@@ -152,16 +152,16 @@ std::unique_ptr<Kernel> MakeCompare(const Node&) {
 }  // namespace
 
 void RegisterCompareKernels(KernelRegistry& r) {
-  r.Register("Equal", &MakeCompare<CmpOp::kEqual>);
-  r.Register("Less", &MakeCompare<CmpOp::kLess>);
-  r.Register("Greater", &MakeCompare<CmpOp::kGreater>);
-  r.Register("LessOrEqual", &MakeCompare<CmpOp::kLessEqual>);
-  r.Register("GreaterOrEqual", &MakeCompare<CmpOp::kGreaterEqual>);
-  r.Register("And", &MakeCompare<CmpOp::kAnd>);
-  r.Register("Or", &MakeCompare<CmpOp::kOr>);
-  r.Register("Xor", &MakeCompare<CmpOp::kXor>);
-  r.Register("Not", &MakeKernel<NotKernel>);
-  r.Register("Where", &MakeKernel<WhereKernel>);
+  r.Register(OpId::kEqual, kAnyDType, &MakeCompare<CmpOp::kEqual>);
+  r.Register(OpId::kLess, kAnyDType, &MakeCompare<CmpOp::kLess>);
+  r.Register(OpId::kGreater, kAnyDType, &MakeCompare<CmpOp::kGreater>);
+  r.Register(OpId::kLessOrEqual, kAnyDType, &MakeCompare<CmpOp::kLessEqual>);
+  r.Register(OpId::kGreaterOrEqual, kAnyDType, &MakeCompare<CmpOp::kGreaterEqual>);
+  r.Register(OpId::kAnd, kAnyDType, &MakeCompare<CmpOp::kAnd>);
+  r.Register(OpId::kOr, kAnyDType, &MakeCompare<CmpOp::kOr>);
+  r.Register(OpId::kXor, kAnyDType, &MakeCompare<CmpOp::kXor>);
+  r.Register(OpId::kNot, kAnyDType, &MakeKernel<NotKernel>);
+  r.Register(OpId::kWhere, kAnyDType, &MakeKernel<WhereKernel>);
 }
 
 }  // namespace eltwise

@@ -148,7 +148,7 @@ class FusedElementwiseKernel : public CudaKernel {
 }  // namespace
 
 void RegisterFusedKernels(KernelRegistry& r) {
-  r.Register("FusedElementwise", &MakeKernel<FusedElementwiseKernel>, "kaiwu");
+  r.Register(OpId::kFusedElementwise, kAnyDType, &MakeKernel<FusedElementwiseKernel>);
 }
 
 }  // namespace eltwise

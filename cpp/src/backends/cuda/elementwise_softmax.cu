@@ -139,7 +139,7 @@ class SoftmaxKernel : public CudaKernel {
     const Shape& shape = ctx.in(0).shape;
     const int64_t rank = static_cast<int64_t>(shape.size());
     const bool legacy = ctx.node.opset > 0 && ctx.node.opset < 13;
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", legacy ? 1 : -1), rank);
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", legacy ? 1 : -1), rank);
     outer_ = n_ = inner_ = 1;
     for (int64_t d = 0; d < rank; ++d) {
       if (d < axis) outer_ *= shape[d];
@@ -183,9 +183,9 @@ std::unique_ptr<Kernel> MakeSoftmax(const Node&) {
 }  // namespace
 
 void RegisterSoftmaxKernels(KernelRegistry& r) {
-  r.Register("Softmax", &MakeSoftmax<SoftmaxKind::kSoftmax>);
-  r.Register("LogSoftmax", &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
-  r.Register("Hardmax", &MakeSoftmax<SoftmaxKind::kHardmax>);
+  r.Register(OpId::kSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kSoftmax>);
+  r.Register(OpId::kLogSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
+  r.Register(OpId::kHardmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kHardmax>);
 }
 
 }  // namespace eltwise

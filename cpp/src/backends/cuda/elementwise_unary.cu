@@ -277,36 +277,36 @@ std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
 }  // namespace
 
 void RegisterUnaryKernels(KernelRegistry& r) {
-  r.Register("Neg", &MakeUnary<UnaryOp::kNeg>);
-  r.Register("Abs", &MakeUnary<UnaryOp::kAbs>);
-  r.Register("Sign", &MakeUnary<UnaryOp::kSign>);
-  r.Register("Relu", &MakeUnary<UnaryOp::kRelu>);
-  r.Register("LeakyRelu", &MakeUnary<UnaryOp::kLeakyRelu>);
-  r.Register("Elu", &MakeUnary<UnaryOp::kElu>);
-  r.Register("Selu", &MakeUnary<UnaryOp::kSelu>);
-  r.Register("Celu", &MakeUnary<UnaryOp::kCelu>);
-  r.Register("HardSigmoid", &MakeUnary<UnaryOp::kHardSigmoid>);
-  r.Register("HardSwish", &MakeUnary<UnaryOp::kHardSwish>);
-  r.Register("Gelu", &MakeUnary<UnaryOp::kGelu>);
-  r.Register("ThresholdedRelu", &MakeUnary<UnaryOp::kThresholdedRelu>);
-  r.Register("Mish", &MakeUnary<UnaryOp::kMish>);
-  r.Register("Softplus", &MakeUnary<UnaryOp::kSoftplus>);
-  r.Register("Softsign", &MakeUnary<UnaryOp::kSoftsign>);
-  r.Register("Sigmoid", &MakeUnary<UnaryOp::kSigmoid>);
-  r.Register("Tanh", &MakeUnary<UnaryOp::kTanh>);
-  r.Register("Sqrt", &MakeUnary<UnaryOp::kSqrt>);
-  r.Register("Exp", &MakeUnary<UnaryOp::kExp>);
-  r.Register("Log", &MakeUnary<UnaryOp::kLog>);
-  r.Register("Reciprocal", &MakeUnary<UnaryOp::kReciprocal>);
-  r.Register("Floor", &MakeUnary<UnaryOp::kFloor>);
-  r.Register("Ceil", &MakeUnary<UnaryOp::kCeil>);
-  r.Register("Round", &MakeUnary<UnaryOp::kRound>);
-  r.Register("Sin", &MakeUnary<UnaryOp::kSin>);
-  r.Register("Cos", &MakeUnary<UnaryOp::kCos>);
-  r.Register("Erf", &MakeUnary<UnaryOp::kErf>);
-  r.Register("Clip", &MakeKernel<ClipKernel>);
-  r.Register("IsNaN", &MakeIsSpecial<true>);
-  r.Register("IsInf", &MakeIsSpecial<false>);
+  r.Register(OpId::kNeg, kAnyDType, &MakeUnary<UnaryOp::kNeg>);
+  r.Register(OpId::kAbs, kAnyDType, &MakeUnary<UnaryOp::kAbs>);
+  r.Register(OpId::kSign, kAnyDType, &MakeUnary<UnaryOp::kSign>);
+  r.Register(OpId::kRelu, kAnyDType, &MakeUnary<UnaryOp::kRelu>);
+  r.Register(OpId::kLeakyRelu, kAnyDType, &MakeUnary<UnaryOp::kLeakyRelu>);
+  r.Register(OpId::kElu, kAnyDType, &MakeUnary<UnaryOp::kElu>);
+  r.Register(OpId::kSelu, kAnyDType, &MakeUnary<UnaryOp::kSelu>);
+  r.Register(OpId::kCelu, kAnyDType, &MakeUnary<UnaryOp::kCelu>);
+  r.Register(OpId::kHardSigmoid, kAnyDType, &MakeUnary<UnaryOp::kHardSigmoid>);
+  r.Register(OpId::kHardSwish, kAnyDType, &MakeUnary<UnaryOp::kHardSwish>);
+  r.Register(OpId::kGelu, kAnyDType, &MakeUnary<UnaryOp::kGelu>);
+  r.Register(OpId::kThresholdedRelu, kAnyDType, &MakeUnary<UnaryOp::kThresholdedRelu>);
+  r.Register(OpId::kMish, kAnyDType, &MakeUnary<UnaryOp::kMish>);
+  r.Register(OpId::kSoftplus, kAnyDType, &MakeUnary<UnaryOp::kSoftplus>);
+  r.Register(OpId::kSoftsign, kAnyDType, &MakeUnary<UnaryOp::kSoftsign>);
+  r.Register(OpId::kSigmoid, kAnyDType, &MakeUnary<UnaryOp::kSigmoid>);
+  r.Register(OpId::kTanh, kAnyDType, &MakeUnary<UnaryOp::kTanh>);
+  r.Register(OpId::kSqrt, kAnyDType, &MakeUnary<UnaryOp::kSqrt>);
+  r.Register(OpId::kExp, kAnyDType, &MakeUnary<UnaryOp::kExp>);
+  r.Register(OpId::kLog, kAnyDType, &MakeUnary<UnaryOp::kLog>);
+  r.Register(OpId::kReciprocal, kAnyDType, &MakeUnary<UnaryOp::kReciprocal>);
+  r.Register(OpId::kFloor, kAnyDType, &MakeUnary<UnaryOp::kFloor>);
+  r.Register(OpId::kCeil, kAnyDType, &MakeUnary<UnaryOp::kCeil>);
+  r.Register(OpId::kRound, kAnyDType, &MakeUnary<UnaryOp::kRound>);
+  r.Register(OpId::kSin, kAnyDType, &MakeUnary<UnaryOp::kSin>);
+  r.Register(OpId::kCos, kAnyDType, &MakeUnary<UnaryOp::kCos>);
+  r.Register(OpId::kErf, kAnyDType, &MakeUnary<UnaryOp::kErf>);
+  r.Register(OpId::kClip, kAnyDType, &MakeKernel<ClipKernel>);
+  r.Register(OpId::kIsNaN, kAnyDType, &MakeIsSpecial<true>);
+  r.Register(OpId::kIsInf, kAnyDType, &MakeIsSpecial<false>);
 }
 
 }  // namespace eltwise

@@ -104,7 +104,7 @@ class MatMulKernel : public CudaKernel {
     k_ = a.back();
     n_ = b.back();
     const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
-    const Shape batch = cpu::BroadcastShapes(ctx, a_batch, b_batch);
+    const Shape batch = BroadcastShapes(ctx, a_batch, b_batch);
     const int64_t a_count = NumElements(a_batch), b_count = NumElements(b_batch);
     batch_ = NumElements(batch);
     out_size_ = ctx.outputs[0].size();
@@ -183,8 +183,8 @@ class MatMulKernel : public CudaKernel {
 }  // namespace
 
 void RegisterLinalgKernels(KernelRegistry& r) {
-  r.Register("Gemm", &MakeKernel<GemmKernel>);
-  r.Register("MatMul", &MakeKernel<MatMulKernel>);
+  r.Register(OpId::kGemm, kAnyDType, &MakeKernel<GemmKernel>);
+  r.Register(OpId::kMatMul, kAnyDType, &MakeKernel<MatMulKernel>);
   RegisterRnnKernels(r);
   RegisterEinsumKernel(r);
 }

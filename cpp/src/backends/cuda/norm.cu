@@ -168,7 +168,7 @@ class LayerNormKernel : public CudaKernel {
   void PrepareDevice(PrepareContext& ctx) override {
     const Shape& x = ctx.in(0).shape;
     const int64_t rank = static_cast<int64_t>(x.size());
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), rank);
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), rank);
     epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
     const Shape norm_shape(x.begin() + axis, x.end());
     rows_ = NumElements(Shape(x.begin(), x.begin() + axis));
@@ -214,9 +214,9 @@ class LayerNormKernel : public CudaKernel {
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
-  r.Register("BatchNormalization", &MakeKernel<BatchNormKernel>);
-  r.Register("InstanceNormalization", &MakeKernel<InstanceNormKernel>);
-  r.Register("LayerNormalization", &MakeKernel<LayerNormKernel>);
+  r.Register(OpId::kBatchNormalization, kAnyDType, &MakeKernel<BatchNormKernel>);
+  r.Register(OpId::kInstanceNormalization, kAnyDType, &MakeKernel<InstanceNormKernel>);
+  r.Register(OpId::kLayerNormalization, kAnyDType, &MakeKernel<LayerNormKernel>);
 }
 
 }  // namespace cuda

@@ -1,7 +1,5 @@
 #include "backends/cuda/cuda_kernels.h"
 
-#include "backends/cpu/cpu_kernels.h"
-
 namespace kaiwu {
 
 const KernelRegistry& CudaKernels() {
@@ -34,9 +32,6 @@ void CheckBlas(cublasStatus_t status, const char* what) {
 void CheckLaunch(const char* what) { CheckCuda(cudaGetLastError(), what); }
 
 void CudaKernel::Prepare(PrepareContext& ctx) {
-  KernelFactory cpu = CpuKernels().Find(ctx.node.op_type, ctx.node.domain);
-  if (!cpu) Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": no kernel for this op");
-  cpu(ctx.node)->Prepare(ctx);
   ctx.scratch_bytes = 0;
   PrepareDevice(ctx);
 }

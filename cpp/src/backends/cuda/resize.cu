@@ -248,7 +248,7 @@ class ResizeKernel : public CudaKernel {
 
 }  // namespace
 
-void RegisterResizeKernel(KernelRegistry& r) { r.Register("Resize", &MakeKernel<ResizeKernel>); }
+void RegisterResizeKernel(KernelRegistry& r) { r.Register(OpId::kResize, kAnyDType, &MakeKernel<ResizeKernel>); }
 
 }  // namespace tensor
 }  // namespace cuda

@@ -93,8 +93,8 @@ void RnnStoreStates(const DeviceContext& dev, const RnnGeometry& g, int64_t d, c
 }
 
 void RegisterRnnKernels(KernelRegistry& r) {
-  r.Register("LSTM", &MakeLstmKernel);
-  r.Register("GRU", &MakeGruKernel);
+  r.Register(OpId::kLSTM, kAnyDType, &MakeLstmKernel);
+  r.Register(OpId::kGRU, kAnyDType, &MakeGruKernel);
 }
 
 }  // namespace cuda

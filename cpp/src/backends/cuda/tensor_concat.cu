@@ -108,8 +108,8 @@ class SplitKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorConcatKernels(KernelRegistry& r) {
-  r.Register("Concat", &MakeKernel<ConcatKernel>);
-  r.Register("Split", &MakeKernel<SplitKernel>);
+  r.Register(OpId::kConcat, kAnyDType, &MakeKernel<ConcatKernel>);
+  r.Register(OpId::kSplit, kAnyDType, &MakeKernel<SplitKernel>);
 }
 
 }  // namespace tensor

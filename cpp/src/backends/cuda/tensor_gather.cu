@@ -117,7 +117,7 @@ class GatherKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const TensorInfo& x = ctx.in(0);
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
     inner_ = NumElements(Shape(x.shape.begin() + axis + 1, x.shape.end()));
     dim_ = x.shape[axis];
     count_ = ctx.in(1).size();
@@ -150,7 +150,7 @@ class GatherElementsKernel : public CudaKernel {
     const TensorInfo& x = ctx.in(0);
     const TensorInfo& ind = ctx.in(1);
     if (x.rank() > kMaxDims) Unsupported(ctx, "rank ", x.rank(), " (at most ", kMaxDims, ")");
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
     std::vector<int64_t> strides = Strides(x.shape);
     axis_stride_ = strides[axis];
     strides[axis] = 0;
@@ -229,7 +229,7 @@ class OneHotKernel : public CudaKernel {
   void PrepareDevice(PrepareContext& ctx) override {
     const TensorInfo& ind = ctx.in(0);
     const Shape& out = ctx.outputs[0].shape;
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), ind.rank() + 1);
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), ind.rank() + 1);
     depth_ = out[axis];
     inner_ = NumElements(Shape(ind.shape.begin() + axis, ind.shape.end()));
     total_ = NumElements(out);
@@ -255,10 +255,10 @@ class OneHotKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorGatherKernels(KernelRegistry& r) {
-  r.Register("Gather", &MakeKernel<GatherKernel>);
-  r.Register("GatherElements", &MakeKernel<GatherElementsKernel>);
-  r.Register("GatherND", &MakeKernel<GatherNDKernel>);
-  r.Register("OneHot", &MakeKernel<OneHotKernel>);
+  r.Register(OpId::kGather, kAnyDType, &MakeKernel<GatherKernel>);
+  r.Register(OpId::kGatherElements, kAnyDType, &MakeKernel<GatherElementsKernel>);
+  r.Register(OpId::kGatherND, kAnyDType, &MakeKernel<GatherNDKernel>);
+  r.Register(OpId::kOneHot, kAnyDType, &MakeKernel<OneHotKernel>);
 }
 
 }  // namespace tensor

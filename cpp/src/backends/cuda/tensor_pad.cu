@@ -129,7 +129,7 @@ class PadKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorPadKernels(KernelRegistry& r) {
-  r.Register("Pad", &MakeKernel<PadKernel>);
+  r.Register(OpId::kPad, kAnyDType, &MakeKernel<PadKernel>);
 }
 
 }  // namespace tensor

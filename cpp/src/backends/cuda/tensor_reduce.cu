@@ -253,7 +253,7 @@ class ArgReduceKernel : public CudaKernel {
     dtype_ = ctx.in(0).dtype;
     const Shape& shape = ctx.in(0).shape;
     const int64_t axis =
-        cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), static_cast<int64_t>(shape.size()));
+        NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), static_cast<int64_t>(shape.size()));
     last_ = ctx.node.GetInt("select_last_index", 0) != 0;
     n_ = shape[axis];
     inner_ = NumElements(Shape(shape.begin() + axis + 1, shape.end()));
@@ -282,18 +282,18 @@ std::unique_ptr<Kernel> MakeArgReduce(const Node&) {
 }  // namespace
 
 void RegisterTensorReduceKernels(KernelRegistry& r) {
-  r.Register("ReduceSum", &MakeReduce<ReduceKind::kSum>);
-  r.Register("ReduceMean", &MakeReduce<ReduceKind::kMean>);
-  r.Register("ReduceMax", &MakeReduce<ReduceKind::kMax>);
-  r.Register("ReduceMin", &MakeReduce<ReduceKind::kMin>);
-  r.Register("ReduceProd", &MakeReduce<ReduceKind::kProd>);
-  r.Register("ReduceL1", &MakeReduce<ReduceKind::kL1>);
-  r.Register("ReduceL2", &MakeReduce<ReduceKind::kL2>);
-  r.Register("ReduceSumSquare", &MakeReduce<ReduceKind::kSumSquare>);
-  r.Register("ReduceLogSum", &MakeReduce<ReduceKind::kLogSum>);
-  r.Register("ReduceLogSumExp", &MakeReduce<ReduceKind::kLogSumExp>);
-  r.Register("ArgMax", &MakeArgReduce<true>);
-  r.Register("ArgMin", &MakeArgReduce<false>);
+  r.Register(OpId::kReduceSum, kAnyDType, &MakeReduce<ReduceKind::kSum>);
+  r.Register(OpId::kReduceMean, kAnyDType, &MakeReduce<ReduceKind::kMean>);
+  r.Register(OpId::kReduceMax, kAnyDType, &MakeReduce<ReduceKind::kMax>);
+  r.Register(OpId::kReduceMin, kAnyDType, &MakeReduce<ReduceKind::kMin>);
+  r.Register(OpId::kReduceProd, kAnyDType, &MakeReduce<ReduceKind::kProd>);
+  r.Register(OpId::kReduceL1, kAnyDType, &MakeReduce<ReduceKind::kL1>);
+  r.Register(OpId::kReduceL2, kAnyDType, &MakeReduce<ReduceKind::kL2>);
+  r.Register(OpId::kReduceSumSquare, kAnyDType, &MakeReduce<ReduceKind::kSumSquare>);
+  r.Register(OpId::kReduceLogSum, kAnyDType, &MakeReduce<ReduceKind::kLogSum>);
+  r.Register(OpId::kReduceLogSumExp, kAnyDType, &MakeReduce<ReduceKind::kLogSumExp>);
+  r.Register(OpId::kArgMax, kAnyDType, &MakeArgReduce<true>);
+  r.Register(OpId::kArgMin, kAnyDType, &MakeArgReduce<false>);
 }
 
 }  // namespace tensor

@@ -50,7 +50,7 @@ class CumSumKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const TensorInfo& x = ctx.in(0);
-    const int64_t a = cpu::NormalizeAxis(ctx, ctx.ConstInts(1)[0], x.rank());
+    const int64_t a = NormalizeAxis(ctx, ctx.ConstInts(1)[0], x.rank());
     dim_ = x.shape[a];
     inner_ = NumElements(Shape(x.shape.begin() + a + 1, x.shape.end()));
     lines_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + a)) * inner_;
@@ -138,7 +138,7 @@ class TopKKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const TensorInfo& x = ctx.in(0);
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), x.rank());
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), x.rank());
     const int64_t k = ctx.ConstInts(1)[0];
     if (k > kMaxTopK) Unsupported(ctx, "K = ", k, " (at most ", kMaxTopK, ")");
     k_ = static_cast<int>(k);
@@ -173,8 +173,8 @@ class TopKKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorScanKernels(KernelRegistry& r) {
-  r.Register("CumSum", &MakeKernel<CumSumKernel>);
-  r.Register("TopK", &MakeKernel<TopKKernel>);
+  r.Register(OpId::kCumSum, kAnyDType, &MakeKernel<CumSumKernel>);
+  r.Register(OpId::kTopK, kAnyDType, &MakeKernel<TopKKernel>);
 }
 
 }  // namespace tensor

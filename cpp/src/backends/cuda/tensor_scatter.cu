@@ -165,7 +165,7 @@ class ScatterElementsKernel : public ScatterKernel {
   void PrepareDevice(PrepareContext& ctx) override {
     const TensorInfo& x = ctx.in(0);
     const TensorInfo& ind = ctx.in(1);
-    const int64_t axis = cpu::NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
+    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
     std::vector<int64_t> strides = Strides(x.shape);
     axis_stride_ = strides[axis];
     strides[axis] = 0;
@@ -213,8 +213,8 @@ class ScatterNDKernel : public ScatterKernel {
 }  // namespace
 
 void RegisterTensorScatterKernels(KernelRegistry& r) {
-  r.Register("ScatterElements", &MakeKernel<ScatterElementsKernel>);
-  r.Register("ScatterND", &MakeKernel<ScatterNDKernel>);
+  r.Register(OpId::kScatterElements, kAnyDType, &MakeKernel<ScatterElementsKernel>);
+  r.Register(OpId::kScatterND, kAnyDType, &MakeKernel<ScatterNDKernel>);
 }
 
 }  // namespace tensor

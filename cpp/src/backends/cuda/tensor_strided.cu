@@ -82,10 +82,10 @@ class TileKernel : public StridedKernel {
 }  // namespace
 
 void RegisterTensorStridedKernels(KernelRegistry& r) {
-  r.Register("Transpose", &MakeKernel<TransposeKernel>);
-  r.Register("Slice", &MakeKernel<SliceKernel>);
-  r.Register("Expand", &MakeKernel<ExpandKernel>);
-  r.Register("Tile", &MakeKernel<TileKernel>);
+  r.Register(OpId::kTranspose, kAnyDType, &MakeKernel<TransposeKernel>);
+  r.Register(OpId::kSlice, kAnyDType, &MakeKernel<SliceKernel>);
+  r.Register(OpId::kExpand, kAnyDType, &MakeKernel<ExpandKernel>);
+  r.Register(OpId::kTile, kAnyDType, &MakeKernel<TileKernel>);
 }
 
 }  // namespace tensor

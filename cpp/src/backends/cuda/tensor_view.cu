@@ -60,12 +60,12 @@ class DropoutKernel : public ViewKernel {
 }  // namespace
 
 void RegisterTensorViewKernels(KernelRegistry& r) {
-  r.Register("Reshape", &MakeKernel<ViewKernel>);
-  r.Register("Flatten", &MakeKernel<ViewKernel>);
-  r.Register("Squeeze", &MakeKernel<ViewKernel>);
-  r.Register("Unsqueeze", &MakeKernel<ViewKernel>);
-  r.Register("Identity", &MakeKernel<ViewKernel>);
-  r.Register("Dropout", &MakeKernel<DropoutKernel>);
+  r.Register(OpId::kReshape, kAnyDType, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kFlatten, kAnyDType, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kSqueeze, kAnyDType, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kUnsqueeze, kAnyDType, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kIdentity, kAnyDType, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kDropout, kAnyDType, &MakeKernel<DropoutKernel>);
 }
 
 }  // namespace tensor

@@ -1,0 +1,37 @@
+// Planning one node, the same way for every caller (execution plans, the
+// static weight program, kernel tests): the op layer's shape inference once,
+// then either plan-time evaluation on the host or the backend's kernel for
+// (op, dtype, precision), prepared.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/kernel.h"
+
+namespace kaiwu {
+
+/// Shape inference of ctx.node: InferOp (ops/op.h). Ops whose shape inference
+/// is still a CPU kernel's Prepare infer through it.
+void InferNode(PrepareContext& ctx);
+
+/// The kernel of `kernels` for an inferred node, prepared. Throws kUnsupported
+/// naming the node, the dtype and `backend` when the table has no entry.
+std::unique_ptr<Kernel> PrepareKernel(const KernelRegistry& kernels, const std::string& backend,
+                                      PrepareContext& ctx,
+                                      Precision precision = Precision::kFloat32);
+
+/// True when the node's outputs are computed at plan time: the op is evaluated
+/// by the op layer (OpDef::eval), its outputs depend only on shapes, or every
+/// input is known.
+bool FoldsAtPlanTime(const PrepareContext& ctx);
+
+/// A host kernel for an inferred node, prepared: one that runs the op's
+/// EvalFn when the op layer evaluates it, else the CPU kernel.
+std::unique_ptr<Kernel> PrepareHostKernel(PrepareContext& ctx);
+
+/// Computes an inferred node's outputs on the host from known inputs
+/// (ctx.inputs[i].data), with PrepareHostKernel.
+void EvaluateOnHost(PrepareContext& ctx, void* const* outputs);
+
+}  // namespace kaiwu
