@@ -4,6 +4,16 @@ namespace kaiwu {
 
 void RegisterAllOps(OpRegistry& r) {
   RegisterShapeOps(r);
+  RegisterBinaryOps(r);
+  RegisterUnaryOps(r);
+  RegisterSoftmaxOps(r);
+  RegisterLinalgOps(r);
+  RegisterConvOps(r);
+  RegisterNormOps(r);
+  RegisterReduceOps(r);
+  RegisterRnnOps(r);
+  RegisterTensorOps(r);
+  RegisterGameOps(r);
 }
 
 }  // namespace kaiwu

@@ -10,5 +10,15 @@ namespace kaiwu {
 void RegisterAllOps(OpRegistry& r);  // op_registry.cc: calls the families below
 
 void RegisterShapeOps(OpRegistry& r);  // shape_ops.cc: Shape Size ConstantOfShape Range
+void RegisterBinaryOps(OpRegistry& r);  // binary.cc: Add Sub Mul Div Mod Min Max Sum Mean Pow PRelu, comparisons and logic, Where, Cast, CastLike, FusedElementwise
+void RegisterUnaryOps(OpRegistry& r);  // unary.cc: unary math and activations
+void RegisterSoftmaxOps(OpRegistry& r);  // softmax.cc: Softmax LogSoftmax Hardmax
+void RegisterLinalgOps(OpRegistry& r);  // linalg.cc: Gemm MatMul Einsum
+void RegisterConvOps(OpRegistry& r);  // conv.cc: Conv and the pools
+void RegisterNormOps(OpRegistry& r);  // norm.cc: BatchNormalization InstanceNormalization LayerNormalization
+void RegisterReduceOps(OpRegistry& r);  // reduce.cc: Reduce*, ArgMax, ArgMin
+void RegisterRnnOps(OpRegistry& r);  // rnn.cc: LSTM GRU
+void RegisterTensorOps(OpRegistry& r);  // tensor.cc: layout and indexing: Concat Split Expand Tile Gather* OneHot Pad Slice Transpose Reshape ...
+void RegisterGameOps(OpRegistry& r);  // game.cc: Resize ScatterElements ScatterND TopK CumSum
 
 }  // namespace kaiwu
