@@ -1,4 +1,5 @@
-"""Command line: `python -m kaiwu_infer inspect model.onnx` prints what the engine did."""
+"""Command line: `python -m kaiwu_infer inspect model.onnx` prints what the engine did;
+`python -m kaiwu_infer ops` prints which op runs on which backend."""
 
 from __future__ import annotations
 
@@ -21,7 +22,25 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--threads", type=int, default=None)
     prof.add_argument("--no-optimize", action="store_true")
     prof.add_argument("--top", type=int, default=25, help="rows to print, slowest first")
+    ops = sub.add_parser("ops", help="op coverage: op x backend x dtype/precision")
+    ops.add_argument("--markdown", action="store_true", help="the table docs/ops.md holds")
     args = parser.parse_args(argv)
+
+    if args.command == "ops":
+        from . import ops as coverage
+
+        rows = coverage.op_table()
+        if args.markdown:
+            print(coverage.markdown(rows), end="")
+            return 0
+        names = coverage.backends(rows)
+        width = max(len(r["op"]) for r in rows)
+        print(f"{'op':<{width}}  " + "  |  ".join(names))
+        for r in rows:
+            print(f"{r['op']:<{width}}  " + "  |  ".join(coverage.cell(r, b) for b in names))
+        if "cuda" not in names:
+            print("(this build has no CUDA backend; docs/ops.md has the CUDA column)")
+        return 0
 
     if args.command == "profile":
         try:

@@ -20,6 +20,7 @@ namespace py = pybind11;
 void BindErrors(py::module_& m);
 void BindSession(py::module_& m);
 void BindServer(py::module_& m);
+void BindOps(py::module_& m);
 
 /// numpy dtype for an engine dtype, and back (kUndefined if none).
 py::dtype ToNumpyDType(DType t);

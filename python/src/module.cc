@@ -5,4 +5,5 @@ PYBIND11_MODULE(_core, m) {
   kaiwu::python::BindErrors(m);
   kaiwu::python::BindSession(m);
   kaiwu::python::BindServer(m);
+  kaiwu::python::BindOps(m);
 }

@@ -28,6 +28,9 @@ namespace kaiwu {
 
 /// Registry of the CUDA backend, built once.
 const KernelRegistry& CudaKernels();
+/// Ops the CUDA backend has no kernel for by design, with the reason
+/// (backends/coverage.h).
+std::vector<std::pair<OpId, std::string>> CudaKernelGaps();
 
 namespace cuda {
 
