@@ -15,7 +15,8 @@ For every (policy, threads, batch) config it
   5. reports per engine the median over repeats of the per-call median and p90 wall
      time (µs), and the median over repeats of throughput (samples/s).
 
-Outputs (in --out-dir, default bench/results): core.json (everything, incl. per-repeat
+Outputs (in --out-dir, default bench/results/dev-2core; on another machine pass
+bench/results/<machine>, see bench/results/README.md): core.json (everything, incl. per-repeat
 numbers and the graph summaries), core.md (table), core.png (ort/kaiwu speedup).
 --quick writes core_quick.* instead so that it never overwrites a full run.
 
@@ -687,7 +688,7 @@ def main(argv=None):
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--policies-file", default=DEFAULT_POLICIES_FILE)
-    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results", "dev-2core"))
     ap.add_argument("--name", default="", help="output file stem (default core, or core_quick with --quick)")
     ap.add_argument("--no-optimize", action="store_true",
                     help="kaiwu_infer Session(optimize=False): the graph as imported (diagnostics)")

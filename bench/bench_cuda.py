@@ -6,8 +6,9 @@ every CPU core, in one run.
         [--batch 1,32,128,256] [--seconds 1]
 
 Rows/s counts the whole call as an actor sees it: numpy feeds in, numpy results out
-(host <-> device copies included, for kaiwu_infer and for PyTorch). Writes
-bench/results/cuda.md and cuda.json (or --out DIR).
+(host <-> device copies included, for kaiwu_infer and for PyTorch). Writes <name>.md and
+<name>.json (default cuda) in --out (default bench/results/h100, the GPU machine's folder;
+on another machine pass bench/results/<machine>).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def main():
     ap.add_argument("--policies", default="impala_lstm,mlp,atari_cnn")
     ap.add_argument("--batch", default="1,32,128,256")
     ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "h100"))
     ap.add_argument("--name", default="cuda")
     args = ap.parse_args()
 

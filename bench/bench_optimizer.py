@@ -2,11 +2,12 @@
 (ORT_ENABLE_ALL), same thread count, batch 1..1024, on the TF-style game policy
 (tests/python/game_policy.py) and policies from tests/python/policies.py.
 
-Writes bench/results/optimizer.md and optimizer.json (machine, command, versions,
-per-model rewrite counts from describe(), median latency per batch).
+Writes optimizer.md and optimizer.json (machine, command, versions, per-model rewrite counts
+from describe(), median latency per batch) in --out (default bench/results/dev-2core; on
+another machine pass bench/results/<machine>).
 
     PYTHONPATH=python python bench/bench_optimizer.py [--threads 1] [--batches 1,8,64,256,1024]
-        [--models game,mlp,atari_cnn] [--min-time 0.3] [--out bench/results]
+        [--models game,mlp,atari_cnn] [--min-time 0.3] [--out bench/results/dev-2core]
 
 A micro-benchmark of one elementwise chain (Mul, Add, Relu, Mul, Sigmoid over a
 tensor larger than L2) compares the fused kernel with the unfused ops.
@@ -104,7 +105,7 @@ def main():
     ap.add_argument("--batches", default="1,8,64,256,1024")
     ap.add_argument("--models", default="game,chain,mlp,atari_cnn")
     ap.add_argument("--min-time", type=float, default=0.3)
-    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "dev-2core"))
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     models = load_models(args.models.split(","))

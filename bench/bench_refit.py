@@ -13,7 +13,8 @@ weight sets so every refit really changes the weights):
   torch load          module.load_state_dict(sd)
 
 Policies come from tests/python/policies.py when it exists (the project's five), else
-from the definitions below. Writes bench/results/refit.md and refit.json.
+from the definitions below. Writes refit.md and refit.json in --out-dir (default
+bench/results/dev-2core; on another machine pass bench/results/<machine>).
 
     PYTHONPATH=python python bench/bench_refit.py [--min-time 0.5] [--policies mlp,...]
 """
@@ -320,7 +321,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="engine/ort threads (default: all)")
     p.add_argument("--policies", default=None, help="comma-separated subset")
     p.add_argument("--no-optimize", action="store_true", help="Session(optimize=False)")
-    p.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    p.add_argument("--out-dir", default=os.path.join(HERE, "results", "dev-2core"))
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     builders, source = policy_builders()

@@ -8,7 +8,8 @@ measures the MLP-policy queries/s ceiling of one server.
 
     PYTHONPATH=python python bench/bench_server.py [--seconds 3] [--quick]
 
-Writes bench/results/server.md and server.json.
+Writes server.md and server.json in --out (default bench/results/dev-2core; on another
+machine pass bench/results/<machine>, see bench/results/README.md).
 """
 
 from __future__ import annotations
@@ -334,7 +335,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--quick", action="store_true", help="MLP only, 64 actors")
-    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "dev-2core"))
     ap.add_argument("--server-threads", type=int, default=0, help="server session threads (0: all cores)")
     ap.add_argument("--ceiling-only", action="store_true", help="only the MLP queries/s ceiling")
     ap.add_argument("--workers", type=int, default=1, help="server batch workers")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Plots bench/results/core.json: ort/kaiwu speedup per policy vs batch, one line per thread count.
+"""Plots bench/results/<machine>/core.json: ort/kaiwu speedup per policy vs batch, one line per thread count.
 
-    python bench/plot_core.py [bench/results/core.json] [-o bench/results/core.png]
+    python bench/plot_core.py [bench/results/dev-2core/core.json] [-o bench/results/dev-2core/core.png]
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def plot(result: dict, path: str) -> str:
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
-    ap.add_argument("json", nargs="?", default=os.path.join(here, "results", "core.json"))
+    ap.add_argument("json", nargs="?", default=os.path.join(here, "results", "dev-2core", "core.json"))
     ap.add_argument("-o", "--output", default="")
     a = ap.parse_args()
     with open(a.json) as f:

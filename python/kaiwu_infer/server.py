@@ -257,7 +257,7 @@ class InferenceServer:
         version's weights; ``workers`` runs at a time), so that the session's plans,
         run contexts and CUDA graphs exist before the first request. A new batch size
         otherwise costs its first batch a plan build (a few ms; up to a second for
-        cuDNN convolutions under load, see ``bench/results/cuda.md``). Returns the
+        cuDNN convolutions under load, see ``bench/notes/cuda.md``). Returns the
         number of batch sizes run: 0 without ``pad_batches`` or when an input's
         per-row shape is not fixed. Actors, their state and the stats are untouched."""
         return self._server.warmup()

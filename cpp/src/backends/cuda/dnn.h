@@ -18,7 +18,7 @@ namespace cuda {
 /// True when this build has cuDNN and KAIWU_CUDNN is "1" (read per call). Off by
 /// default: a conv shape's first cuDNN run can take up to a second (kernel
 /// loading), which stalls a server whose batch sizes are new unless it was
-/// started with warm-up (InferenceServer::Warmup); measured in bench/results/cuda.md.
+/// started with warm-up (InferenceServer::Warmup); measured in bench/notes/cuda.md.
 bool DnnEnabled();
 /// A handle bound to `stream` (nullptr without cuDNN); DestroyDnnHandle frees it.
 void* CreateDnnHandle(cudaStream_t stream);
