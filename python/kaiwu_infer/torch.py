@@ -118,11 +118,57 @@ def load(model: Any, **session_kwargs) -> Any:
 # --------------------------------------------------------------------------- export
 
 
-def _default_dynamic_axes(input_names, output_names, dynamic_batch, dynamic_axes):
+# Recurrent ops and the input / output positions of their state ([directions, batch, hidden]).
+_STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+_STATE_OUTPUTS = {"LSTM": (1, 2), "GRU": (1,), "RNN": (1,)}
+# Ops a state passes through on its way to or from a recurrent op without moving its batch axis
+# (torch slices h0 per layer and concatenates the layers' Y_h).
+_STATE_PASS = {"Identity", "Cast", "Slice", "Concat", "Split"}
+
+
+def _recurrent_state_names(model) -> set[str]:
+    """Graph inputs that reach an LSTM/GRU/RNN initial state, and graph outputs that come from
+    its Y_h / Y_c, through _STATE_PASS ops only: their batch axis is 1, not 0."""
+    consumers: dict[str, list] = {}
+    producer: dict[str, Any] = {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, i))
+        for o, name in enumerate(node.output):
+            producer[name] = (node, o)
+
+    def feeds_state(name: str, seen: set) -> bool:
+        for node, i in consumers.get(name, []):
+            if node.op_type in _STATE_INPUTS and i in _STATE_INPUTS[node.op_type]:
+                return True
+            if (node.op_type in _STATE_PASS and i == 0) or node.op_type == "Concat":
+                for out in node.output:
+                    if out and out not in seen and feeds_state(out, seen | {out}):
+                        return True
+        return False
+
+    def from_state(name: str, seen: set) -> bool:
+        if name not in producer:
+            return False
+        node, o = producer[name]
+        if node.op_type in _STATE_OUTPUTS:
+            return o in _STATE_OUTPUTS[node.op_type]
+        if node.op_type not in _STATE_PASS:
+            return False
+        sources = list(node.input) if node.op_type == "Concat" else list(node.input[:1])
+        return any(src and src not in seen and from_state(src, seen | {src}) for src in sources)
+
+    names = {i.name for i in model.graph.input if feeds_state(i.name, {i.name})}
+    names |= {o.name for o in model.graph.output if from_state(o.name, {o.name})}
+    return names
+
+
+def _default_dynamic_axes(input_names, output_names, dynamic_batch, dynamic_axes,
+                          state_names=frozenset()):
     axes: dict[str, Any] = {}
     if dynamic_batch:
         for n in list(input_names) + list(output_names):
-            axes[n] = {0: "batch"}
+            axes[n] = {1 if n in state_names else 0: "batch"}
     if dynamic_axes:
         for n, a in dynamic_axes.items():
             axes[n] = a
@@ -317,9 +363,11 @@ def export(
 ):
     """Exports `module` with torch.onnx.export (TorchScript exporter) and records a refit map.
 
-    dynamic_batch marks axis 0 of every input and output as the symbolic "batch";
-    `dynamic_axes` entries replace that per name (e.g. ``{"h0": {1: "batch"}}`` for an
-    LSTM state [layers, batch, H]). constant_folding=False (default) keeps weights as
+    dynamic_batch marks the batch axis of every input and output as the symbolic "batch":
+    axis 1 for recurrent state (inputs that feed an LSTM/GRU/RNN initial_h or initial_c, and
+    outputs that carry its Y_h or Y_c, [layers, batch, H] as torch has them), axis 0 for
+    everything else. `dynamic_axes` entries replace that per name (e.g. ``{"obs": {1: "batch"}}``
+    for a time-major observation). constant_folding=False (default) keeps weights as
     initializers and leaves their transposes/repacking in the graph, where the engine
     recomputes them after each refit. Returns the onnx.ModelProto (also written to f).
     """
@@ -333,6 +381,12 @@ def export(
               opset=opset, constant_folding=constant_folding, export_kwargs=export_kwargs)
 
     real = onnx.load_from_string(_export_bytes(module, example_args, **kw))
+    state = _recurrent_state_names(real) - set(dynamic_axes or {})
+    if dynamic_batch and state:
+        # Recurrent state carries the batch on axis 1: export again with that axis symbolic.
+        kw["dynamic_axes"] = _default_dynamic_axes(input_names, output_names, dynamic_batch,
+                                                   dynamic_axes, state)
+        real = onnx.load_from_string(_export_bytes(module, example_args, **kw))
 
     # Tag every floating-point parameter/buffer element with a distinct value.
     sd = module.state_dict(keep_vars=True)

@@ -573,3 +573,42 @@ def test_refit_accepts_dlpack_producers():
     assert report.updated == ["w"]
     x = rng.standard_normal((5, 4)).astype(np.float32)
     np.testing.assert_allclose(sess.run({"x": x})["y"], x @ new_w, rtol=1e-5, atol=1e-6)
+
+
+# Export finds recurrent state axes: state inputs/outputs of LSTM/GRU get the batch on axis 1
+# with no dynamic_axes (GRU's observation is time-major, so only obs/logits are given).
+AUTO_AXES = {"lstm": None, "multi": None,
+             "gru": {"obs": {1: "batch"}, "logits": {1: "batch"}}}
+
+
+@pytest.mark.parametrize("name", sorted(AUTO_AXES))
+def test_export_finds_recurrent_state_batch_axis(name):
+    builder, ins, outs, _, make = SPECS[name]
+    torch.manual_seed(3)
+    module = builder().eval()
+    ex = [torch.from_numpy(a) for a in make(np.random.default_rng(3), 2)]
+    model = kt.export(module, tuple(ex), input_names=ins, output_names=outs,
+                      dynamic_axes=AUTO_AXES[name])
+    sess = ki.Session(model)
+    shapes = {i.name: i.shape for i in sess.inputs}
+    for state in ("h0", "c0"):
+        if state in shapes:
+            assert shapes[state][1] == "batch" and shapes[state][0] != "batch", shapes[state]
+    rng = np.random.default_rng(4)
+    for batch in (1, 7, 64):
+        arrays = make(rng, batch)
+        got = run(sess, ins, outs, arrays)
+        want = torch_forward(module, arrays)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_export_explicit_dynamic_axes_win_over_state_detection():
+    builder, ins, outs, _, make = SPECS["lstm"]
+    torch.manual_seed(0)
+    module = builder().eval()
+    ex = [torch.from_numpy(a) for a in make(np.random.default_rng(0), 2)]
+    model = kt.export(module, tuple(ex), input_names=ins, output_names=outs,
+                      dynamic_axes={"h0": {0: "layers"}})
+    shapes = {i.name: i.shape for i in ki.Session(model).inputs}
+    assert shapes["h0"][0] == "layers" and shapes["c0"][1] == "batch"
