@@ -26,20 +26,6 @@ struct Scratch {
 
 }  // namespace
 
-bool ServerRequest::Wait(double timeout_s) {
-  std::unique_lock<std::mutex> lock(mu);
-  if (timeout_s < 0) {
-    cv.wait(lock, [&] { return finished; });
-    return true;
-  }
-  return cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return finished; });
-}
-
-bool ServerRequest::IsDone() {
-  std::lock_guard<std::mutex> lock(mu);
-  return finished;
-}
-
 InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions options)
     : session_(std::move(session)), opt_(std::move(options)) {
   KAIWU_CHECK(opt_.max_batch >= 1, StatusCode::kInput, "max_batch must be >= 1");
@@ -408,7 +394,7 @@ void InferenceServer::WorkerLoop() {
       }
     }
     lock.unlock();
-    for (auto& r : batch) Finish(*r);
+    for (auto& r : batch) FinishRequest(*r);
     batch.clear();
     lock.lock();
     free_since = Clock::now();
@@ -702,19 +688,6 @@ bool InferenceServer::RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batc
   return k > 1;
 }
 
-void InferenceServer::Finish(ServerRequest& r) {
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.finished = true;
-  }
-  r.cv.notify_all();
-  if (r.on_done) {
-    auto cb = std::move(r.on_done);
-    r.on_done = nullptr;
-    cb(r);
-  }
-}
-
 void InferenceServer::AddVersion(const std::string& tag,
                                  const std::map<std::string, TensorView>& weights, bool strict,
                                  bool check_finite, const std::string& base) {
@@ -836,7 +809,7 @@ void InferenceServer::Close() {
   for (auto& r : failed) {
     r->error = std::make_exception_ptr(ServerError(
         ServerError::kClosed, "the inference server was closed before this request ran"));
-    Finish(*r);
+    FinishRequest(*r);
   }
   for (auto& w : workers_)
     if (w.joinable() && w.get_id() != std::this_thread::get_id()) w.join();
