@@ -4,96 +4,33 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kaiwu/session.h"
+#include "runtime/server_batch.h"
+#include "runtime/server_layout.h"
+#include "runtime/server_queue.h"
+#include "runtime/server_request.h"
+#include "runtime/server_shapes.h"
+#include "runtime/server_slices.h"
+#include "runtime/server_state.h"
+#include "runtime/server_stats.h"
+#include "runtime/server_versions.h"
 
 namespace kaiwu {
 
-/// Server-specific failures (Python: ServerClosedError / QueueFullError,
-/// both KaiwuError subclasses).
-class ServerError : public Error {
- public:
-  enum Kind { kClosed = 100, kQueueFull = 101 };
-  ServerError(Kind kind, std::string message)
-      : Error(StatusCode::kRuntime, std::move(message)), kind_(kind) {}
-  Kind kind() const { return kind_; }
-
- private:
-  Kind kind_;
-};
-
-struct ServerOptions {
-  int max_batch = 256;         ///< rows per Session::Run
-  int64_t max_wait_us = 500;   ///< flush a batch this long after its first request (or after a
-                               ///< worker came free, if later)
-  /// state input name -> output name carrying its next value.
-  std::vector<std::pair<std::string, std::string>> state;
-  /// Optional explicit batch axis per state input (else from symbolic dims, else 0).
-  std::map<std::string, int> state_batch_axis;
-  int64_t max_queue_rows = 0;  ///< 0: 4 * max_batch (at least 1024)
-  bool queue_block = true;     ///< full queue: block (true) or throw kQueueFull
-  bool pad_batches = true;     ///< pad batch sizes to a few buckets (bounds plan count)
-  int workers = 1;             ///< threads running batches
-  /// Run a batch as several slices of rows side by side, each on one thread
-  /// (data parallel), instead of one Run with intra-op threads. Slices are
-  /// kept at >= ~30 us of work each (from measured run times). Like
-  /// pad_batches, this assumes the model never mixes rows.
-  bool split_batches = true;
-  double min_slice_us = 30;    ///< least work per slice (0: one slice per thread)
-  std::string base_version = "base";
-};
-
-/// One step's request. Feeds are views the caller keeps alive until done.
-struct ServerRequest {
-  int64_t actor = 0;
-  int64_t rows = 0;
-  std::vector<TensorView> feeds;   ///< one per non-state input (server order)
-  std::vector<uint8_t> done;       ///< empty, 1 entry (all rows) or `rows` entries
-  std::string version;             ///< "" = latest
-
-  // ---- filled by the server
-  std::shared_ptr<const WeightSet> weights;
-  std::string version_tag;
-  uint64_t actor_serial = 0;
-  std::chrono::steady_clock::time_point enqueued;
-  std::vector<TensorView> outputs;              ///< per returned output, this request's rows
-  std::vector<std::shared_ptr<void>> owners;    ///< keep `outputs` alive
-  std::exception_ptr error;
-  /// Called on completion (success or failure) from a server thread.
-  std::function<void(ServerRequest&)> on_done;
-
-  bool Wait(double timeout_s);   ///< true when done
-  bool IsDone();
-
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-};
-
-struct ServerStats {
-  double elapsed_s = 0;
-  uint64_t requests = 0, rows = 0, batches = 0, failed = 0;
-  uint64_t sliced_batches = 0;        ///< batches run as slices side by side
-  std::vector<uint64_t> batch_hist;   ///< index: rows in the batch (before padding)
-  double wait_p50_us = 0, wait_p99_us = 0, run_mean_us = 0;
-  std::map<std::string, std::pair<uint64_t, uint64_t>> per_version;  ///< requests, rows
-  int connected = 0, queued = 0, running = 0;  ///< actors, queued / running requests
-};
-
+/// Serves many actors' steps through one Session: queues their requests,
+/// runs them in batches (padded and sliced) on worker threads, keeps each
+/// recurrent actor's state and the weight versions. One mutex guards the
+/// queue, the actor store, the version pool and the stats.
 class InferenceServer {
  public:
   InferenceServer(std::shared_ptr<Session> session, ServerOptions options);
@@ -101,11 +38,11 @@ class InferenceServer {
 
   const Session& session() const { return *session_; }
   /// Non-state inputs (what an actor feeds), in the order requests carry them.
-  const std::vector<IOInfo>& feed_inputs() const { return feed_inputs_; }
+  const std::vector<IOInfo>& feed_inputs() const { return layout_.feed_inputs; }
   /// Returned outputs (all model outputs, state outputs included).
   const std::vector<IOInfo>& outputs() const { return session_->outputs(); }
   const ServerOptions& options() const { return opt_; }
-  int state_batch_axis(size_t k) const { return state_[k].in_axis; }
+  int state_batch_axis(size_t k) const { return layout_.state[k].in_axis; }
 
   /// Batch axis of each output (-1: none) and its shape at one row, for
   /// models whose observation inputs have fixed non-batch dims.
@@ -141,81 +78,31 @@ class InferenceServer {
   bool closed() const { return closed_.load(); }
 
  private:
-  struct StateSpec {
-    std::string in_name, out_name;
-    int in_index = -1, out_index = -1;
-    int in_axis = 0, out_axis = 0;
-    DType dtype = DType::kUndefined;
-    Shape per_row;          ///< shape with the batch dim removed
-    int64_t outer = 1, inner = 1;  ///< elements before / after the batch axis
-  };
-  struct Actor {
-    int64_t rows = 0;
-    uint64_t serial = 0;
-    /// per state spec, [outer, rows, inner]; null = zeros on the next step
-    std::shared_ptr<std::vector<Tensor>> state;
-    int queued = 0;              ///< queued requests
-    int running = 0;             ///< requests in a running batch
-  };
-  struct Queue {
-    std::deque<std::shared_ptr<ServerRequest>> reqs;
-    int64_t rows = 0;
-  };
-  struct Version {
-    std::shared_ptr<const WeightSet> weights;
-    uint64_t requests = 0, rows = 0;
-  };
   using Clock = std::chrono::steady_clock;
 
   void WorkerLoop();
-  using States = std::vector<std::shared_ptr<std::vector<Tensor>>>;
-  void RunBatch(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states);
+  void RunBatch(Requests& batch, RequestStates& states);
   /// Runs requests [begin, end) as one batch: k slices side by side, one
   /// thread each, or one Run on all threads. Returns true when sliced.
-  bool RunGroup(std::vector<std::shared_ptr<ServerRequest>>& batch, States& states, size_t begin,
-                size_t end);
-  /// Slices for a batch of `rows` rows (1: run it whole).
-  int64_t Slices(int64_t rows) const;
-  void Finish(ServerRequest& r);
-  void Validate(const ServerRequest& r);
-  std::vector<int> OutputAxes(const std::vector<TensorView>& feeds);
-  int64_t Bucket(int64_t rows) const;
+  bool RunGroup(Requests& batch, RequestStates& states, size_t begin, size_t end);
 
   std::shared_ptr<Session> session_;
   ServerOptions opt_;
-  std::vector<IOInfo> feed_inputs_;
-  std::vector<int> feed_index_;       ///< model input index of each feed input
-  std::vector<StateSpec> state_;
-  std::vector<int> out_state_;        ///< per output: state spec index or -1
+  ServerLayout layout_;
+  ServerShapes shapes_;                     ///< own locks
+  std::unique_ptr<ThreadPool> slice_pool_;  ///< runs batch slices (split_batches)
+  SliceTuner slice_tuner_;                  ///< thread-safe
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_, space_cv_;
-  std::map<std::pair<const WeightSet*, std::vector<int64_t>>, Queue> queues_;
-  std::unordered_map<int64_t, Actor> actors_;
-  int queued_actors_ = 0, running_actors_ = 0;
-  int64_t queued_rows_ = 0;
-  int running_requests_ = 0;
-  std::map<std::string, Version> versions_;
-  std::vector<std::string> version_order_;   ///< latest last
+  BatchQueue queue_;          // under mu_
+  ActorStore actors_;         // under mu_
+  VersionPool versions_;      // under mu_
+  StatsRecorder stats_;       // under mu_
+  int running_requests_ = 0;  // under mu_
   std::atomic<bool> closed_{false};
-  uint64_t actor_serial_ = 0;
   std::mutex refit_mu_;
   std::vector<std::thread> workers_;
-  std::unique_ptr<ThreadPool> slice_pool_;   ///< runs batch slices (split_batches)
-  std::atomic<double> row_us_{0};            ///< one row's single-thread run time (EMA)
-
-  std::mutex validated_mu_;
-  std::set<std::vector<int64_t>> validated_;
-  std::mutex axes_mu_;
-  std::map<std::vector<int64_t>, std::vector<int>> out_axes_;
-
-  // stats (under mu_)
-  Clock::time_point stats_start_;
-  uint64_t st_requests_ = 0, st_rows_ = 0, st_batches_ = 0, st_failed_ = 0, st_sliced_ = 0;
-  double st_run_us_ = 0;
-  std::vector<uint64_t> st_hist_;
-  std::vector<float> st_wait_;   ///< ring of recent queue waits (us)
-  size_t st_wait_pos_ = 0;
 };
 
 }  // namespace kaiwu

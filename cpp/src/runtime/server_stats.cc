@@ -1,0 +1,59 @@
+#include "runtime/server_stats.h"
+
+#include <algorithm>
+
+namespace kaiwu {
+
+StatsRecorder::StatsRecorder(int max_batch) : start_(Clock::now()) {
+  hist_.assign(max_batch + 1, 0);
+  wait_.reserve(kWaitRing);
+}
+
+void StatsRecorder::RecordBatch(int64_t rows, double run_us, bool sliced) {
+  ++batches_;
+  if (sliced) ++sliced_;
+  run_us_ += run_us;
+  ++hist_[std::min<int64_t>(rows, static_cast<int64_t>(hist_.size()) - 1)];
+}
+
+void StatsRecorder::RecordRequest(int64_t rows, bool failed, float wait_us) {
+  ++requests_;
+  rows_ += rows;
+  if (failed) ++failed_;
+  if (wait_.size() < kWaitRing)
+    wait_.push_back(wait_us);
+  else
+    wait_[wait_pos_++ & (kWaitRing - 1)] = wait_us;
+}
+
+void StatsRecorder::Reset(Clock::time_point now) {
+  start_ = now;
+  requests_ = rows_ = batches_ = failed_ = sliced_ = 0;
+  run_us_ = 0;
+  std::fill(hist_.begin(), hist_.end(), 0);
+  wait_.clear();
+  wait_pos_ = 0;
+}
+
+void StatsRecorder::Fill(Clock::time_point now, ServerStats* s) const {
+  s->elapsed_s = std::chrono::duration<double>(now - start_).count();
+  s->requests = requests_;
+  s->rows = rows_;
+  s->batches = batches_;
+  s->sliced_batches = sliced_;
+  s->failed = failed_;
+  s->batch_hist = hist_;
+  s->run_mean_us = batches_ ? run_us_ / batches_ : 0;
+  if (!wait_.empty()) {
+    std::vector<float> w = wait_;
+    auto pct = [&](double p) {
+      size_t i = std::min(w.size() - 1, static_cast<size_t>(p * (w.size() - 1) + 0.5));
+      std::nth_element(w.begin(), w.begin() + i, w.end());
+      return static_cast<double>(w[i]);
+    };
+    s->wait_p50_us = pct(0.5);
+    s->wait_p99_us = pct(0.99);
+  }
+}
+
+}  // namespace kaiwu
