@@ -247,6 +247,26 @@ def _apply_entry(e: dict, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
     raise RefitError(f"unknown refit map op '{op}' for initializer '{e['onnx']}'")
 
 
+def _engine_entries(m: RefitMap) -> list[tuple]:
+    """The map's entries as the engine takes them (Session._set_refit_map):
+    (initializer, op, keys, perm, runs, index) with op copy/transpose/runs/gather."""
+    out = []
+    for e in m.entries:
+        op = e["op"]
+        if op in ("copy", "reshape"):
+            out.append((e["onnx"], "copy", [e["key"]], [], [], None))
+        elif op == "transpose":
+            out.append((e["onnx"], "transpose", [e["key"]], list(e["perm"]), [], None))
+        elif op == "runs":
+            out.append((e["onnx"], "runs", [], [], [tuple(r) for r in e["runs"]], None))
+        elif op == "gather":
+            out.append((e["onnx"], "gather", list(e["keys"]), [], [],
+                        _unb64(e["index"], np.int64)))
+        else:
+            raise RefitError(f"unknown refit map op '{op}' for initializer '{e['onnx']}'")
+    return out
+
+
 def state_dict_to_onnx(
     model_or_map: Any, state_dict: Mapping[str, Any], *, strict: bool = True
 ) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import _core
-from .refit_map import REFIT_MAP_KEY, RefitMap, _as_array
+from .refit_map import REFIT_MAP_KEY, RefitMap, _as_array, _engine_entries
 
 
 @dataclass
@@ -66,7 +66,10 @@ class Session(_core._Session):
         self.refit_map = None
         text = self.metadata.get(REFIT_MAP_KEY)
         if text is not None:
-            self.refit_map = RefitMap.from_json(text)
+            self.refit_map = m = RefitMap.from_json(text)
+            # The engine applies the map itself: a refit from a state_dict is one call.
+            self._set_refit_map({k: (v["shape"], v["dtype"]) for k, v in m.keys.items()},
+                                m.aliases, m.ignorable, _engine_entries(m))
 
     def profile(self, feeds: Mapping[str, Any], *, runs: int = 10) -> list[dict]:
         """Per-node timings, like ``trtexec --dumpProfile``.
@@ -96,18 +99,19 @@ class Session(_core._Session):
         (a dict or a callable returning the engine name or None to skip). A model
         exported with ``kaiwu_infer.torch.export`` also takes a torch ``state_dict()``
         directly: its refit map repacks LSTM/GRU gates, transposes and tied weights.
+
+        numpy arrays and torch tensors are read in place (CUDA tensors on this session's
+        GPU are copied device to device). The new values go into weight storage no run
+        holds (``weight_memory`` stays put once two versions exist); weights derived from
+        them (folded BatchNorm, transposed or repacked matrices) are recomputed, and the
+        new version is published at once: runs in flight finish on the old one.
         """
+        if name_map is None:
+            # Names, arrays and the refit map are all read by the engine, in place.
+            updated, ignored, version = self._refit(weights, strict, check_finite)
+            return RefitReport(updated, ignored, version)
         if not isinstance(weights, Mapping):
             raise _core.RefitError("weights must be a mapping of names to arrays")
-        m = self.refit_map
-        if m is not None and name_map is None and m.looks_like_state_dict(
-            weights.keys(), self._weight_names
-        ):
-            # Strictness is checked on the state_dict keys; the map produces every
-            # initializer it covers, so the engine call itself is non-strict.
-            arrays, ignored = m.apply(weights, strict=strict)
-            updated, ign, version = self._refit(arrays, False, check_finite)
-            return RefitReport(list(updated), list(ignored) + list(ign), version)
         arrays: dict[str, np.ndarray] = {}
         skipped: list[str] = []
         for name, value in weights.items():

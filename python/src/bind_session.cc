@@ -1,5 +1,6 @@
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -83,6 +84,8 @@ class PySession {
       input_index_[session_->inputs()[i].name] = static_cast<int>(i);
     for (size_t i = 0; i < session_->outputs().size(); ++i)
       output_index_[session_->outputs()[i].name] = static_cast<int>(i);
+    const std::string dev = session_->device();
+    if (session_->on_device() && dev.rfind("cuda:", 0) == 0) device_ordinal_ = std::atoi(dev.c_str() + 5);
   }
 
   std::vector<PyIOInfo> inputs() const {
@@ -214,25 +217,64 @@ class PySession {
     return d;
   }
 
-  py::tuple Refit(py::dict weights, bool strict, bool check_finite) {
-    std::map<std::string, TensorView> views;
-    std::vector<py::array> keep;
-    keep.reserve(weights.size());
-    for (auto item : weights) {
-      std::string name = py::str(item.first);
-      keep.emplace_back();
-      try {
-        views[name] = ArrayView(item.second, "weight '" + name + "'", &keep.back());
-      } catch (py::error_already_set& e) {
-        ThrowPython(StatusCode::kRefit, std::string("refit refused, weights unchanged: ") + e.what());
-      }
-    }
+  // Reads the weights in place (numpy arrays, torch tensors on the host or this
+  // session's GPU) and refits with the GIL released: no per-weight Python work.
+  py::tuple Refit(py::handle weights, bool strict, bool check_finite) {
+    struct Scratch {
+      std::vector<RefitSource> sources;
+      std::vector<py::object> keep;
+    };
+    thread_local Scratch scratch;  // keeps its capacity: a steady refit allocates little
+    struct Clear {
+      Scratch& s;
+      ~Clear() { s.keep.clear(); }  // with the GIL held
+    } clear{scratch};
+    ReadRefitSources(weights, device_ordinal_, &scratch.sources, &scratch.keep);
     Session::RefitReport report;
     {
       py::gil_scoped_release release;
-      report = session_->Refit(views, strict, check_finite);
+      report = session_->Refit(scratch.sources, RefitOptions{strict, check_finite});
     }
     return py::make_tuple(report.updated, report.ignored, report.version);
+  }
+
+  // The refit map, as parsed by kaiwu_infer.refit_map: keys {name: (shape, dtype)},
+  // aliases {tied: key}, ignorable [name], entries [(weight, op, keys, perm, runs, index)].
+  void SetRefitMap(py::dict keys, py::dict aliases, py::list ignorable, py::list entries) {
+    RefitMapSpec spec;
+    for (auto item : keys) {
+      py::tuple t = py::reinterpret_borrow<py::tuple>(item.second);
+      RefitMapSpec::Key k;
+      k.name = py::str(item.first);
+      k.shape = t[0].cast<std::vector<int64_t>>();
+      k.dtype = FromNumpyDType(py::dtype::from_args(t[1]));
+      spec.keys.push_back(std::move(k));
+    }
+    for (auto item : aliases)
+      spec.aliases.emplace_back(py::str(item.first), py::str(item.second));
+    for (auto n : ignorable) spec.ignorable.push_back(py::str(n));
+    for (auto e : entries) {
+      py::tuple t = py::reinterpret_borrow<py::tuple>(e);
+      RefitMapSpec::Entry entry;
+      entry.weight = py::str(t[0]);
+      const std::string op = py::str(t[1]);
+      using Op = RefitMapSpec::Entry::Op;
+      entry.op = op == "transpose" ? Op::kTranspose : op == "runs" ? Op::kRuns
+               : op == "gather" ? Op::kGather : Op::kCopy;
+      entry.keys = t[2].cast<std::vector<std::string>>();
+      entry.perm = t[3].cast<std::vector<int64_t>>();
+      for (auto r : t[4]) {
+        py::tuple rt = py::reinterpret_borrow<py::tuple>(r);
+        entry.runs.push_back({py::str(rt[0]), rt[1].cast<int64_t>(), rt[2].cast<int64_t>()});
+      }
+      if (!t[5].is_none()) {
+        auto index = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(t[5]);
+        entry.index.assign(index.data(), index.data() + index.size());
+      }
+      spec.entries.push_back(std::move(entry));
+    }
+    py::gil_scoped_release release;
+    session_->SetRefitMap(spec);
   }
 
   py::list Profile(py::dict feeds, int runs) {
@@ -276,6 +318,7 @@ class PySession {
  private:
   std::unique_ptr<Session> session_;
   std::map<std::string, int> input_index_, output_index_;
+  int device_ordinal_ = -1;  // the CUDA device of a GPU session
 };
 
 }  // namespace
@@ -319,6 +362,20 @@ void BindSession(py::module_& m) {
       .def("get_weights", &PySession::GetWeights, py::arg("names") = py::none())
       .def("_refit", &PySession::Refit, py::arg("weights"), py::arg("strict"),
            py::arg("check_finite"))
+      .def("_set_refit_map", &PySession::SetRefitMap, py::arg("keys"), py::arg("aliases"),
+           py::arg("ignorable"), py::arg("entries"))
+      .def_property_readonly("weight_memory",
+                             [](PySession& s) {
+                               WeightMemoryStats m = s.session().weight_memory();
+                               py::dict d;
+                               d["host_buffers"] = m.host_buffers;
+                               d["host_bytes"] = m.host_bytes;
+                               d["device_buffers"] = m.device_buffers;
+                               d["device_bytes"] = m.device_bytes;
+                               return d;
+                             },
+                             "Weight storage allocated so far (buffers and bytes, host and "
+                             "device); unchanged by a steady-state refit.")
       .def("describe", [](PySession& s) { return s.session().Describe(); })
       .def_property_readonly("metadata", [](PySession& s) { return s.session().metadata(); })
       .def("_profile", &PySession::Profile, py::arg("feeds"), py::arg("runs"));

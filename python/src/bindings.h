@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -36,6 +37,12 @@ DType FromNumpyDType(const py::dtype& d);
 /// Problems raise the exception class of `code`, naming `what`.
 TensorView ArrayView(const py::handle& obj, const std::string& what, py::array* keep,
                      StatusCode code = StatusCode::kInput, bool writable = false);
+/// Reads a refit's weights (a dict or Mapping of names to numpy arrays, torch
+/// tensors or array-likes) in place into `sources`; `keep` holds what must stay
+/// alive while they are read. CUDA tensors on device `device_ordinal` (-1: none)
+/// stay there; others are read through the host. Raises RefitError.
+void ReadRefitSources(const py::handle& weights, int device_ordinal,
+                      std::vector<RefitSource>* sources, std::vector<py::object>* keep);
 /// A numpy array over engine memory, kept alive by `owner` (no copy).
 py::array WrapOwned(const TensorView& v, const std::shared_ptr<void>& owner);
 

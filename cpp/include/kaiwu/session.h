@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kaiwu/status.h"
@@ -35,6 +37,57 @@ struct WeightInfo {
   std::string name;
   DType dtype;
   Shape shape;
+};
+
+/// A weight given to a refit: by one of the model's weight names (ONNX
+/// initializer names) or, once a refit map is set, by a key of that map (a
+/// torch state_dict key). Read in place during the refit, never kept.
+struct RefitSource {
+  std::string_view name;
+  TensorView view;  ///< C-contiguous
+  int device = -1;  ///< -1: host memory; N: memory of CUDA device N
+};
+
+struct RefitOptions {
+  bool strict = true;         ///< every weight (or map key) given, no unknown name
+  bool check_finite = false;  ///< refuse NaN and Inf (checked while copying)
+};
+
+/// How a training framework's parameters become the model's weights: the
+/// "kaiwu.refit_map" that kaiwu_infer.torch.export writes (parsed by Python).
+struct RefitMapSpec {
+  struct Key {
+    std::string name;
+    DType dtype = DType::kUndefined;
+    Shape shape;
+  };
+  /// One weight, from keys: kCopy (same elements, any shape), kTranspose
+  /// (keys[0].transpose(perm)), kRuns (concatenated runs [key, start, length]
+  /// of flattened keys), kGather (elements `index` of the flattened keys, concatenated).
+  struct Entry {
+    enum class Op { kCopy, kTranspose, kRuns, kGather };
+    std::string weight;
+    Op op = Op::kCopy;
+    std::vector<std::string> keys;  ///< kCopy, kTranspose, kGather
+    std::vector<int64_t> perm;      ///< kTranspose
+    struct Run {
+      std::string key;
+      int64_t start = 0, length = 0;
+    };
+    std::vector<Run> runs;        ///< kRuns
+    std::vector<int64_t> index;   ///< kGather
+  };
+  std::vector<Key> keys;
+  std::vector<std::pair<std::string, std::string>> aliases;  ///< tied key -> key read
+  std::vector<std::string> ignorable;  ///< keys that feed no weight (integer buffers)
+  std::vector<Entry> entries;
+};
+
+/// Memory the session's weight versions have allocated so far (never
+/// decreases): once two versions exist, a refit leaves it unchanged.
+struct WeightMemoryStats {
+  uint64_t host_buffers = 0, host_bytes = 0;
+  uint64_t device_buffers = 0, device_bytes = 0;
 };
 
 /// One immutable version of every weight (opaque). Runs pin the version they
@@ -93,6 +146,18 @@ class Session {
   /// name. check_finite: refuse NaN/Inf. Throws kRefit and changes nothing on failure.
   RefitReport Refit(const std::map<std::string, TensorView>& weights, bool strict,
                     bool check_finite);
+  /// The same for weights named by model weight names or, with a refit map, by
+  /// its keys (the names decide: all keys, or more keys than weight names).
+  /// The new values are written into storage no run holds (no allocation once
+  /// two versions exist), derived weights downstream are recomputed, and the
+  /// version is published with one pointer swap; runs in flight keep the old one.
+  RefitReport Refit(const std::vector<RefitSource>& weights, const RefitOptions& options);
+
+  /// Installs the map from framework parameter names to weights. Throws kRefit
+  /// when it names weights the model does not have or shapes that disagree.
+  void SetRefitMap(const RefitMapSpec& map);
+  bool has_refit_map() const;
+  WeightMemoryStats weight_memory() const;
 
   /// Builds a weight version from `base` (default: the current one) with the
   /// given weights replaced and derived weights recomputed, without publishing
@@ -100,6 +165,10 @@ class Session {
   /// Validation as in Refit; `report` (optional) receives what was used.
   std::shared_ptr<const WeightSet> BuildWeights(const std::map<std::string, TensorView>& weights,
                                                 bool strict, bool check_finite,
+                                                RefitReport* report = nullptr,
+                                                const WeightSet* base = nullptr) const;
+  std::shared_ptr<const WeightSet> BuildWeights(const std::vector<RefitSource>& weights,
+                                                const RefitOptions& options,
                                                 RefitReport* report = nullptr,
                                                 const WeightSet* base = nullptr) const;
   /// The version runs use by default.

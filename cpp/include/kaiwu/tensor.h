@@ -64,6 +64,10 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(DType dtype, Shape shape);  // uninitialised storage
+  /// Over storage allocated elsewhere (page-locked memory, a pool), at least
+  /// bytes() long and 64-byte aligned; the tensor keeps it alive.
+  Tensor(DType dtype, Shape shape, std::shared_ptr<void> storage)
+      : dtype_(dtype), shape_(std::move(shape)), data_(std::move(storage)) {}
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

@@ -15,6 +15,20 @@
 
 namespace kaiwu {
 
+/// rows x cols elements copied within device memory to `dst` (contiguous) from
+/// `src` at element src_offset + r * row_stride + c * col_stride: one piece of
+/// a refit's device-side writes (CopyBlock with its pointers bound).
+struct DeviceCopyJob {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int64_t src_offset = 0, rows = 1, cols = 0, row_stride = 0, col_stride = 1;
+  int elem_size = 4;
+  /// Look for NaN/Inf while copying: the float dtype's size (2, 4, 8), or 0.
+  int check = 0;
+  /// Reported back with a non-finite element (Stream::TakeCopyFault).
+  int tag = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -28,6 +42,13 @@ class DeviceBackend {
   virtual std::shared_ptr<void> Alloc(size_t bytes) const = 0;
   /// A device copy of host memory (synchronous).
   virtual std::shared_ptr<void> Upload(const void* host, size_t bytes) const = 0;
+  /// Copies device memory to host memory (synchronous).
+  virtual void Download(void* host, const void* device, size_t bytes) const = 0;
+  /// Page-locked host memory, freed when the last holder lets go: copies
+  /// between it and the device run asynchronously at full bus speed.
+  virtual std::shared_ptr<void> AllocHost(size_t bytes) const = 0;
+  /// N of "cuda:N".
+  virtual int ordinal() const = 0;
 
   /// One run at a time: a stream, staging buffers in page-locked host memory
   /// and the kernels' DeviceContext. A plan keeps one per concurrent run.
@@ -60,6 +81,18 @@ class DeviceBackend {
     /// the recording failed): recording is then off for this stream, and the
     /// caller launches directly.
     virtual bool EndRecord(const std::vector<const void*>& key, bool ok) = 0;
+
+    // Weight refits: copies queued in order with the launches, no staging.
+    /// Queues a copy from page-locked host memory (AllocHost).
+    virtual void CopyInPinned(void* device_dst, const void* pinned, size_t bytes) = 0;
+    /// Queues a copy into page-locked host memory, written when Finish returns.
+    virtual void CopyOutPinned(void* pinned, const void* device_src, size_t bytes) = 0;
+    /// Queues element copies within device memory, all of them in one launch.
+    virtual void CopyElements(const std::vector<DeviceCopyJob>& jobs) = 0;
+    /// After Finish: whether a job with `check` met NaN or Inf since the last
+    /// call, and then the first such (by tag, then index) as its tag and the
+    /// element's index in the job's source.
+    virtual bool TakeCopyFault(int* tag, int64_t* index) = 0;
   };
   /// Staging capacity: the sum of StagingBytes() over the CopyIn / CopyOut
   /// calls of one run. `needs`: DeviceNeed bits (backends/kernel.h) of the

@@ -12,6 +12,7 @@
 #include "onnx/loader.h"
 #include "passes/pass_manager.h"
 #include "plan/execution_plan.h"
+#include "runtime/weight_builder.h"
 #include "runtime/weight_set.h"
 
 namespace kaiwu {
@@ -94,6 +95,7 @@ struct Session::Impl {
   PassStats pass_stats;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<StaticProgram> statics;
+  std::unique_ptr<WeightBuilder> builder;
   std::vector<bool> is_static, depends_on_weight;
   std::vector<int> runtime_nodes;
   std::vector<IOInfo> inputs, outputs;
@@ -263,7 +265,7 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   ws->values.resize(g.values.size());
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].data) ws->values[v] = g.values[v].data;
-  impl->statics->Evaluate(g, ws.get(), nullptr, impl->pool.get());
+  impl->statics->Load(g, ws.get(), impl->pool.get());
   if (impl->device) {
     // Every op that runs per step needs a device kernel; ops the op layer
     // evaluates (Shape, Size, ConstantOfShape, Range) are computed at plan time on the host.
@@ -283,6 +285,8 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
     }
     UploadWeights(*impl->device, ws.get(), nullptr);
   }
+  impl->builder = std::make_unique<WeightBuilder>(g, *impl->statics, impl->weight_ids,
+                                                  impl->pool.get(), impl->device);
   impl->weights = ws;
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -401,11 +405,17 @@ std::map<std::string, Tensor> Session::GetWeights(const std::vector<std::string>
   std::vector<std::string> wanted = names;
   if (wanted.empty())
     for (const auto& kv : by_name) wanted.push_back(kv.first);
-  std::map<std::string, Tensor> out;
+  std::vector<int> ids;
   for (const std::string& n : wanted) {
     auto it = by_name.find(n);
     if (it == by_name.end()) Fail(StatusCode::kRefit, "unknown weight '", n, "'");
-    const Tensor& src = *ws->values[it->second];
+    ids.push_back(it->second);
+  }
+  impl_->builder->EnsureHost(*ws, ids);
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const std::string& n = wanted[i];
+    const Tensor& src = *ws->values[ids[i]];
     Tensor copy(src.dtype(), src.shape());
     std::memcpy(copy.data(), src.data(), src.bytes());
     out.emplace(n, std::move(copy));
@@ -415,89 +425,59 @@ std::map<std::string, Tensor> Session::GetWeights(const std::vector<std::string>
 
 std::shared_ptr<const WeightSet> Session::CurrentWeights() const { return impl_->Snapshot(); }
 
+namespace {
+
+std::vector<RefitSource> Sources(const std::map<std::string, TensorView>& weights) {
+  std::vector<RefitSource> out;
+  out.reserve(weights.size());
+  for (const auto& [name, view] : weights) out.push_back(RefitSource{name, view, -1});
+  return out;
+}
+
+}  // namespace
+
 std::shared_ptr<const WeightSet> Session::BuildWeights(
     const std::map<std::string, TensorView>& weights, bool strict, bool check_finite,
-    RefitReport* report_out, const WeightSet* base) const {
+    RefitReport* report, const WeightSet* base) const {
+  return BuildWeights(Sources(weights), RefitOptions{strict, check_finite}, report, base);
+}
+
+std::shared_ptr<const WeightSet> Session::BuildWeights(const std::vector<RefitSource>& weights,
+                                                       const RefitOptions& options,
+                                                       RefitReport* report,
+                                                       const WeightSet* base) const {
   std::shared_ptr<const WeightSet> holder;
   if (!base) {
     holder = impl_->Snapshot();
     base = holder.get();
   }
-  const Graph& g = impl_->graph;
-  std::map<std::string, int> by_name;
-  for (int v : impl_->weight_ids) by_name[g.values[v].name] = v;
-
-  RefitReport report;
-  std::vector<std::string> problems;
-  std::vector<std::pair<int, const TensorView*>> updates;
-  for (const auto& [name, view] : weights) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      if (strict) problems.push_back("'" + name + "' is not a weight of this model");
-      else report.ignored.push_back(name);
-      continue;
-    }
-    const Tensor& old = *base->values[it->second];
-    if (view.dtype != old.dtype()) {
-      problems.push_back("'" + name + "' has dtype " + DTypeName(view.dtype) + ", expected " +
-                         DTypeName(old.dtype()));
-      continue;
-    }
-    if (view.shape != old.shape()) {
-      problems.push_back("'" + name + "' has shape " + ShapeToString(view.shape) + ", expected " +
-                         ShapeToString(old.shape()));
-      continue;
-    }
-    if (check_finite && view.dtype == DType::kFloat32) {
-      const float* p = view.As<const float>();
-      for (int64_t i = 0; i < view.size(); ++i)
-        if (!std::isfinite(p[i])) {
-          problems.push_back("'" + name + "' holds a non-finite value at flat index " +
-                             std::to_string(i));
-          break;
-        }
-    }
-    updates.emplace_back(it->second, &view);
-  }
-  if (strict) {
-    for (const auto& [name, id] : by_name)
-      if (!weights.count(name)) problems.push_back("'" + name + "' is missing (strict=True)");
-  }
-  if (!problems.empty()) {
-    std::ostringstream os;
-    os << "refit refused, weights unchanged (version " << base->version << "):";
-    for (const auto& p : problems) os << "\n  " << p;
-    throw Error(StatusCode::kRefit, os.str());
-  }
-
-  auto next = std::make_shared<WeightSet>();
-  next->values = base->values;
-  for (const auto& [id, view] : updates) {
-    auto t = std::make_shared<Tensor>(view->dtype, view->shape);
-    std::memcpy(t->data(), view->data, t->bytes());
-    next->values[id] = t;
-    report.updated.push_back(g.values[id].name);
-  }
-  static_cast<const StaticProgram&>(*impl_->statics).Evaluate(g, next.get(), base,
-                                                              impl_->pool.get());
-  if (impl_->device) UploadWeights(*impl_->device, next.get(), base);
-  next->version = base->version + 1;
-  report.version = next->version;
-  if (report_out) *report_out = std::move(report);
-  return next;
+  return impl_->builder->Build(weights, options, report, *base);
 }
 
 Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& weights, bool strict,
                                     bool check_finite) {
+  return Refit(Sources(weights), RefitOptions{strict, check_finite});
+}
+
+Session::RefitReport Session::Refit(const std::vector<RefitSource>& weights,
+                                    const RefitOptions& options) {
   // Refits are serialized so that versions rise by one and none is lost.
   std::lock_guard<std::mutex> refit_lock(impl_->refit_mu);
   RefitReport report;
   auto current = impl_->Snapshot();
-  auto next = BuildWeights(weights, strict, check_finite, &report, current.get());
-  std::lock_guard<std::mutex> lock(impl_->weights_mu);
-  impl_->weights = std::move(next);
+  std::shared_ptr<const WeightSet> next = impl_->builder->Build(weights, options, &report, *current);
+  {
+    std::lock_guard<std::mutex> lock(impl_->weights_mu);
+    impl_->weights.swap(next);
+  }
+  current.reset();
+  next.reset();  // the old version, freed here unless a run holds it (outside weights_mu)
   return report;
 }
+
+void Session::SetRefitMap(const RefitMapSpec& map) { impl_->builder->SetMap(map); }
+bool Session::has_refit_map() const { return impl_->builder->has_map(); }
+WeightMemoryStats Session::weight_memory() const { return impl_->builder->memory(); }
 
 std::string Session::Describe() const {
   std::ostringstream os;

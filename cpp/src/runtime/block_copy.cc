@@ -1,0 +1,172 @@
+#include "runtime/block_copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kaiwu/status.h"
+
+namespace kaiwu {
+
+std::vector<CopyBlock> CompressElementMap(const int32_t* src, const int64_t* index, int64_t n) {
+  auto source = [src](int64_t i) { return src ? src[i] : 0; };
+  std::vector<CopyBlock> blocks;
+  int64_t p = 0;
+  while (p < n) {
+    CopyBlock b;
+    b.src = source(p);
+    b.src_offset = index[p];
+    b.dst_offset = p;
+    auto at = [&](int64_t q, int64_t want) { return source(q) == b.src && index[q] == want; };
+    // One row: a run with a constant stride.
+    b.col_stride = (p + 1 < n && source(p + 1) == b.src) ? index[p + 1] - index[p] : 1;
+    b.cols = 1;
+    while (p + b.cols < n && at(p + b.cols, b.src_offset + b.cols * b.col_stride)) ++b.cols;
+    if (b.cols == 1) b.col_stride = 1;
+    // Repetitions of that row with a constant offset between them.
+    const int64_t next = p + b.cols;
+    if (next < n && source(next) == b.src) {
+      b.row_stride = index[next] - b.src_offset;
+      for (int64_t r = 1;; ++r) {
+        const int64_t start = p + r * b.cols;
+        if (start + b.cols > n) break;
+        bool same = true;
+        for (int64_t k = 0; k < b.cols && same; ++k)
+          same = at(start + k, b.src_offset + r * b.row_stride + k * b.col_stride);
+        if (!same) break;
+        b.rows = r + 1;
+      }
+    }
+    if (b.rows == 1) b.row_stride = b.cols * b.col_stride;
+    blocks.push_back(b);
+    p += b.size();
+  }
+  return blocks;
+}
+
+std::vector<int64_t> TransposeIndex(const Shape& in_shape, const std::vector<int64_t>& perm) {
+  const size_t rank = in_shape.size();
+  if (perm.size() != rank) Fail(StatusCode::kRefit, "transpose: perm has ", perm.size(),
+                                " axes for a tensor of rank ", rank);
+  const std::vector<int64_t> in_strides = Strides(in_shape);
+  Shape out_shape(rank);
+  std::vector<int64_t> stride(rank);  // input stride of each output axis
+  for (size_t a = 0; a < rank; ++a) {
+    if (perm[a] < 0 || perm[a] >= static_cast<int64_t>(rank))
+      Fail(StatusCode::kRefit, "transpose: bad perm axis ", perm[a]);
+    out_shape[a] = in_shape[perm[a]];
+    stride[a] = in_strides[perm[a]];
+  }
+  const int64_t n = NumElements(in_shape);
+  std::vector<int64_t> index(static_cast<size_t>(n));
+  std::vector<int64_t> pos(rank, 0);
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    index[i] = at;
+    for (int a = static_cast<int>(rank) - 1; a >= 0; --a) {
+      if (++pos[a] < out_shape[a]) {
+        at += stride[a];
+        break;
+      }
+      at -= (out_shape[a] - 1) * stride[a];
+      pos[a] = 0;
+    }
+  }
+  return index;
+}
+
+namespace {
+
+// Bits of the exponent of a float dtype: all ones means NaN or Inf.
+template <typename U> U ExponentMask(DType t) {
+  switch (t) {
+    case DType::kFloat16: return static_cast<U>(0x7c00u);
+    case DType::kFloat32: return static_cast<U>(0x7f800000u);
+    case DType::kFloat64: return static_cast<U>(0x7ff0000000000000ull);
+    default: return 0;
+  }
+}
+
+template <typename U> int64_t FirstNonFinite(const U* p, int64_t n, U mask) {
+  unsigned bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= (p[i] & mask) == mask;
+  if (!bad) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if ((p[i] & mask) == mask) return i;
+  return -1;
+}
+
+// Elements copied between checks: the checked chunk is still in L1.
+constexpr int64_t kChunk = 4096;
+
+template <typename U>
+bool CopyTyped(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst_base,
+               U mask, CopyFault* fault) {
+  U* dst = static_cast<U*>(dst_base);
+  for (const CopyBlock& b : blocks) {
+    const U* src = static_cast<const U*>(srcs[b.src]) + b.src_offset;
+    U* out = dst + b.dst_offset;
+    auto fail = [&](int64_t r, int64_t c) {
+      fault->src = b.src;
+      fault->index = b.src_offset + r * b.row_stride + c * b.col_stride;
+      return false;
+    };
+    if (b.col_stride == 1) {
+      // Contiguous runs: whole rows at once when the rows follow each other.
+      const bool merged = b.row_stride == b.cols;
+      const int64_t rows = merged ? 1 : b.rows, cols = merged ? b.size() : b.cols;
+      for (int64_t r = 0; r < rows; ++r) {
+        const U* s = src + r * b.row_stride;
+        U* d = out + r * cols;
+        for (int64_t c = 0; c < cols; c += kChunk) {
+          const int64_t len = std::min(kChunk, cols - c);
+          std::memcpy(d + c, s + c, static_cast<size_t>(len) * sizeof(U));
+          if (mask) {
+            const int64_t i = FirstNonFinite(d + c, len, mask);
+            if (i >= 0) return merged ? fail(0, c + i) : fail(r, c + i);
+          }
+        }
+      }
+      continue;
+    }
+    // Strided rows (a transpose): tiles, so that reads and writes both stay in cache.
+    constexpr int64_t kTile = 32;
+    for (int64_t r0 = 0; r0 < b.rows; r0 += kTile) {
+      const int64_t r1 = std::min(b.rows, r0 + kTile);
+      for (int64_t c0 = 0; c0 < b.cols; c0 += kTile) {
+        const int64_t c1 = std::min(b.cols, c0 + kTile);
+        for (int64_t r = r0; r < r1; ++r) {
+          const U* s = src + r * b.row_stride;
+          U* d = out + r * b.cols;
+          for (int64_t c = c0; c < c1; ++c) d[c] = s[c * b.col_stride];
+          if (mask) {
+            const int64_t i = FirstNonFinite(d + c0, c1 - c0, mask);
+            if (i >= 0) return fail(r, c0 + i);
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
+                DType dtype, bool check_finite, CopyFault* fault) {
+  const bool check = check_finite && IsFloat(dtype);
+  switch (DTypeSize(dtype)) {
+    case 1: return CopyTyped<uint8_t>(blocks, srcs, dst, 0, fault);
+    case 2: return CopyTyped<uint16_t>(blocks, srcs, dst, check ? ExponentMask<uint16_t>(dtype) : 0, fault);
+    case 4: return CopyTyped<uint32_t>(blocks, srcs, dst, check ? ExponentMask<uint32_t>(dtype) : 0, fault);
+    case 8: return CopyTyped<uint64_t>(blocks, srcs, dst, check ? ExponentMask<uint64_t>(dtype) : 0, fault);
+    default: Fail(StatusCode::kInternal, "CopyBlocks: no copy for dtype ", DTypeName(dtype));
+  }
+}
+
+bool AllRowsContiguous(const std::vector<CopyBlock>& blocks) {
+  for (const CopyBlock& b : blocks)
+    if (b.col_stride != 1 && b.cols > 1) return false;
+  return true;
+}
+
+}  // namespace kaiwu

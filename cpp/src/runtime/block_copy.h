@@ -1,0 +1,54 @@
+// Copies between flat arrays described as 2-D blocks: the one form every
+// refit write takes (a weight copied from the caller's array, LSTM/GRU gates
+// repacked, a matrix transposed, runs gathered from several tensors), applied
+// in one pass with the finite check fused in.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kaiwu/tensor.h"
+
+namespace kaiwu {
+
+/// rows x cols destination elements, contiguous from dst_offset, read from
+/// source `src` at src_offset + r * row_stride + c * col_stride (elements).
+struct CopyBlock {
+  int32_t src = 0;
+  int64_t src_offset = 0;
+  int64_t rows = 1, cols = 0;
+  int64_t row_stride = 0, col_stride = 1;
+  int64_t dst_offset = 0;
+
+  int64_t size() const { return rows * cols; }
+  bool operator==(const CopyBlock& o) const {
+    return src == o.src && src_offset == o.src_offset && rows == o.rows && cols == o.cols &&
+           row_stride == o.row_stride && col_stride == o.col_stride && dst_offset == o.dst_offset;
+  }
+};
+
+/// Blocks for an element map: destination element i is element index[i] of
+/// source src[i] (src may be null: every element from source 0). Runs, strided
+/// runs and their regular repetitions each become one block.
+std::vector<CopyBlock> CompressElementMap(const int32_t* src, const int64_t* index, int64_t n);
+
+/// The element map of a transpose: out = in.transpose(perm), row-major.
+std::vector<int64_t> TransposeIndex(const Shape& in_shape, const std::vector<int64_t>& perm);
+
+/// Where a copy met a non-finite value: source and flat element index in it.
+struct CopyFault {
+  int32_t src = -1;
+  int64_t index = -1;
+};
+
+/// Copies `blocks` from `srcs` (one base pointer per source index) into `dst`,
+/// elements of `dtype`. With `check_finite` (float dtypes), stops at the first
+/// NaN or Inf it reads and returns false with `fault` naming it.
+bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
+                DType dtype, bool check_finite, CopyFault* fault);
+
+/// True when every block reads contiguous runs (col_stride 1): what a device
+/// copy engine does without a kernel.
+bool AllRowsContiguous(const std::vector<CopyBlock>& blocks);
+
+}  // namespace kaiwu

@@ -1,0 +1,92 @@
+// Builds weight versions: resolves what a refit is given (weight names, or a
+// refit map's keys), validates it, copies it into pooled storage in one pass
+// (the finite check fused in), recomputes the derived values downstream and,
+// on a device, brings the version's device copies up to date.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/device.h"
+#include "kaiwu/session.h"
+#include "runtime/refit_map.h"
+#include "runtime/weight_set.h"
+
+namespace kaiwu {
+
+class ThreadPool;
+class WeightPool;
+
+class WeightBuilder {
+ public:
+  /// `graph`, `statics` and `threads` outlive the builder. `device`: null on the CPU.
+  WeightBuilder(const Graph& graph, const StaticProgram& statics, const std::vector<int>& weight_ids,
+                ThreadPool* threads, const DeviceBackend* device);
+  ~WeightBuilder();
+
+  void SetMap(const RefitMapSpec& spec);
+  bool has_map() const;
+
+  /// A new version: `base` with the given weights replaced and everything
+  /// derived from them recomputed. Throws kRefit naming every problem (then
+  /// nothing changed). Thread-safe (builds run one at a time).
+  std::shared_ptr<const WeightSet> Build(const std::vector<RefitSource>& given,
+                                         const RefitOptions& options, Session::RefitReport* report,
+                                         const WeightSet& base);
+
+  /// Device sessions: makes the host copies of `values` in `ws` current (a
+  /// refit from device memory leaves them on the device only).
+  void EnsureHost(const WeightSet& ws, const std::vector<int>& values) const;
+
+  WeightMemoryStats memory() const;
+
+ private:
+  struct Write {
+    int value;
+    const std::vector<CopyBlock>* blocks;
+    size_t first_src, num_src;  // into srcs_ / src_names_
+    bool on_device;             // sources in device memory
+  };
+  bool UsesKeys(const std::vector<RefitSource>& given);
+  void ResolveWeights(const std::vector<RefitSource>& given, const RefitOptions& options,
+                      Session::RefitReport* report, std::vector<std::string>* problems);
+  void ResolveKeys(const std::vector<RefitSource>& given, const RefitOptions& options,
+                   Session::RefitReport* report, std::vector<std::string>* problems);
+  bool Check(const RefitSource& s, DType dtype, const Shape& shape,
+             std::vector<std::string>* problems) const;
+  void AddWrite(int value, const std::vector<CopyBlock>* blocks,
+                const std::vector<const RefitSource*>& sources);
+  std::shared_ptr<WeightSet> Assemble(const WeightSet& base);
+  void RunSteps(WeightSet* next);
+  // weight_builder_device.cc: copies, derived values and uploads of a device session.
+  void BuildOnDevice(WeightSet* next, const RefitOptions& options, std::vector<std::string>* problems);
+
+  const Graph& graph_;
+  const StaticProgram& statics_;
+  ThreadPool* threads_;
+  const DeviceBackend* device_;
+  std::shared_ptr<WeightPool> pool_;
+  std::unique_ptr<RefitMap> map_;
+  std::unique_ptr<DeviceBackend::Stream> stream_;  // refit copies, beside the runs' streams
+  std::unordered_map<std::string_view, int> weight_by_name_;  // value id
+  std::vector<std::vector<CopyBlock>> whole_;                 // by value id: one block, all of it
+
+  // Scratch of one build, kept between builds so that a refit allocates nothing.
+  std::mutex mu_;
+  std::vector<Write> writes_;
+  std::vector<const void*> srcs_;
+  std::vector<std::string_view> src_names_;
+  std::vector<const RefitSource*> entry_srcs_;
+  std::vector<RefitMap::Kind> kinds_;
+  std::vector<int> key_of_, key_src_;
+  std::vector<char> direct_, named_, given_weight_, changed_, dirty_;
+  std::vector<const void*> step_srcs_;
+  std::vector<void*> step_outs_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace kaiwu

@@ -1,0 +1,81 @@
+#include "runtime/weight_pool.h"
+
+#include "backends/device.h"
+
+namespace kaiwu {
+
+namespace {
+constexpr size_t kKeepFree = 2;  // free buffers a value keeps (a server may drop many versions)
+}
+
+WeightPool::WeightPool(size_t num_values, const DeviceBackend* device)
+    : device_(device), slots_(num_values) {}
+
+WeightPool::~WeightPool() = default;
+
+WeightBuffer* WeightPool::Acquire(int value, DType dtype, const Shape& shape) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& b : slots_[value]) {
+      if (b->holders == 0) {
+        b->holders = 1;
+        return b.get();
+      }
+    }
+  }
+  // Allocate outside the lock: page-locked and device memory are slow to get.
+  auto b = std::make_unique<WeightBuffer>();
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  if (device_) {
+    b->host = Tensor(dtype, shape, device_->AllocHost(rounded ? rounded : 64));
+    b->device = device_->Alloc(rounded);
+  } else {
+    b->host = Tensor(dtype, shape);
+  }
+  b->holders = 1;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.host_buffers += 1;
+  stats_.host_bytes += bytes;
+  if (device_) {
+    stats_.device_buffers += 1;
+    stats_.device_bytes += bytes;
+  }
+  slots_[value].push_back(std::move(b));
+  return slots_[value].back().get();
+}
+
+void WeightPool::Hold(const std::vector<WeightBuffer*>& buffers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (WeightBuffer* b : buffers)
+    if (b) ++b->holders;
+}
+
+void WeightPool::Release(const std::vector<WeightBuffer*>& buffers) {
+  std::vector<std::unique_ptr<WeightBuffer>> drop;  // freed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t v = 0; v < buffers.size(); ++v) {
+      WeightBuffer* b = buffers[v];
+      if (!b || --b->holders > 0) continue;
+      auto& slot = slots_[v];
+      size_t free = 0;
+      for (auto& x : slot) free += x->holders == 0;
+      if (free <= kKeepFree) continue;
+      for (auto it = slot.begin(); it != slot.end(); ++it) {
+        if (it->get() == b) {
+          drop.push_back(std::move(*it));
+          slot.erase(it);
+          break;
+        }
+      }
+    }
+  }
+}
+
+WeightMemoryStats WeightPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace kaiwu
