@@ -82,6 +82,7 @@ void WeightBuilder::AddWrite(int value, const std::vector<CopyBlock>* blocks,
   for (const RefitSource* s : sources) {
     srcs_.push_back(s->view.data);
     src_names_.push_back(s->name);
+    src_device_.push_back(s->device >= 0);
     w.on_device = w.on_device || s->device >= 0;
   }
   writes_.push_back(w);
@@ -230,8 +231,15 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
   writes_.clear();
   srcs_.clear();
   src_names_.clear();
+  src_device_.clear();
   if (UsesKeys(given)) ResolveKeys(given, options, &report, &problems);
   else ResolveWeights(given, options, &report, &problems);
+  for (const Write& w : writes_) {
+    for (size_t i = 0; i < w.num_src && w.on_device; ++i)
+      if (!src_device_[w.first_src + i])
+        problems.push_back("'" + graph_.values[w.value].name +
+                           "' comes from tensors in host and in device memory; give them in one place");
+  }
   auto refuse = [&] {
     std::ostringstream os;
     os << "refit refused, weights unchanged (version " << base.version << "):";

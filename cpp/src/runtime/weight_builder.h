@@ -64,6 +64,8 @@ class WeightBuilder {
   void RunSteps(WeightSet* next);
   // weight_builder_device.cc: copies, derived values and uploads of a device session.
   void BuildOnDevice(WeightSet* next, const RefitOptions& options, std::vector<std::string>* problems);
+  void PrepareDevice(const WeightSet& ws);
+  void QueueCopySteps(const WeightSet& next, size_t begin, size_t end);
 
   const Graph& graph_;
   const StaticProgram& statics_;
@@ -71,7 +73,13 @@ class WeightBuilder {
   const DeviceBackend* device_;
   std::shared_ptr<WeightPool> pool_;
   std::unique_ptr<RefitMap> map_;
-  std::unique_ptr<DeviceBackend::Stream> stream_;  // refit copies, beside the runs' streams
+  // Device sessions: a stream beside the runs' streams, and the static program's
+  // kernel steps prepared for the device (null where the device has no kernel).
+  std::unique_ptr<DeviceBackend::Stream> stream_;
+  bool device_prepared_ = false;
+  std::vector<std::unique_ptr<Kernel>> device_kernels_;
+  std::shared_ptr<void> device_scratch_;
+  std::vector<DeviceCopyJob> jobs_;
   std::unordered_map<std::string_view, int> weight_by_name_;  // value id
   std::vector<std::vector<CopyBlock>> whole_;                 // by value id: one block, all of it
 
@@ -80,6 +88,7 @@ class WeightBuilder {
   std::vector<Write> writes_;
   std::vector<const void*> srcs_;
   std::vector<std::string_view> src_names_;
+  std::vector<char> src_device_;  // by source: in device memory
   std::vector<const RefitSource*> entry_srcs_;
   std::vector<RefitMap::Kind> kinds_;
   std::vector<int> key_of_, key_src_;

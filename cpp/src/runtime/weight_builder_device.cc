@@ -1,30 +1,212 @@
-// The device half of WeightBuilder.
+// The device half of WeightBuilder: a refit of a GPU session writes host
+// arrays into page-locked buffers and uploads each one as soon as it is
+// written, copies CUDA tensors device to device (one launch for all), and
+// recomputes derived weights on the device where their kernels exist, all on a
+// stream of its own; the version is published once that stream is done.
+#include <algorithm>
+
+#include "plan/node_plan.h"
 #include "runtime/weight_builder.h"
 #include "runtime/weight_pool.h"
 
 namespace kaiwu {
 
+void WeightBuilder::PrepareDevice(const WeightSet& ws) {
+  if (device_prepared_) return;
+  const auto& steps = statics_.steps();
+  device_kernels_.clear();
+  device_kernels_.resize(steps.size());
+  uint32_t needs = 0;
+  size_t scratch = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StaticProgram::Step& s = steps[i];
+    bool refit = false;
+    for (int out : s.outputs) refit = refit || statics_.from_weight(out);
+    if (s.copy || !refit) continue;  // never recomputed
+    const PrepareContext* host = statics_.prepared(s.node);
+    PrepareContext ctx(host->node);
+    ctx.num_threads = 1;
+    for (size_t k = 0; k < host->inputs.size(); ++k) {
+      TensorInfo t = host->inputs[k];
+      const int in = host->node.inputs[k];
+      // Structural constants are visible to Prepare; weights are not.
+      t.data = in >= 0 && !statics_.from_weight(in) ? ws.pointers[in] : nullptr;
+      ctx.inputs.push_back(t);
+    }
+    try {
+      InferNode(ctx);
+      device_kernels_[i] = PrepareKernel(device_->kernels(), device_->name(), ctx);
+      needs |= ctx.device_needs;
+      scratch = std::max(scratch, ctx.scratch_bytes);
+    } catch (const Error&) {
+      device_kernels_[i] = nullptr;  // computed on the host, then uploaded
+    }
+  }
+  if (scratch) device_scratch_ = device_->Alloc(scratch);
+  stream_ = device_->NewStream(0, 0, needs);
+  device_prepared_ = true;
+}
+
+// Copy steps [begin, end) as one launch: their sources are computed already.
+void WeightBuilder::QueueCopySteps(const WeightSet& next, size_t begin, size_t end) {
+  const auto& steps = statics_.steps();
+  jobs_.clear();
+  for (size_t i = begin; i < end; ++i) {
+    if (!dirty_[i]) continue;
+    const StaticProgram::Step& s = steps[i];
+    const int out = s.outputs[0];
+    const int es = static_cast<int>(DTypeSize(statics_.dtype(out)));
+    char* dst = static_cast<char*>(next.buffers[out]->device.get());
+    for (const CopyBlock& b : s.blocks) {
+      DeviceCopyJob j;
+      j.dst = dst + b.dst_offset * es;
+      j.src = next.device_pointers[s.sources[b.src]];
+      j.src_offset = b.src_offset;
+      j.rows = b.rows;
+      j.cols = b.cols;
+      j.row_stride = b.row_stride;
+      j.col_stride = b.col_stride;
+      j.elem_size = es;
+      jobs_.push_back(j);
+    }
+    next.buffers[out]->host_current = false;
+  }
+  stream_->CopyElements(jobs_);
+}
+
 void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
                                   std::vector<std::string>* problems) {
   device_->MakeCurrent();
-  if (!stream_) stream_ = device_->NewStream(0, 0, 0);
-  for (const Write& w : writes_) {
-    CopyFault fault;
-    if (!CopyBlocks(*w.blocks, srcs_.data() + w.first_src, next->buffers[w.value]->host.data(),
-                    statics_.dtype(w.value), options.check_finite, &fault)) {
-      problems->push_back("'" + std::string(src_names_[w.first_src + fault.src]) +
-                          "' holds a non-finite value at flat index " + std::to_string(fault.index));
-      return;
+  PrepareDevice(*next);
+  DeviceBackend::Stream& stream = *stream_;
+  const auto& steps = statics_.steps();
+  auto describe = [&](int step) {
+    return step >= 0 && step < static_cast<int>(steps.size()) && steps[step].node >= 0
+               ? graph_.nodes[steps[step].node].Describe()
+               : std::string("a weight copy");
+  };
+  // However this ends, nothing queued may still touch the buffers afterwards.
+  struct Drain {
+    DeviceBackend::Stream& s;
+    bool armed = true;
+    ~Drain() {
+      if (!armed) return;
+      try {
+        s.Finish([](int) { return std::string("a weight copy"); });
+      } catch (...) {
+      }
+    }
+  } drain{stream};
+
+  bool device_steps = true, device_writes = false;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (dirty_[i] && !steps[i].copy && !device_kernels_[i]) device_steps = false;
+
+  // 1. The weights given: host arrays into page-locked buffers (each upload
+  // queued as soon as its buffer is written), CUDA tensors device to device.
+  jobs_.clear();
+  for (size_t wi = 0; wi < writes_.size(); ++wi) {
+    const Write& w = writes_[wi];
+    WeightBuffer* b = next->buffers[w.value];
+    const DType dt = statics_.dtype(w.value);
+    if (!w.on_device) {
+      CopyFault fault;
+      if (!CopyBlocks(*w.blocks, srcs_.data() + w.first_src, b->host.data(), dt,
+                      options.check_finite, &fault)) {
+        problems->push_back("'" + std::string(src_names_[w.first_src + fault.src]) +
+                            "' holds a non-finite value at flat index " + std::to_string(fault.index));
+        return;
+      }
+      b->host_current = true;
+      stream.CopyInPinned(b->device.get(), b->host.data(), b->host.bytes());
+      continue;
+    }
+    device_writes = true;
+    b->host_current = false;
+    const int es = static_cast<int>(DTypeSize(dt));
+    for (const CopyBlock& blk : *w.blocks) {
+      DeviceCopyJob j;
+      j.dst = static_cast<char*>(b->device.get()) + blk.dst_offset * es;
+      j.src = srcs_[w.first_src + blk.src];
+      j.src_offset = blk.src_offset;
+      j.rows = blk.rows;
+      j.cols = blk.cols;
+      j.row_stride = blk.row_stride;
+      j.col_stride = blk.col_stride;
+      j.elem_size = es;
+      j.check = options.check_finite && IsFloat(dt) ? es : 0;
+      j.tag = static_cast<int>(w.first_src + blk.src);
+      jobs_.push_back(j);
     }
   }
-  RunSteps(next);
-  for (size_t v = 0; v < changed_.size(); ++v) {
-    WeightBuffer* b = next->buffers[v];
-    if (changed_[v] && b && b->device) stream_->CopyInPinned(b->device.get(), b->host.data(), b->host.bytes());
+  stream.CopyElements(jobs_);
+
+  // 2. Derived weights: on the device, or on the host and uploaded.
+  if (device_steps) {
+    size_t run_start = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const StaticProgram::Step& s = steps[i];
+      if (s.copy) continue;
+      QueueCopySteps(*next, run_start, i);
+      run_start = i + 1;
+      if (!dirty_[i]) continue;
+      const Node& node = graph_.nodes[s.node];
+      step_srcs_.clear();
+      for (int in : node.inputs) step_srcs_.push_back(in >= 0 ? next->device_pointers[in] : nullptr);
+      step_outs_.clear();
+      for (int out : s.outputs) {
+        WeightBuffer* b = out >= 0 ? next->buffers[out] : nullptr;
+        step_outs_.push_back(b ? b->device.get() : nullptr);
+        if (b) b->host_current = false;
+      }
+      stream.SetStep(static_cast<int>(i));
+      device_kernels_[i]->Run(KernelIO{step_srcs_.data(), step_outs_.data(), device_scratch_.get(),
+                                       nullptr, stream.kernel_context()});
+    }
+    QueueCopySteps(*next, run_start, steps.size());
+  } else {
+    if (device_writes) {
+      for (const Write& w : writes_) {
+        WeightBuffer* b = next->buffers[w.value];
+        if (w.on_device) stream.CopyOutPinned(b->host.data(), b->device.get(), b->host.bytes());
+      }
+      stream.Finish(describe);
+      for (const Write& w : writes_) next->buffers[w.value]->host_current = true;
+    }
+    std::vector<int> sources;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (dirty_[i]) sources.insert(sources.end(), steps[i].sources.begin(), steps[i].sources.end());
+    EnsureHost(*next, sources);
+    RunSteps(next);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (!dirty_[i]) continue;
+      for (int out : steps[i].outputs) {
+        WeightBuffer* b = out >= 0 ? next->buffers[out] : nullptr;
+        if (!b) continue;
+        b->host_current = true;
+        stream.CopyInPinned(b->device.get(), b->host.data(), b->host.bytes());
+      }
+    }
   }
-  stream_->Finish([](int) { return std::string("a weight upload"); });
+  drain.armed = false;
+  stream.Finish(describe);
+  int tag = 0;
+  int64_t index = 0;
+  if (options.check_finite && device_writes && stream.TakeCopyFault(&tag, &index))
+    problems->push_back("'" + std::string(src_names_[tag]) + "' holds a non-finite value at flat index " +
+                        std::to_string(index));
 }
 
-void WeightBuilder::EnsureHost(const WeightSet&, const std::vector<int>&) const {}
+void WeightBuilder::EnsureHost(const WeightSet& ws, const std::vector<int>& values) const {
+  if (!device_) return;
+  for (int v : values) {
+    WeightBuffer* b = v >= 0 && static_cast<size_t>(v) < ws.buffers.size() ? ws.buffers[v] : nullptr;
+    if (!b || b->host_current.load(std::memory_order_acquire)) continue;
+    std::lock_guard<std::mutex> lock(b->host_fill_mu);
+    if (b->host_current.load(std::memory_order_acquire)) continue;
+    device_->Download(b->host.data(), b->device.get(), b->host.bytes());
+    b->host_current.store(true, std::memory_order_release);
+  }
+}
 
 }  // namespace kaiwu

@@ -66,6 +66,8 @@ class StaticProgram {
   const std::vector<Step>& steps() const { return steps_; }
   /// Values only the copy steps' chains used: refitted versions leave them out.
   bool dropped(int value) const { return dropped_[value]; }
+  /// Whether a value depends on a weight (a refit may change it).
+  bool from_weight(int value) const { return value >= 0 && from_weight_[value]; }
   /// dtype and shape of every static value (from the load).
   DType dtype(int value) const { return dtypes_[value]; }
   const Shape& shape(int value) const { return shapes_[value]; }

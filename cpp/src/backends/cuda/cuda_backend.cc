@@ -1,5 +1,6 @@
 // The CUDA backend's memory, streams and staging (DeviceBackend for CUDA), and
 // the replay of a plan's launches as CUDA graphs.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -7,6 +8,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/dnn.h"
+#include "backends/cuda/weight_copy.h"
 #include "backends/device.h"
 
 namespace kaiwu {
@@ -52,6 +54,75 @@ class CudaStream final : public DeviceBackend::Stream {
     CheckCuda(cudaMemset(flag_, 0, sizeof(int)), "cudaMemset (error flag)");
     ctx_.error_flag = static_cast<int*>(flag_);
   }
+
+  // Refit copies.
+  void CopyInPinned(void* device_dst, const void* pinned, size_t bytes) override {
+    if (bytes == 0) return;
+    CheckCuda(cudaMemcpyAsync(device_dst, pinned, bytes, cudaMemcpyHostToDevice, ctx_.stream),
+              "copy to device (weights)");
+  }
+
+  void CopyOutPinned(void* pinned, const void* device_src, size_t bytes) override {
+    if (bytes == 0) return;
+    CheckCuda(cudaMemcpyAsync(pinned, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
+              "copy to host (weights)");
+  }
+
+  void CopyElements(const std::vector<DeviceCopyJob>& jobs) override {
+    if (jobs.empty()) return;
+    const size_t n = jobs.size();
+    const size_t job_bytes = n * sizeof(CopyJob), need = job_bytes + (n + 1) * sizeof(int64_t);
+    const size_t rounded = (need + 255) / 256 * 256;
+    if (job_used_ + rounded > job_capacity_) {
+      // Grow once the copies already queued have read the old tables.
+      CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+      job_used_ = 0;
+      job_capacity_ = std::max(rounded, 2 * job_capacity_);
+      job_stage_ = std::make_unique<PinnedBuffer>(job_capacity_);
+      if (job_device_) cudaFree(job_device_);
+      job_device_ = nullptr;
+      CheckCuda(cudaMalloc(&job_device_, job_capacity_), "cudaMalloc (weight copy jobs)");
+    }
+    if (!fault_) {
+      CheckCuda(cudaMalloc(&fault_, sizeof(unsigned long long)), "cudaMalloc (copy fault)");
+      CheckCuda(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), ctx_.stream), "cudaMemset");
+      fault_host_ = std::make_unique<PinnedBuffer>(sizeof(unsigned long long));
+    }
+    char* stage = static_cast<char*>(job_stage_->ptr) + job_used_;
+    CopyJob* out = reinterpret_cast<CopyJob*>(stage);
+    int64_t* first = reinterpret_cast<int64_t*>(stage + job_bytes);
+    int64_t blocks = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const DeviceCopyJob& j = jobs[i];
+      out[i] = CopyJob{j.dst, j.src, j.src_offset, j.rows, j.cols, j.row_stride, j.col_stride,
+                       j.elem_size, j.check, j.tag, 0};
+      first[i] = blocks;
+      blocks += (j.rows * j.cols + kCopyChunk - 1) / kCopyChunk;
+    }
+    first[n] = blocks;
+    char* dev = static_cast<char*>(job_device_) + job_used_;
+    CheckCuda(cudaMemcpyAsync(dev, stage, need, cudaMemcpyHostToDevice, ctx_.stream),
+              "copy to device (weight copy jobs)");
+    LaunchCopyJobs(reinterpret_cast<const CopyJob*>(dev),
+                   reinterpret_cast<const int64_t*>(dev + job_bytes), static_cast<int>(n), blocks,
+                   static_cast<unsigned long long*>(fault_), ctx_.stream);
+    job_used_ += rounded;
+  }
+
+  bool TakeCopyFault(int* tag, int64_t* index) override {
+    if (!fault_) return false;
+    auto* host = static_cast<unsigned long long*>(fault_host_->ptr);
+    CheckCuda(cudaMemcpyAsync(host, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                              ctx_.stream), "copy to host (copy fault)");
+    CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+    const unsigned long long f = *host;
+    if (f == ~0ull) return false;
+    CheckCuda(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), ctx_.stream), "cudaMemset");
+    CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+    *tag = static_cast<int>(f >> 40);
+    *index = static_cast<int64_t>(f & ((1ull << 40) - 1));
+    return true;
+  }
   ~CudaStream() override {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(ctx_.stream);
@@ -62,6 +133,8 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
     cudaFree(flag_);
+    if (job_device_) cudaFree(job_device_);
+    if (fault_) cudaFree(fault_);
   }
 
   const void* kernel_context() const override { return &ctx_; }
@@ -99,6 +172,7 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
     cudaError_t sync = cudaEventSynchronize(done_);
     in_used_ = out_used_ = 0;
+    job_used_ = 0;
     struct Clear {
       std::vector<Pending>& v;
       ~Clear() { v.clear(); }
@@ -185,6 +259,12 @@ class CudaStream final : public DeviceBackend::Stream {
   bool graphs_on_ = true;
   std::vector<Graph> graphs_;
   uint64_t clock_ = 0;
+  // Refit copies: job tables (staged, then on the device), used since the last Finish.
+  std::unique_ptr<PinnedBuffer> job_stage_;
+  void* job_device_ = nullptr;
+  size_t job_capacity_ = 0, job_used_ = 0;
+  void* fault_ = nullptr;  // unsigned long long: the lowest (tag << 40 | index) found, or ~0
+  std::unique_ptr<PinnedBuffer> fault_host_;
 };
 
 class Device final : public DeviceBackend {
@@ -215,6 +295,21 @@ class Device final : public DeviceBackend {
     if (bytes) CheckCuda(cudaMemcpy(d.get(), host, bytes, cudaMemcpyHostToDevice), "upload");
     return d;
   }
+
+  void Download(void* host, const void* device, size_t bytes) const override {
+    if (bytes == 0) return;
+    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+    CheckCuda(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "download");
+  }
+
+  std::shared_ptr<void> AllocHost(size_t bytes) const override {
+    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+    void* p = nullptr;
+    CheckCuda(cudaMallocHost(&p, bytes ? bytes : 64), "cudaMallocHost (weights)");
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
+
+  int ordinal() const override { return ordinal_; }
 
   std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes, uint32_t needs) const override {
     return std::make_unique<CudaStream>(ordinal_, in_bytes, out_bytes, needs);
