@@ -230,10 +230,16 @@ class PySession {
       ~Clear() { s.keep.clear(); }  // with the GIL held
     } clear{scratch};
     ReadRefitSources(weights, device_ordinal_, &scratch.sources, &scratch.keep);
+    RefitOptions options{strict, check_finite, nullptr};
+    for (const RefitSource& s : scratch.sources)
+      if (s.device >= 0) {
+        options.producer_stream = TorchCurrentStream(s.device);
+        break;
+      }
     Session::RefitReport report;
     {
       py::gil_scoped_release release;
-      report = session_->Refit(scratch.sources, RefitOptions{strict, check_finite});
+      report = session_->Refit(scratch.sources, options);
     }
     return py::make_tuple(report.updated, report.ignored, report.version);
   }

@@ -43,6 +43,8 @@ TensorView ArrayView(const py::handle& obj, const std::string& what, py::array* 
 /// stay there; others are read through the host. Raises RefitError.
 void ReadRefitSources(const py::handle& weights, int device_ordinal,
                       std::vector<RefitSource>* sources, std::vector<py::object>* keep);
+/// torch.cuda.current_stream(device).cuda_stream (a cudaStream_t), or null.
+void* TorchCurrentStream(int device);
 /// A numpy array over engine memory, kept alive by `owner` (no copy).
 py::array WrapOwned(const TensorView& v, const std::shared_ptr<void>& owner);
 

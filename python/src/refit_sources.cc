@@ -162,5 +162,12 @@ void ReadRefitSources(const py::handle& weights, int device_ordinal,
   }
 }
 
+void* TorchCurrentStream(int device) {
+  PyObject* mod = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (!mod || mod == Py_None) return nullptr;
+  py::object stream = py::reinterpret_borrow<py::object>(mod).attr("cuda").attr("current_stream")(device);
+  return PyLong_AsVoidPtr(stream.attr("cuda_stream").ptr());
+}
+
 }  // namespace python
 }  // namespace kaiwu

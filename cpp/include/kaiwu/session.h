@@ -51,6 +51,9 @@ struct RefitSource {
 struct RefitOptions {
   bool strict = true;         ///< every weight (or map key) given, no unknown name
   bool check_finite = false;  ///< refuse NaN and Inf (checked while copying)
+  /// Weights in device memory: the CUDA stream (cudaStream_t) whose work wrote
+  /// them, e.g. torch's current stream; the refit's copies wait for it.
+  void* producer_stream = nullptr;
 };
 
 /// How a training framework's parameters become the model's weights: the

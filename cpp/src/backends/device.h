@@ -83,6 +83,9 @@ class DeviceBackend {
     virtual bool EndRecord(const std::vector<const void*>& key, bool ok) = 0;
 
     // Weight refits: copies queued in order with the launches, no staging.
+    /// What is queued next waits for the work queued so far on `stream`, a
+    /// stream of the same device made elsewhere (cudaStream_t).
+    virtual void WaitFor(void* stream) = 0;
     /// Queues a copy from page-locked host memory (AllocHost).
     virtual void CopyInPinned(void* device_dst, const void* pinned, size_t bytes) = 0;
     /// Queues a copy into page-locked host memory, written when Finish returns.

@@ -103,7 +103,13 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
     if (dirty_[i] && !steps[i].copy && !device_kernels_[i]) device_steps = false;
 
   // 1. The weights given: host arrays into page-locked buffers (each upload
-  // queued as soon as its buffer is written), CUDA tensors device to device.
+  // queued as soon as its buffer is written), CUDA tensors device to device
+  // once the stream that wrote them is done.
+  for (const Write& w : writes_)
+    if (w.on_device && options.producer_stream) {
+      stream.WaitFor(options.producer_stream);
+      break;
+    }
   jobs_.clear();
   for (size_t wi = 0; wi < writes_.size(); ++wi) {
     const Write& w = writes_[wi];

@@ -56,6 +56,13 @@ class CudaStream final : public DeviceBackend::Stream {
   }
 
   // Refit copies.
+  void WaitFor(void* stream) override {
+    if (!stream) return;
+    if (!foreign_) CheckCuda(cudaEventCreateWithFlags(&foreign_, cudaEventDisableTiming), "cudaEventCreate");
+    CheckCuda(cudaEventRecord(foreign_, static_cast<cudaStream_t>(stream)), "cudaEventRecord (producer stream)");
+    CheckCuda(cudaStreamWaitEvent(ctx_.stream, foreign_, 0), "cudaStreamWaitEvent");
+  }
+
   void CopyInPinned(void* device_dst, const void* pinned, size_t bytes) override {
     if (bytes == 0) return;
     CheckCuda(cudaMemcpyAsync(device_dst, pinned, bytes, cudaMemcpyHostToDevice, ctx_.stream),
@@ -135,6 +142,7 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaFree(flag_);
     if (job_device_) cudaFree(job_device_);
     if (fault_) cudaFree(fault_);
+    if (foreign_) cudaEventDestroy(foreign_);
   }
 
   const void* kernel_context() const override { return &ctx_; }
@@ -265,6 +273,7 @@ class CudaStream final : public DeviceBackend::Stream {
   size_t job_capacity_ = 0, job_used_ = 0;
   void* fault_ = nullptr;  // unsigned long long: the lowest (tag << 40 | index) found, or ~0
   std::unique_ptr<PinnedBuffer> fault_host_;
+  cudaEvent_t foreign_ = nullptr;  // marks a producer stream's work (WaitFor)
 };
 
 class Device final : public DeviceBackend {
