@@ -60,7 +60,7 @@ def test_cuda_column_matches_this_build(rows, doc):
 
 
 def test_cell_formats_precisions_and_gaps():
-    row = {"op": "X", "plan_time": False, "gaps": {"cuda": "needs a sort"},
+    row = {"op": "X", "domain": "", "plan_time": False, "gaps": {"cuda": "needs a sort"},
            "kernels": {"cpu": [("float32", "fp32"), ("int64", "fp32"), ("float16", "fp16")],
                        "cuda": []}}
     assert coverage.cell(row, "cpu") == "fp32: float32, int64; fp16: float16"
