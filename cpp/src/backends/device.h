@@ -20,6 +20,8 @@ class DeviceBackend {
   virtual ~DeviceBackend() = default;
   /// e.g. "cuda:0 (NVIDIA H100 80GB HBM3)".
   virtual std::string name() const = 0;
+  /// The backend's name in messages about what it supports, e.g. "CUDA".
+  virtual const char* backend() const = 0;
   virtual const KernelRegistry& kernels() const = 0;
   /// Makes this device the calling thread's current one (kernel objects may
   /// allocate at Prepare, and launches go to the current device).

@@ -99,7 +99,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       continue;
     }
     std::unique_ptr<Kernel> kernel =
-        device_ ? PrepareKernel(device_->kernels(), device_->name(), ctx)
+        device_ ? PrepareKernel(device_->kernels(), device_->backend(), ctx)
                 : PrepareKernel(CpuKernels(), "cpu", ctx);
     device_needs_ |= ctx.device_needs;
 

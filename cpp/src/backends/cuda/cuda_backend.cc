@@ -196,6 +196,7 @@ class Device final : public DeviceBackend {
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
   std::string name() const override { return name_; }
+  const char* backend() const override { return "CUDA"; }
   const KernelRegistry& kernels() const override { return CudaKernels(); }
   void MakeCurrent() const override { CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 
