@@ -3,11 +3,11 @@
 // nearest_mode, coordinate transformation, cubic_coeff_a, exclude_outside,
 // scales or sizes with axes and keep_aspect_ratio_policy, tf_crop_and_resize's
 // roi), so both backends read the same input offsets with the same float
-// weights, and copies them once into a device table that the kernel object owns. Run launches one thread
-// per output element: a gather of any element size when every axis is one
-// weight-1 tap (nearest), else the CPU's weighted sum in the CPU's order
-// (float32 / float64): the source rows are the products of the outer axes'
-// taps, the last axis's taps are summed within each row.
+// weights, and copies them once into a device table that the kernel object
+// owns. Run launches one thread per output element: a gather of any element
+// size when every axis is one weight-1 tap (nearest), else the CPU's weighted
+// sum in the CPU's order (float32 / float64): the source rows are the products
+// of the outer axes' taps, the last axis's taps are summed within each row.
 #include <cstdint>
 #include <cstring>
 #include <memory>

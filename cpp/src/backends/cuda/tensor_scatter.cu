@@ -5,6 +5,7 @@
 // updates, unspecified which (as ONNX allows); an out-of-range index reports
 // an error for the step and its update is skipped.
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
