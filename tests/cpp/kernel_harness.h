@@ -63,7 +63,7 @@ inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& 
     info.data = info.present ? t.data() : nullptr;
     ctx.inputs.push_back(info);
   }
-  InferNode(ctx);
+  InferOp(ctx);
   std::unique_ptr<Kernel> kernel = PrepareHostKernel(ctx);
   std::vector<Tensor> outputs;
   std::vector<void*> out_ptrs;

@@ -27,13 +27,10 @@ def doc():
     return coverage.parse_markdown(DOC.read_text())
 
 
-def test_every_op_has_shape_inference_and_typed_kernels(rows):
+def test_every_op_has_shape_inference_and_a_cpu_kernel_or_plan_time_eval(rows):
     assert len(rows) > 100
     no_infer = [r["op"] for r in rows if not r["infer"]]
     assert not no_infer, f"ops without op-layer shape inference: {no_infer}"
-    untyped = [(r["op"], b) for r in rows for b, entries in r["kernels"].items()
-               if any(dtype == "any" for dtype, _ in entries)]
-    assert not untyped, f"kernel entries without a dtype: {untyped}"
     for r in rows:
         if r["plan_time"]:
             assert not any(r["kernels"].values()), f"{r['op']} is evaluated at plan time yet has kernels"

@@ -1,6 +1,6 @@
 // The game-policy op family's meaning, shared by every backend: the checked
 // attributes of ScatterElements, ScatterND, TopK and CumSum (Resize's are in
-// ops/resize.h), the scatter reduction modes, and reading plan-time numbers.
+// ops/resize.h), the scatter reduction modes, and the reduction modes.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,6 @@
 #include "ops/op_context.h"
 
 namespace kaiwu {
-
-/// Input i's values (any numeric dtype) as doubles; it must be known at plan time.
-std::vector<double> ConstNumbers(const OpContext& ctx, int i);
 
 /// The `reduction` attribute of ScatterND / ScatterElements.
 enum class Reduction { kNone, kAdd, kMul, kMax, kMin };

@@ -76,7 +76,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       }
       ctx.inputs.push_back(ti);
     }
-    InferNode(ctx);  // once per node and shape signature, for every backend
+    InferOp(ctx);  // once per node and shape signature, for every backend
 
     if (FoldsAtPlanTime(ctx)) {
       // Fold now: the outputs become plan constants.

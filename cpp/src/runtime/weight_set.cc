@@ -68,7 +68,7 @@ void StaticProgram::Run(const Graph& graph, WeightSet* next, const WeightSet* pr
         }
         ctx.inputs.push_back(info);
       }
-      InferNode(ctx);
+      InferOp(ctx);
       kernels_[s] = PrepareHostKernel(ctx);
       output_info_[s] = ctx.outputs;
       scratch_bytes_[s] = ctx.scratch_bytes;

@@ -2,7 +2,7 @@
 // GatherND/ScatterND, ScatterElements, TopK and CumSum. Index-taking kernels
 // validate every index on the calling thread before writing anything; an
 // out-of-range index throws kaiwu::Error(kRuntime) naming the node and index.
-// What the ops mean (ConstNumbers, the Reduction modes, the params structs)
+// What the ops mean (the Reduction modes, the params structs)
 // is the op layer's: ops/game.h, ops/resize.h.
 #pragma once
 
