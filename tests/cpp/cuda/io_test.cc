@@ -71,7 +71,7 @@ TEST(CudaIo, DeviceFeedsAndResultsMoveNothingAcrossPcie) {
   auto sess = MulModel();
   const std::vector<float> obs = Obs(5, 1.0f);
   float* d_obs = nullptr;
-  ASSERT_EQ(cudaMalloc(&d_obs, obs.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_obs), obs.size() * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_obs, obs.data(), obs.size() * sizeof(float), cudaMemcpyHostToDevice),
             cudaSuccess);
   RunOptions opts;
