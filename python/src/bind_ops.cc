@@ -26,7 +26,7 @@ void BindOps(py::module_& m) {
             py::list entries;
             for (const KernelRegistry::Entry& e : t.kernels->entries())
               if (e.op == op)
-                entries.append(py::make_tuple(e.dtype == kAnyDType ? "any" : DTypeName(e.dtype),
+                entries.append(py::make_tuple(DTypeName(e.dtype),
                                               PrecisionName(e.precision)));
             kernels[py::str(t.backend)] = entries;
             for (const auto& [gap_op, reason] : t.gaps)

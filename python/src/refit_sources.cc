@@ -162,11 +162,12 @@ void ReadRefitSources(const py::handle& weights, int device_ordinal,
   }
 }
 
-void* TorchCurrentStream(int device) {
+bool TorchCurrentStream(int device, uintptr_t* stream) {
   PyObject* mod = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
-  if (!mod || mod == Py_None) return nullptr;
-  py::object stream = py::reinterpret_borrow<py::object>(mod).attr("cuda").attr("current_stream")(device);
-  return PyLong_AsVoidPtr(stream.attr("cuda_stream").ptr());
+  if (!mod || mod == Py_None) return false;
+  py::object s = py::reinterpret_borrow<py::object>(mod).attr("cuda").attr("current_stream")(device);
+  *stream = static_cast<uintptr_t>(s.attr("cuda_stream").cast<int64_t>());
+  return true;
 }
 
 }  // namespace python

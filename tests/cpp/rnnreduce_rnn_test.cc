@@ -282,7 +282,7 @@ TEST(RnnReduceRnn, OmittedOutputs) {
   PrepareContext ctx(node);
   for (const Tensor* t : {&x, &w, &r})
     ctx.inputs.push_back(TensorInfo{true, DType::kFloat32, t->shape(), nullptr});
-  InferNode(ctx);
+  InferOp(ctx);
   auto kernel = PrepareHostKernel(ctx);
   Tensor y_h(DType::kFloat32, {1, 2, 5});
   std::vector<const void*> ins{x.data(), w.data(), r.data()};

@@ -106,7 +106,7 @@ inline PrepareContext PrepareOnly(const Node& node, const std::vector<Tensor>& i
     info.data = info.present ? t.data() : nullptr;
     ctx.inputs.push_back(info);
   }
-  InferNode(ctx);
+  InferOp(ctx);
   PrepareHostKernel(ctx);
   return ctx;
 }

@@ -27,13 +27,10 @@ def doc():
     return coverage.parse_markdown(DOC.read_text())
 
 
-def test_every_op_has_shape_inference_and_typed_kernels(rows):
+def test_every_op_has_shape_inference_and_a_cpu_kernel_or_plan_time_eval(rows):
     assert len(rows) > 100
     no_infer = [r["op"] for r in rows if not r["infer"]]
     assert not no_infer, f"ops without op-layer shape inference: {no_infer}"
-    untyped = [(r["op"], b) for r in rows for b, entries in r["kernels"].items()
-               if any(dtype == "any" for dtype, _ in entries)]
-    assert not untyped, f"kernel entries without a dtype: {untyped}"
     for r in rows:
         if r["plan_time"]:
             assert not any(r["kernels"].values()), f"{r['op']} is evaluated at plan time yet has kernels"
@@ -60,7 +57,7 @@ def test_cuda_column_matches_this_build(rows, doc):
 
 
 def test_cell_formats_precisions_and_gaps():
-    row = {"op": "X", "plan_time": False, "gaps": {"cuda": "needs a sort"},
+    row = {"op": "X", "domain": "", "plan_time": False, "gaps": {"cuda": "needs a sort"},
            "kernels": {"cpu": [("float32", "fp32"), ("int64", "fp32"), ("float16", "fp16")],
                        "cuda": []}}
     assert coverage.cell(row, "cpu") == "fp32: float32, int64; fp16: float16"

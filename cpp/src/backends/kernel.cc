@@ -6,20 +6,18 @@ void KernelRegistry::Register(OpId op, std::initializer_list<DType> dtypes, Kern
                               Precision precision) {
   if (op >= OpId::kCount) Fail(StatusCode::kInternal, "kernel registered for an unknown op");
   for (DType d : dtypes) {
-    if (Find(op, d, precision) && d != kAnyDType)
-      for (const Entry& e : entries_)
-        if (e.op == op && e.dtype == d && e.precision == precision)
-          Fail(StatusCode::kInternal, "two kernels registered for ", OpName(op), " ",
-               DTypeName(d), " ", PrecisionName(precision));
+    if (d == DType::kUndefined)
+      Fail(StatusCode::kInternal, "kernel of ", OpName(op), " registered without a dtype");
+    if (Find(op, d, precision))
+      Fail(StatusCode::kInternal, "two kernels registered for ", OpName(op), " ", DTypeName(d),
+           " ", PrecisionName(precision));
     entries_.push_back(Entry{op, d, precision, factory});
   }
 }
 
 KernelFactory KernelRegistry::Find(OpId op, DType dtype, Precision precision) const {
   for (const Entry& e : entries_)
-    if (e.op == op && e.precision == precision &&
-        (e.dtype == dtype || e.dtype == kAnyDType || dtype == kAnyDType))
-      return e.factory;
+    if (e.op == op && e.dtype == dtype && e.precision == precision) return e.factory;
   return nullptr;
 }
 

@@ -57,10 +57,6 @@ class Kernel {
 
 using KernelFactory = std::unique_ptr<Kernel> (*)(const Node& node);
 
-/// Registers a kernel for every dtype of an op (transitional, for kernels not
-/// yet keyed by dtype).
-constexpr DType kAnyDType = DType::kUndefined;
-
 /// A backend's kernels, keyed by (op, dtype, precision): the dtype is that of
 /// the op's type input (OpDef::type_input). Kernels are registered
 /// explicitly by one function per backend (RegisterCpuKernels), never by

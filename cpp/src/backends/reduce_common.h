@@ -1,7 +1,8 @@
 // The Reduce* ops' arithmetic and geometry, shared by the CPU kernel
-// (cpu/reduce.cc) and the CUDA kernel (cuda/tensor_reduce.cu): the reduce kinds,
-// how each accumulates (identity, combine, final transform; usable in device
-// code), which dims a node reduces, and the merged dims both kernels walk.
+// (cpu/reduce.cc) and the CUDA kernel (cuda/tensor_reduce.cu): how each reduce
+// kind (ops/reduce.h) accumulates (identity, combine, final transform; usable
+// in device code), and the merged dims both kernels walk. Which dims a node
+// reduces is the op layer's (ReduceParams).
 #pragma once
 
 #include <cmath>
@@ -10,13 +11,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/kernel.h"
 #include "core/host_device.h"
+#include "kaiwu/tensor.h"
+#include "ops/reduce.h"
 
 namespace kaiwu {
 namespace reduce {
 
-enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kSumSquare, kLogSum, kLogSumExp };
 // How elements are accumulated (map, then combine).
 enum class Accum { kSum, kSumAbs, kSumSquare, kProd, kMax, kMin };
 
@@ -69,12 +70,6 @@ KAIWU_HOST_DEVICE inline T Finish(ReduceKind k, T acc, int64_t count) {
     default: return acc;
   }
 }
-
-/// Which of the `rank` input dims a Reduce* node reduces: its axes (input 1,
-/// else the "axes" attribute; negative ones count from the end), or every dim
-/// when none are given. With no axes and noop_with_empty_axes none is reduced
-/// and *copy is set (the output is the input). Errors on a bad or repeated axis.
-std::vector<bool> ReducedDims(const PrepareContext& ctx, int64_t rank, bool* copy);
 
 /// One dim of a reduction after merging: its size, its input stride, whether
 /// it is reduced.

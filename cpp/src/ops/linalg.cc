@@ -1,10 +1,136 @@
 // Shape inference of Gemm MatMul Einsum.
+#include "ops/linalg.h"
+
+#include <algorithm>
+
 #include "ops/op_registry.h"
 
 namespace kaiwu {
+namespace {
+
+// Gemm: Y = alpha * op(A) * op(B) + beta * C, C broadcast unidirectionally to [M, N].
+void InferGemm(OpContext& ctx) {
+  const Node& node = ctx.node;
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(1, {dtype});
+  const Shape& a = ctx.in(0).shape;
+  const Shape& b = ctx.in(1).shape;
+  if (a.size() != 2 || b.size() != 2)
+    ctx.Error("A and B must be 2-D, got ", ShapeToString(a), " and ", ShapeToString(b));
+  GemmParams& p = ctx.SetParams<GemmParams>();
+  p.trans_a = node.GetInt("transA", 0) != 0;
+  p.trans_b = node.GetInt("transB", 0) != 0;
+  p.alpha = node.GetFloat("alpha", 1.f);
+  p.beta = node.GetFloat("beta", 1.f);
+  p.m = p.trans_a ? a[1] : a[0];
+  p.k = p.trans_a ? a[0] : a[1];
+  const int64_t kb = p.trans_b ? b[1] : b[0];
+  p.n = p.trans_b ? b[0] : b[1];
+  if (p.k != kb)
+    ctx.Error("inner dimensions differ: op(A) is [", p.m, ", ", p.k, "], op(B) is [", kb, ", ", p.n,
+              "]");
+  p.has_c = ctx.HasInput(2);
+  if (p.has_c) {
+    ctx.ExpectDType(2, {dtype});
+    const Shape& c = ctx.in(2).shape;
+    if (c.size() > 2) ctx.Error("C must have rank <= 2, got ", ShapeToString(c));
+    const int64_t cm = c.size() == 2 ? c[0] : 1;
+    const int64_t cn = c.empty() ? 1 : c.back();
+    if ((cm != 1 && cm != p.m) || (cn != 1 && cn != p.n))
+      ctx.Error("C of shape ", ShapeToString(c), " does not broadcast to [", p.m, ", ", p.n, "]");
+    p.c_row_stride = cm == 1 ? 0 : cn;
+    p.c_col_stride = cn == 1 ? 0 : 1;
+  }
+  ctx.SetOutput(0, dtype, {p.m, p.n});
+  p.act = FusedActivation::FromNode(node);
+  if (p.act.active() && dtype != DType::kFloat32)
+    ctx.Error("a fused activation needs float32, got ", DTypeName(dtype));
+}
+
+// MatMul with numpy semantics: 1-D operands are promoted (and the added dim
+// removed again), leading batch dims broadcast.
+void InferMatMul(OpContext& ctx) {
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(1, {dtype});
+  Shape a = ctx.in(0).shape, b = ctx.in(1).shape;
+  if (a.empty() || b.empty()) ctx.Error("MatMul operands must have rank >= 1");
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  const size_t ra = a.size(), rb = b.size();
+  MatMulParams& p = ctx.SetParams<MatMulParams>();
+  p.m = a[ra - 2];
+  p.k = a[ra - 1];
+  p.n = b[rb - 1];
+  if (b[rb - 2] != p.k)
+    ctx.Error("inner dimensions differ: ", ShapeToString(ctx.in(0).shape), " x ",
+              ShapeToString(ctx.in(1).shape));
+  p.a_batch.assign(a.begin(), a.end() - 2);
+  p.b_batch.assign(b.begin(), b.end() - 2);
+  p.batch = BroadcastShapes(ctx, p.a_batch, p.b_batch);
+  Shape out = p.batch;
+  if (!a_vec) out.push_back(p.m);
+  if (!b_vec) out.push_back(p.n);
+  ctx.SetOutput(0, dtype, out);
+  p.act = FusedActivation::FromNode(ctx.node);
+  if (p.act.active() && dtype != DType::kFloat32)
+    ctx.Error("a fused activation needs float32, got ", DTypeName(dtype));
+}
+
+bool Contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// Einsum: the equation's labels, each label's extent (a dim of 1 broadcasts
+// against a larger one) and each input's layout by label.
+void InferEinsum(OpContext& ctx) {
+  if (!ctx.node.Has("equation")) ctx.Error("missing attribute 'equation'");
+  const int n = ctx.num_inputs();
+  if (n < 1) ctx.Error("needs at least one input");
+  std::vector<int> ranks;
+  for (int i = 0; i < n; ++i) {
+    ctx.ExpectDType(i, {DType::kFloat32, DType::kFloat64});
+    if (ctx.in(i).dtype != ctx.in(0).dtype) ctx.Error("inputs must share one dtype");
+    ranks.push_back(ctx.in(i).rank());
+  }
+  EinsumParams& p = ctx.SetParams<EinsumParams>();
+  p.spec = ParseEinsum(ctx, ctx.node.GetString("equation", ""), ranks);
+  for (int i = 0; i < n; ++i)
+    for (int d = 0; d < ranks[i]; ++d) {
+      int64_t& s = p.sizes[p.spec.inputs[i][d]];
+      int64_t dim = ctx.in(i).shape[d];
+      if (s > 1 && dim != 1 && dim != s)
+        ctx.Error("einsum dimension mismatch for a label: ", s, " vs ", dim);
+      s = std::max(s, dim);
+    }
+  p.operands.assign(n, EinsumOperand{});
+  for (int i = 0; i < n; ++i) {
+    EinsumOperand& op = p.operands[i];
+    int64_t stride = 1;
+    for (int d = ranks[i] - 1; d >= 0; --d) {
+      const int label = p.spec.inputs[i][d];
+      int64_t dim = ctx.in(i).shape[d];
+      bool bc = dim == 1 && p.sizes[label] != 1;
+      op.strided |= bc || op.strides.count(label) > 0;
+      op.strides[label] += bc ? 0 : stride;  // a diagonal sums its strides
+      stride *= dim;
+    }
+    for (int label : p.spec.inputs[i])
+      if (!Contains(op.labels, label)) op.labels.push_back(label);
+  }
+  Shape out_shape;
+  for (int l : p.spec.output) out_shape.push_back(p.sizes[l]);
+  ctx.SetOutput(0, ctx.in(0).dtype, out_shape);
+}
+
+}  // namespace
 
 void RegisterLinalgOps(OpRegistry& r) {
-  (void)r;
+  r.Define(OpId::kGemm, &InferGemm);
+  r.Define(OpId::kMatMul, &InferMatMul);
+  r.Define(OpId::kEinsum, &InferEinsum);
 }
 
 }  // namespace kaiwu

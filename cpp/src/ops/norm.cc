@@ -1,10 +1,95 @@
 // Shape inference of BatchNormalization InstanceNormalization LayerNormalization.
+#include "ops/norm.h"
+
+#include <algorithm>
+
 #include "ops/op_registry.h"
 
 namespace kaiwu {
+namespace {
+
+// Checks X [N, C, ...] float32 and that inputs first..last are float32 [C].
+void CheckChannelInputs(const OpContext& ctx, int first, int last) {
+  ctx.ExpectDType(0, {DType::kFloat32});
+  const Shape& x = ctx.in(0).shape;
+  if (x.size() < 2) ctx.Error("X must have rank >= 2, got ", ShapeToString(x));
+  for (int i = first; i <= last; ++i) {
+    ctx.ExpectDType(i, {DType::kFloat32});
+    if (ctx.in(i).shape != Shape{x[1]})
+      ctx.Error("input ", i, " must have shape [", x[1], "], got ", ShapeToString(ctx.in(i).shape));
+  }
+}
+
+// Y = scale * (X - mean) / sqrt(var + epsilon) + B, per channel (inference only).
+void InferBatchNorm(OpContext& ctx) {
+  if (ctx.node.GetInt("training_mode", 0) != 0)
+    ctx.Error("training_mode=1 is not supported (inference only)");
+  for (size_t i = 1; i < ctx.node.outputs.size(); ++i)
+    if (ctx.node.outputs[i] >= 0) ctx.Error("only the Y output is supported (inference only)");
+  if (ctx.num_inputs() != 5) ctx.Error("expects 5 inputs, got ", ctx.num_inputs());
+  CheckChannelInputs(ctx, 1, 4);
+  ctx.SetParams<NormParams>().epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  ctx.SetOutput(0, DType::kFloat32, ctx.in(0).shape);
+}
+
+// The same with statistics per (n, c) plane.
+void InferInstanceNorm(OpContext& ctx) {
+  if (ctx.num_inputs() != 3) ctx.Error("expects 3 inputs, got ", ctx.num_inputs());
+  CheckChannelInputs(ctx, 1, 2);
+  const Shape& x = ctx.in(0).shape;
+  if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
+  ctx.SetParams<NormParams>().epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  ctx.SetOutput(0, DType::kFloat32, x);
+}
+
+// Input i's shape without leading 1s beyond the normalised rank, after
+// checking that it broadcasts to the normalised shape.
+Shape BroadcastToNormShape(const OpContext& ctx, int i, const Shape& norm_shape) {
+  Shape s = ctx.in(i).shape;
+  while (s.size() > norm_shape.size() && s.front() == 1) s.erase(s.begin());
+  bool ok = s.size() <= norm_shape.size();
+  for (size_t d = 0; ok && d < s.size(); ++d) {
+    int64_t nd = norm_shape[norm_shape.size() - s.size() + d];
+    ok = s[d] == nd || s[d] == 1;
+  }
+  if (!ok)
+    ctx.Error("input ", i, " of shape ", ShapeToString(ctx.in(i).shape),
+              " does not broadcast to the normalised shape ", ShapeToString(norm_shape));
+  return s;
+}
+
+// LayerNormalization: normalises over the dims from `axis` on, then applies
+// Scale and the optional B (broadcast to X.shape[axis:]). The optional Mean
+// and InvStdDev outputs have shape X.shape[:axis] + [1] * (rank - axis).
+void InferLayerNorm(OpContext& ctx) {
+  ctx.ExpectDType(0, {DType::kFloat32});
+  ctx.ExpectDType(1, {DType::kFloat32});
+  const Shape& x = ctx.in(0).shape;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  if (rank < 1) ctx.Error("X must have rank >= 1");
+  LayerNormParams& p = ctx.SetParams<LayerNormParams>();
+  p.axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), rank);
+  p.epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
+  p.norm_shape.assign(x.begin() + p.axis, x.end());
+  p.scale_shape = BroadcastToNormShape(ctx, 1, p.norm_shape);
+  p.has_bias = ctx.HasInput(2);
+  if (p.has_bias) {
+    ctx.ExpectDType(2, {DType::kFloat32});
+    p.bias_shape = BroadcastToNormShape(ctx, 2, p.norm_shape);
+  }
+  ctx.SetOutput(0, DType::kFloat32, x);
+  const int num_outputs = std::min<int>(3, static_cast<int>(ctx.outputs.size()));
+  Shape stat_shape(x.begin(), x.begin() + p.axis);
+  stat_shape.resize(rank, 1);
+  for (int i = 1; i < num_outputs; ++i) ctx.SetOutput(i, DType::kFloat32, stat_shape);
+}
+
+}  // namespace
 
 void RegisterNormOps(OpRegistry& r) {
-  (void)r;
+  r.Define(OpId::kBatchNormalization, &InferBatchNorm);
+  r.Define(OpId::kInstanceNormalization, &InferInstanceNorm);
+  r.Define(OpId::kLayerNormalization, &InferLayerNorm);
 }
 
 }  // namespace kaiwu

@@ -52,6 +52,27 @@ std::vector<int64_t> OpContext::ConstInts(int i) const {
   return out;
 }
 
+std::vector<double> ConstNumbers(const OpContext& ctx, int i) {
+  const TensorInfo& t = ctx.in(i);
+  if (!t.data)
+    ctx.Error("input ", i, " must be known when the plan is built (a constant or computed from "
+              "shapes); data-dependent shapes are not supported");
+  std::vector<double> out(static_cast<size_t>(t.size()));
+  for (size_t k = 0; k < out.size(); ++k) {
+    switch (t.dtype) {
+      case DType::kFloat32: out[k] = t.As<float>()[k]; break;
+      case DType::kFloat64: out[k] = t.As<double>()[k]; break;
+      case DType::kInt8: out[k] = t.As<int8_t>()[k]; break;
+      case DType::kUInt8: out[k] = t.As<uint8_t>()[k]; break;
+      case DType::kInt16: out[k] = t.As<int16_t>()[k]; break;
+      case DType::kInt32: out[k] = t.As<int32_t>()[k]; break;
+      case DType::kInt64: out[k] = static_cast<double>(t.As<int64_t>()[k]); break;
+      default: ctx.Error("input ", i, " has unsupported dtype ", DTypeName(t.dtype));
+    }
+  }
+  return out;
+}
+
 int64_t NormalizeAxis(const OpContext& ctx, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= std::max<int64_t>(rank, 1) || (rank == 0 && a != 0))

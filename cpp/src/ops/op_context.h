@@ -88,6 +88,9 @@ class OpContext {
   }
 };
 
+/// Input i's values (any numeric dtype) as doubles; it must be known at plan time.
+std::vector<double> ConstNumbers(const OpContext& ctx, int i);
+
 /// Normalises a possibly negative axis against `rank`, or fails naming the node.
 int64_t NormalizeAxis(const OpContext& ctx, int64_t axis, int64_t rank);
 

@@ -6,7 +6,7 @@
 // inputs (read at run time), so refit reaches them. The chain must be float32:
 // some operand is a float32 tensor (ONNX then requires the data to be one too)
 // or the chain input is declared float32. At least two links are fused.
-#include "backends/cpu/fused_elementwise.h"
+#include "ops/binary.h"
 #include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 #include "passes/rules.h"
@@ -39,7 +39,7 @@ bool ScalarFloat(const Graph& g, int v, float* out) {
 bool AsLink(const Graph& g, int i, int in, Link* l) {
   const Node& n = g.nodes[i];
   if (!n.domain.empty() || n.outputs.size() != 1 || n.outputs[0] < 0) return false;
-  if (!cpu::FusedElementwiseSupports(n.op_type)) return false;
+  if (!FusedElementwiseSupports(n.op_type)) return false;
   *l = Link{i, n.op_type};
   const std::string& op = n.op_type;
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {

@@ -4,21 +4,6 @@
 
 namespace kaiwu {
 
-void InferNode(PrepareContext& ctx) {
-  const OpId op = NodeOp(ctx.node);
-  if (op != OpId::kCount && !GetOpDef(op).infer) {
-    KernelFactory legacy = CpuKernels().Find(op, kAnyDType);
-    if (!legacy) Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": no kernel for this op");
-    ctx.outputs.assign(ctx.node.outputs.size(), TensorInfo{});
-    ctx.alias.assign(ctx.node.outputs.size(), -1);
-    legacy(ctx.node)->Prepare(ctx);
-    ctx.scratch_bytes = 0;
-    ctx.device_needs = 0;
-    return;
-  }
-  InferOp(ctx);
-}
-
 std::unique_ptr<Kernel> PrepareKernel(const KernelRegistry& kernels, const std::string& backend,
                                       PrepareContext& ctx, Precision precision) {
   const OpId op = NodeOp(ctx.node);

@@ -11,10 +11,6 @@
 
 namespace kaiwu {
 
-/// Shape inference of ctx.node: InferOp (ops/op.h). Ops whose shape inference
-/// is still a CPU kernel's Prepare infer through it.
-void InferNode(PrepareContext& ctx);
-
 /// The kernel of `kernels` for an inferred node, prepared. Throws kUnsupported
 /// naming the node, the dtype and `backend` when the table has no entry.
 std::unique_ptr<Kernel> PrepareKernel(const KernelRegistry& kernels, const std::string& backend,

@@ -34,7 +34,7 @@ void WeightBuilder::PrepareDevice(const WeightSet& ws) {
       ctx.inputs.push_back(t);
     }
     try {
-      InferNode(ctx);
+      InferOp(ctx);
       device_kernels_[i] = PrepareKernel(device_->kernels(), device_->name(), ctx);
       needs |= ctx.device_needs;
       scratch = std::max(scratch, ctx.scratch_bytes);
@@ -106,7 +106,7 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
   // queued as soon as its buffer is written), CUDA tensors device to device
   // once the stream that wrote them is done.
   for (const Write& w : writes_)
-    if (w.on_device && options.producer_stream) {
+    if (w.on_device && options.has_producer_stream) {
       stream.WaitFor(options.producer_stream);
       break;
     }

@@ -28,7 +28,7 @@ WeightBuffer* WeightPool::Acquire(int value, DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   const size_t rounded = (bytes + 63) / 64 * 64;
   if (device_) {
-    b->host = Tensor(dtype, shape, device_->AllocHost(rounded ? rounded : 64));
+    b->host = Tensor(dtype, shape, device_->AllocPinned(rounded ? rounded : 64));
     b->device = device_->Alloc(rounded);
   } else {
     b->host = Tensor(dtype, shape);

@@ -68,7 +68,7 @@ void StaticProgram::Load(const Graph& graph, WeightSet* ws, ThreadPool* pool) {
       }
       ctx->inputs.push_back(info);
     }
-    InferNode(*ctx);
+    InferOp(*ctx);
     kernels_[s] = PrepareHostKernel(*ctx);
     max_scratch_ = std::max(max_scratch_, ctx->scratch_bytes);
     ins.clear();

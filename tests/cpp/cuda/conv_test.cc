@@ -98,7 +98,7 @@ TEST(CudaConv, CudnnPathSelection) {
       t.shape = s;
       ctx.inputs.push_back(t);
     }
-    InferNode(ctx);
+    InferOp(ctx);
     PrepareKernel(CudaKernels(), "CUDA", ctx);
     return (ctx.device_needs & kNeedDnnHandle) != 0;
   };

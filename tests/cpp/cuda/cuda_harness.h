@@ -42,7 +42,7 @@ inline std::vector<Tensor> RunNodeCuda(const Node& node, const std::vector<Tenso
     info.data = info.present && known ? t.data() : nullptr;
     ctx.inputs.push_back(info);
   }
-  InferNode(ctx);
+  InferOp(ctx);
   std::unique_ptr<Kernel> kernel = PrepareKernel(CudaKernels(), "CUDA", ctx);
 
   std::vector<void*> owned;

@@ -3,30 +3,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 
-#include "kaiwu/status.h"
-
 namespace kaiwu {
 namespace cpu {
-
-Activation Activation::FromNode(const Node& node) {
-  Activation a;
-  if (!node.Has("_kaiwu_act")) return a;
-  const std::string name = node.GetString("_kaiwu_act", "");
-  std::vector<float> p = node.GetFloats("_kaiwu_act_params", {0.f, 0.f});
-  if (p.size() == 2) {
-    a.alpha = p[0];
-    a.beta = p[1];
-  }
-  if (name == "Relu") a.kind = Kind::kRelu;
-  else if (name == "LeakyRelu") a.kind = Kind::kLeakyRelu;
-  else if (name == "Tanh") a.kind = Kind::kTanh;
-  else if (name == "Sigmoid") a.kind = Kind::kSigmoid;
-  else if (name == "Clip") a.kind = Kind::kClip;
-  else if (name == "HardSigmoid") a.kind = Kind::kHardSigmoid;
-  else if (name == "HardSwish") a.kind = Kind::kHardSwish;
-  else Fail(StatusCode::kInternal, node.Describe(), ": unknown fused activation '", name, "'");
-  return a;
-}
 
 void Activation::Apply(float* x, int64_t n, float bias) const {
   Eigen::Map<Eigen::ArrayXf> v(x, n);

@@ -1,22 +1,18 @@
-// Activations that the fuse_activation rewrite folds into Conv, Gemm and
-// MatMul: the producing kernel applies them to its output while it is hot.
+// The CPU side of the fused activations (ops/fused_activation.h): applied by
+// Conv, Gemm and MatMul to their output while it is hot.
 #pragma once
 
 #include <cstdint>
 
-#include "ir/graph.h"
+#include "ops/fused_activation.h"
 
 namespace kaiwu {
 namespace cpu {
 
-struct Activation {
-  enum class Kind { kNone, kRelu, kLeakyRelu, kTanh, kSigmoid, kClip, kHardSigmoid, kHardSwish };
-  Kind kind = Kind::kNone;
-  float alpha = 0.f, beta = 0.f;
+struct Activation : FusedActivation {
+  Activation() = default;
+  Activation(const FusedActivation& a) : FusedActivation(a) {}  // NOLINT: implicit by design
 
-  /// Reads the "_kaiwu_act" / "_kaiwu_act_params" attributes the rewrite sets.
-  static Activation FromNode(const Node& node);
-  bool active() const { return kind != Kind::kNone; }
   /// x[i] = act(x[i] + bias) for i in [0, n).
   void Apply(float* x, int64_t n, float bias = 0.f) const;
 };

@@ -10,10 +10,11 @@
 
 #include "backends/cpu/activation.h"
 #include "backends/cpu/conv_direct.h"
+#include "backends/cpu/conv_family.h"
 #include "backends/cpu/conv_gemm.h"
-#include "backends/cpu/conv_geometry.h"
 #include "backends/cpu/conv_im2col.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "ops/conv.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -22,33 +23,16 @@ namespace {
 class ConvKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32});
-    ctx.ExpectDType(1, {DType::kFloat32});
+    const ConvParams& p = ctx.Params<ConvParams>();
     const Shape& x = ctx.in(0).shape;
     const Shape& w = ctx.in(1).shape;
-    if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
-    if (w.size() != x.size())
-      ctx.Error("W ", ShapeToString(w), " must have the rank of X ", ShapeToString(x));
     n_ = x[0];
     c_ = x[1];
     m_ = w[0];
-    group_ = ctx.node.GetInt("group", 1);
-    if (group_ < 1 || c_ % group_ != 0 || m_ % group_ != 0 || w[1] * group_ != c_)
-      ctx.Error("group ", group_, " does not fit X ", ShapeToString(x), " and W ",
-                ShapeToString(w));
-    std::vector<int64_t> kernel(w.begin() + 2, w.end());
-    if (ctx.node.Has("kernel_shape") && ctx.node.GetInts("kernel_shape") != kernel)
-      ctx.Error("kernel_shape does not match W ", ShapeToString(w));
-    geo_ = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
-    act_ = Activation::FromNode(ctx.node);
-    has_bias_ = ctx.HasInput(2);
-    if (has_bias_) {
-      ctx.ExpectDType(2, {DType::kFloat32});
-      if (ctx.in(2).shape != Shape{m_}) ctx.Error("B must have shape [", m_, "]");
-    }
-    Shape out = {n_, m_};
-    for (int64_t d : geo_.OutShape()) out.push_back(d);
-    ctx.SetOutput(0, DType::kFloat32, out);
+    group_ = p.group;
+    geo_ = p.geo;
+    act_ = p.act;
+    has_bias_ = p.has_bias;
 
     cg_ = c_ / group_;
     mg_ = m_ / group_;
@@ -179,7 +163,7 @@ class ConvKernel : public Kernel {
 }  // namespace
 
 void RegisterConvKernels(KernelRegistry& r) {
-  r.Register(OpId::kConv, kAnyDType, &MakeKernel<ConvKernel>);
+  r.Register(OpId::kConv, DType::kFloat32, &MakeKernel<ConvKernel>);
   RegisterPoolKernels(r);
 }
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "backends/cpu/activation.h"
-#include "backends/cpu/conv_geometry.h"
+#include "ops/conv_geometry.h"
 #include "core/thread_pool.h"
 
 namespace kaiwu {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "backends/cpu/conv_geometry.h"
+#include "ops/conv_geometry.h"
 
 namespace kaiwu {
 namespace cpu {

@@ -13,21 +13,15 @@
 #include <algorithm>
 #include <map>
 
-#include "backends/cpu/einsum_parse.h"
 #include "backends/cpu/einsum_typed.h"
 #include "backends/cpu/linalg_util.h"
+#include "ops/linalg.h"
 
 namespace kaiwu {
 namespace cpu {
 namespace {
 
-// An operand: its distinct labels in memory order and each label's element
-// stride (0 where the operand broadcasts a size-1 dim).
-struct Operand {
-  std::vector<int> labels;
-  std::map<int, int64_t> strides;
-  bool strided = false;  // not a dense layout: a broadcast dim or a diagonal
-};
+using Operand = EinsumOperand;
 
 struct Step {
   int a_input = -1, b_input = -1;  // input index, or -1: the previous step's result
@@ -58,47 +52,13 @@ bool Contains(const std::vector<int>& v, int x) {
 class EinsumKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (!ctx.node.Has("equation")) ctx.Error("missing attribute 'equation'");
+    const EinsumParams& p = ctx.Params<EinsumParams>();
     const int n = ctx.num_inputs();
-    if (n < 1) ctx.Error("needs at least one input");
-    std::vector<int> ranks;
-    for (int i = 0; i < n; ++i) {
-      ctx.ExpectDType(i, {DType::kFloat32, DType::kFloat64});
-      if (ctx.in(i).dtype != ctx.in(0).dtype) ctx.Error("inputs must share one dtype");
-      ranks.push_back(ctx.in(i).rank());
-    }
-    dtype_ = ctx.in(0).dtype;
+    dtype_ = ctx.outputs[0].dtype;
     ratio_ = dtype_ == DType::kFloat64 ? 2 : 1;
-    EinsumSpec spec = ParseEinsum(ctx, ctx.node.GetString("equation", ""), ranks);
-
-    // Label sizes; a dim of 1 broadcasts against a larger one.
-    sizes_.clear();
-    for (int i = 0; i < n; ++i)
-      for (int d = 0; d < ranks[i]; ++d) {
-        int64_t& s = sizes_[spec.inputs[i][d]];
-        int64_t dim = ctx.in(i).shape[d];
-        if (s > 1 && dim != 1 && dim != s)
-          ctx.Error("einsum dimension mismatch for a label: ", s, " vs ", dim);
-        s = std::max(s, dim);
-      }
-    std::vector<Operand> ops(n);
-    for (int i = 0; i < n; ++i) {
-      int64_t stride = 1;
-      for (int d = ranks[i] - 1; d >= 0; --d) {
-        const int label = spec.inputs[i][d];
-        int64_t dim = ctx.in(i).shape[d];
-        bool bc = dim == 1 && sizes_[label] != 1;
-        ops[i].strided |= bc || ops[i].strides.count(label) > 0;
-        ops[i].strides[label] += bc ? 0 : stride;  // a diagonal sums its strides
-        stride *= dim;
-      }
-      for (int label : spec.inputs[i])
-        if (!Contains(ops[i].labels, label)) ops[i].labels.push_back(label);
-    }
-    output_ = spec.output;
-    Shape out_shape;
-    for (int l : output_) out_shape.push_back(sizes_[l]);
-    ctx.SetOutput(0, dtype_, out_shape);
+    sizes_ = p.sizes;
+    output_ = p.spec.output;
+    const std::vector<Operand>& ops = p.operands;
 
     steps_.clear();
     scratch_elems_ = 0;
@@ -289,7 +249,9 @@ class EinsumKernel : public Kernel {
 
 }  // namespace
 
-void RegisterEinsumKernel(KernelRegistry& r) { r.Register(OpId::kEinsum, kAnyDType, &MakeKernel<EinsumKernel>); }
+void RegisterEinsumKernel(KernelRegistry& r) {
+  r.Register(OpId::kEinsum, {DType::kFloat32, DType::kFloat64}, &MakeKernel<EinsumKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

@@ -8,6 +8,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "backends/cpu/elementwise_util.h"
+#include "ops/unary.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -82,43 +83,15 @@ class ActivationKernel : public Kernel {
   explicit ActivationKernel(ActOp op) : op_(op) {}
 
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 1) ctx.Error("expected 1 input, got ", ctx.num_inputs());
-    if (op_ == ActOp::kRelu) {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16,
-                          DType::kInt32, DType::kInt64});
-    } else {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
-    }
-    const Node& node = ctx.node;
-    switch (op_) {
-      case ActOp::kLeakyRelu: params_.alpha = node.GetFloat("alpha", 0.01f); break;
-      case ActOp::kElu: params_.alpha = node.GetFloat("alpha", 1.f); break;
-      case ActOp::kSelu:
-        params_.alpha = node.GetFloat("alpha", 1.67326319217681884765625f);
-        params_.gamma = node.GetFloat("gamma", 1.05070102214813232421875f);
-        break;
-      case ActOp::kCelu:
-        params_.alpha = node.GetFloat("alpha", 1.f);
-        if (params_.alpha == 0) ctx.Error("alpha must be non-zero");
-        break;
-      case ActOp::kHardSigmoid:
-        params_.alpha = node.GetFloat("alpha", 0.2f);
-        params_.beta = node.GetFloat("beta", 0.5f);
-        break;
-      case ActOp::kThresholdedRelu: params_.alpha = node.GetFloat("alpha", 1.f); break;
-      case ActOp::kGelu:
-      case ActOp::kGeluTanh: {
-        std::string approx = node.GetString("approximate", "none");
-        if (approx != "none" && approx != "tanh")
-          ctx.Error("approximate must be \"none\" or \"tanh\", got \"", approx, "\"");
-        op_ = approx == "tanh" ? ActOp::kGeluTanh : ActOp::kGelu;
-        break;
-      }
-      default: break;
+    // Relu, HardSwish and Mish have no attributes.
+    if (const auto* p = dynamic_cast<const ActivationParams*>(ctx.params.get())) {
+      params_.alpha = p->alpha;
+      params_.beta = p->beta;
+      params_.gamma = p->gamma;
+      if (op_ == ActOp::kGelu && p->gelu_tanh) op_ = ActOp::kGeluTanh;
     }
     dtype_ = ctx.in(0).dtype;
     size_ = ctx.in(0).size();
-    ctx.SetOutput(0, dtype_, ctx.in(0).shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -148,25 +121,14 @@ class ActivationKernel : public Kernel {
 class ClipKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 1 || ctx.num_inputs() > 3)
-      ctx.Error("expected 1 to 3 inputs, got ", ctx.num_inputs());
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                        DType::kInt16, DType::kInt32, DType::kInt64});
+    const ClipParams& p = ctx.Params<ClipParams>();
     dtype_ = ctx.in(0).dtype;
-    for (int i = 1; i < 3; ++i) {
-      has_bound_[i - 1] = ctx.HasInput(i);
-      if (!ctx.HasInput(i)) continue;
-      if (ctx.in(i).dtype != dtype_) ctx.Error("bound ", i, " dtype differs from input's");
-      if (ctx.in(i).size() != 1) ctx.Error("bound ", i, " must hold one element");
-    }
-    attr_bounds_ = ctx.node.opset > 0 && ctx.node.opset < 11;
-    if (attr_bounds_) {
-      if (!IsFloat(dtype_)) ctx.Error("opset < 11 Clip takes floating-point inputs only");
-      attr_min_ = ctx.node.GetFloat("min", -std::numeric_limits<float>::max());
-      attr_max_ = ctx.node.GetFloat("max", std::numeric_limits<float>::max());
-    }
+    has_bound_[0] = p.has_bound[0];
+    has_bound_[1] = p.has_bound[1];
+    attr_bounds_ = p.attr_bounds;
+    attr_min_ = p.attr_min;
+    attr_max_ = p.attr_max;
     size_ = ctx.in(0).size();
-    ctx.SetOutput(0, dtype_, ctx.in(0).shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -206,17 +168,22 @@ std::unique_ptr<Kernel> MakeActivation(const Node&) {
 }  // namespace
 
 void RegisterActivationKernels(KernelRegistry& r) {
-  r.Register(OpId::kRelu, kAnyDType, &MakeActivation<ActOp::kRelu>);
-  r.Register(OpId::kLeakyRelu, kAnyDType, &MakeActivation<ActOp::kLeakyRelu>);
-  r.Register(OpId::kElu, kAnyDType, &MakeActivation<ActOp::kElu>);
-  r.Register(OpId::kSelu, kAnyDType, &MakeActivation<ActOp::kSelu>);
-  r.Register(OpId::kCelu, kAnyDType, &MakeActivation<ActOp::kCelu>);
-  r.Register(OpId::kHardSigmoid, kAnyDType, &MakeActivation<ActOp::kHardSigmoid>);
-  r.Register(OpId::kHardSwish, kAnyDType, &MakeActivation<ActOp::kHardSwish>);
-  r.Register(OpId::kGelu, kAnyDType, &MakeActivation<ActOp::kGelu>);
-  r.Register(OpId::kThresholdedRelu, kAnyDType, &MakeActivation<ActOp::kThresholdedRelu>);
-  r.Register(OpId::kMish, kAnyDType, &MakeActivation<ActOp::kMish>);
-  r.Register(OpId::kClip, kAnyDType, &MakeKernel<ClipKernel>);
+  constexpr DType kF32 = DType::kFloat32, kF64 = DType::kFloat64;
+  r.Register(OpId::kRelu, {kF32, kF64, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64},
+             &MakeActivation<ActOp::kRelu>);
+  r.Register(OpId::kLeakyRelu, {kF32, kF64}, &MakeActivation<ActOp::kLeakyRelu>);
+  r.Register(OpId::kElu, {kF32, kF64}, &MakeActivation<ActOp::kElu>);
+  r.Register(OpId::kSelu, {kF32, kF64}, &MakeActivation<ActOp::kSelu>);
+  r.Register(OpId::kCelu, {kF32, kF64}, &MakeActivation<ActOp::kCelu>);
+  r.Register(OpId::kHardSigmoid, {kF32, kF64}, &MakeActivation<ActOp::kHardSigmoid>);
+  r.Register(OpId::kHardSwish, {kF32, kF64}, &MakeActivation<ActOp::kHardSwish>);
+  r.Register(OpId::kGelu, {kF32, kF64}, &MakeActivation<ActOp::kGelu>);
+  r.Register(OpId::kThresholdedRelu, {kF32, kF64}, &MakeActivation<ActOp::kThresholdedRelu>);
+  r.Register(OpId::kMish, {kF32, kF64}, &MakeActivation<ActOp::kMish>);
+  r.Register(OpId::kClip,
+             {kF32, kF64, DType::kInt8, DType::kUInt8, DType::kInt16, DType::kInt32,
+              DType::kInt64},
+             &MakeKernel<ClipKernel>);
 }
 
 }  // namespace cpu

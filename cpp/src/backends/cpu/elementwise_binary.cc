@@ -6,6 +6,7 @@
 
 #include "backends/cpu/elementwise_util.h"
 #include "backends/int_pow.h"
+#include "ops/binary.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -77,42 +78,22 @@ inline T IntMod(T a, T b) {
 
 class ArithKernel : public Kernel {
  public:
-  ArithKernel(ArithOp op, bool variadic, std::string name)
-      : op_(op), variadic_(variadic), name_(std::move(name)) {}
+  ArithKernel(ArithOp op, std::string name) : op_(op), name_(std::move(name)) {}
 
   void Prepare(PrepareContext& ctx) override {
     const int n = ctx.num_inputs();
-    if (variadic_ ? n < 1 : n != 2) ctx.Error("expected ", variadic_ ? "at least 1" : "2",
-                                              " inputs, got ", n);
-    dtype_ = ctx.in(0).dtype;
-    if (op_ == ArithOp::kSum || op_ == ArithOp::kMean) {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
-    } else {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                          DType::kInt16, DType::kInt32, DType::kInt64});
-    }
-    std::vector<Shape> shapes;
-    for (int i = 0; i < n; ++i) {
-      if (ctx.in(i).dtype != dtype_)
-        ctx.Error("input ", i, " has dtype ", DTypeName(ctx.in(i).dtype), ", input 0 has ",
-                  DTypeName(dtype_));
-      shapes.push_back(ctx.in(i).shape);
-    }
-    if (op_ == ArithOp::kMod || op_ == ArithOp::kFmod) {
-      int64_t fmod = ctx.node.GetInt("fmod", 0);
-      if (fmod != 0 && fmod != 1) ctx.Error("fmod must be 0 or 1, got ", fmod);
-      if (fmod == 0 && IsFloat(dtype_)) ctx.Error("fmod must be 1 for floating-point inputs");
-      op_ = fmod ? ArithOp::kFmod : ArithOp::kMod;
-    }
-    Shape out = BroadcastAll(ctx, shapes);
+    dtype_ = ctx.outputs[0].dtype;
+    if (op_ == ArithOp::kMod || op_ == ArithOp::kFmod)
+      op_ = ctx.Params<ModParams>().fmod ? ArithOp::kFmod : ArithOp::kMod;
+    const Shape& out = ctx.outputs[0].shape;
     plans_.clear();
     for (int i = 1; i < n; ++i)
-      plans_.push_back(MakeBroadcastPlan(ctx, {i == 1 ? shapes[0] : out, shapes[i]}, out));
+      plans_.push_back(
+          MakeBroadcastPlan(ctx, {i == 1 ? ctx.in(0).shape : out, ctx.in(i).shape}, out));
     num_inputs_ = n;
     out_size_ = NumElements(out);
     input_sizes_.clear();
-    for (const Shape& s : shapes) input_sizes_.push_back(NumElements(s));
-    ctx.SetOutput(0, dtype_, out);
+    for (int i = 0; i < n; ++i) input_sizes_.push_back(ctx.in(i).size());
   }
 
   void Run(const KernelIO& io) const override {
@@ -188,7 +169,6 @@ class ArithKernel : public Kernel {
   }
 
   ArithOp op_;
-  bool variadic_;
   std::string name_;
   DType dtype_ = DType::kUndefined;
   int num_inputs_ = 0;
@@ -200,16 +180,10 @@ class ArithKernel : public Kernel {
 class PowKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
-    ctx.ExpectDType(1, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                        DType::kInt16, DType::kInt32, DType::kInt64});
     base_ = ctx.in(0).dtype;
     exp_ = ctx.in(1).dtype;
-    Shape out = BroadcastShapes(ctx, ctx.in(0).shape, ctx.in(1).shape);
-    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, out);
+    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, ctx.outputs[0].shape);
     scalar_exp_ = ctx.in(1).size() == 1;
-    ctx.SetOutput(0, base_, out);
   }
 
   void Run(const KernelIO& io) const override {
@@ -268,12 +242,8 @@ class PowKernel : public Kernel {
 class PReluKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
     dtype_ = ctx.in(0).dtype;
-    if (ctx.in(1).dtype != dtype_) ctx.Error("slope dtype differs from X's");
-    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, ctx.in(0).shape);
-    ctx.SetOutput(0, dtype_, ctx.in(0).shape);
+    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, ctx.outputs[0].shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -298,25 +268,32 @@ class PReluKernel : public Kernel {
   BroadcastPlan plan_;
 };
 
-template <ArithOp kOp, bool kVariadic>
+template <ArithOp kOp>
 std::unique_ptr<Kernel> MakeArith(const Node& node) {
-  return std::make_unique<ArithKernel>(kOp, kVariadic, node.Describe());
+  return std::make_unique<ArithKernel>(kOp, node.Describe());
 }
 
 }  // namespace
 
 void RegisterArithmeticKernels(KernelRegistry& r) {
-  r.Register(OpId::kAdd, kAnyDType, &MakeArith<ArithOp::kAdd, false>);
-  r.Register(OpId::kSub, kAnyDType, &MakeArith<ArithOp::kSub, false>);
-  r.Register(OpId::kMul, kAnyDType, &MakeArith<ArithOp::kMul, false>);
-  r.Register(OpId::kDiv, kAnyDType, &MakeArith<ArithOp::kDiv, false>);
-  r.Register(OpId::kMod, kAnyDType, &MakeArith<ArithOp::kMod, false>);
-  r.Register(OpId::kMin, kAnyDType, &MakeArith<ArithOp::kMin, true>);
-  r.Register(OpId::kMax, kAnyDType, &MakeArith<ArithOp::kMax, true>);
-  r.Register(OpId::kSum, kAnyDType, &MakeArith<ArithOp::kSum, true>);
-  r.Register(OpId::kMean, kAnyDType, &MakeArith<ArithOp::kMean, true>);
-  r.Register(OpId::kPow, kAnyDType, &MakeKernel<PowKernel>);
-  r.Register(OpId::kPRelu, kAnyDType, &MakeKernel<PReluKernel>);
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kFloat64, DType::kInt8,
+                                                DType::kUInt8,   DType::kInt16,   DType::kInt32,
+                                                DType::kInt64};
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat64};
+  // Pow's base and PRelu: floats and the wide integers.
+  const std::initializer_list<DType> float_int = {DType::kFloat32, DType::kFloat64, DType::kInt32,
+                                                  DType::kInt64};
+  r.Register(OpId::kAdd, numeric, &MakeArith<ArithOp::kAdd>);
+  r.Register(OpId::kSub, numeric, &MakeArith<ArithOp::kSub>);
+  r.Register(OpId::kMul, numeric, &MakeArith<ArithOp::kMul>);
+  r.Register(OpId::kDiv, numeric, &MakeArith<ArithOp::kDiv>);
+  r.Register(OpId::kMod, numeric, &MakeArith<ArithOp::kMod>);
+  r.Register(OpId::kMin, numeric, &MakeArith<ArithOp::kMin>);
+  r.Register(OpId::kMax, numeric, &MakeArith<ArithOp::kMax>);
+  r.Register(OpId::kSum, floats, &MakeArith<ArithOp::kSum>);
+  r.Register(OpId::kMean, floats, &MakeArith<ArithOp::kMean>);
+  r.Register(OpId::kPow, float_int, &MakeKernel<PowKernel>);
+  r.Register(OpId::kPRelu, float_int, &MakeKernel<PReluKernel>);
 }
 
 }  // namespace cpu

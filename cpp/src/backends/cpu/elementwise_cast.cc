@@ -8,20 +8,6 @@
 namespace kaiwu {
 namespace cpu {
 
-DType DTypeFromOnnxCode(int64_t code) {
-  switch (code) {
-    case 1: return DType::kFloat32;
-    case 2: return DType::kUInt8;
-    case 3: return DType::kInt8;
-    case 5: return DType::kInt16;
-    case 6: return DType::kInt32;
-    case 7: return DType::kInt64;
-    case 9: return DType::kBool;
-    case 11: return DType::kFloat64;
-    default: return DType::kUndefined;
-  }
-}
-
 namespace {
 
 // One element: float -> integer truncates toward zero (through int32 for the
@@ -65,27 +51,10 @@ void CastFrom(DType to, const void* in, void* out, int64_t n, ThreadPool* pool) 
 
 class CastKernel : public Kernel {
  public:
-  explicit CastKernel(bool like) : like_(like) {}
-
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != (like_ ? 2 : 1))
-      ctx.Error("expected ", like_ ? 2 : 1, " inputs, got ", ctx.num_inputs());
-    const std::initializer_list<DType> supported = {
-        DType::kFloat32, DType::kFloat64, DType::kInt8,  DType::kUInt8,
-        DType::kInt16,   DType::kInt32,   DType::kInt64, DType::kBool};
-    ctx.ExpectDType(0, supported);
-    if (like_) {
-      ctx.ExpectDType(1, supported);
-      to_ = ctx.in(1).dtype;
-    } else {
-      if (!ctx.node.Has("to")) ctx.Error("missing the 'to' attribute");
-      int64_t code = ctx.node.GetInt("to", 0);
-      to_ = DTypeFromOnnxCode(code);
-      if (to_ == DType::kUndefined) ctx.Error("unsupported target element type ", code);
-    }
     from_ = ctx.in(0).dtype;
+    to_ = ctx.outputs[0].dtype;
     size_ = ctx.in(0).size();
-    ctx.SetOutput(0, to_, ctx.in(0).shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -95,21 +64,18 @@ class CastKernel : public Kernel {
   }
 
  private:
-  bool like_;
   DType from_ = DType::kUndefined, to_ = DType::kUndefined;
   int64_t size_ = 0;
 };
 
-template <bool kLike>
-std::unique_ptr<Kernel> MakeCast(const Node&) {
-  return std::make_unique<CastKernel>(kLike);
-}
-
 }  // namespace
 
 void RegisterCastKernels(KernelRegistry& r) {
-  r.Register(OpId::kCast, kAnyDType, &MakeCast<false>);
-  r.Register(OpId::kCastLike, kAnyDType, &MakeCast<true>);
+  const std::initializer_list<DType> all = {DType::kFloat32, DType::kFloat64, DType::kInt8,
+                                            DType::kUInt8,   DType::kInt16,   DType::kInt32,
+                                            DType::kInt64,   DType::kBool};
+  r.Register(OpId::kCast, all, &MakeKernel<CastKernel>);
+  r.Register(OpId::kCastLike, all, &MakeKernel<CastKernel>);
 }
 
 }  // namespace cpu

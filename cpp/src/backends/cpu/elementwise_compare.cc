@@ -15,23 +15,8 @@ class CompareKernel : public Kernel {
   explicit CompareKernel(CmpOp op) : op_(op) {}
 
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
-    const bool logical = op_ == CmpOp::kAnd || op_ == CmpOp::kOr || op_ == CmpOp::kXor;
-    if (logical) {
-      ctx.ExpectDType(0, {DType::kBool});
-    } else if (op_ == CmpOp::kEqual) {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                          DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool});
-    } else {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                          DType::kInt16, DType::kInt32, DType::kInt64});
-    }
     dtype_ = ctx.in(0).dtype;
-    if (ctx.in(1).dtype != dtype_)
-      ctx.Error("input dtypes differ: ", DTypeName(dtype_), " and ", DTypeName(ctx.in(1).dtype));
-    Shape out = BroadcastShapes(ctx, ctx.in(0).shape, ctx.in(1).shape);
-    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, out);
-    ctx.SetOutput(0, DType::kBool, out);
+    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape}, ctx.outputs[0].shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -79,12 +64,7 @@ class CompareKernel : public Kernel {
 
 class NotKernel : public Kernel {
  public:
-  void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 1) ctx.Error("expected 1 input, got ", ctx.num_inputs());
-    ctx.ExpectDType(0, {DType::kBool});
-    size_ = ctx.in(0).size();
-    ctx.SetOutput(0, DType::kBool, ctx.in(0).shape);
-  }
+  void Prepare(PrepareContext& ctx) override { size_ = ctx.in(0).size(); }
 
   void Run(const KernelIO& io) const override {
     const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
@@ -106,15 +86,21 @@ std::unique_ptr<Kernel> MakeCompare(const Node&) {
 }  // namespace
 
 void RegisterCompareKernels(KernelRegistry& r) {
-  r.Register(OpId::kEqual, kAnyDType, &MakeCompare<CmpOp::kEqual>);
-  r.Register(OpId::kLess, kAnyDType, &MakeCompare<CmpOp::kLess>);
-  r.Register(OpId::kGreater, kAnyDType, &MakeCompare<CmpOp::kGreater>);
-  r.Register(OpId::kLessOrEqual, kAnyDType, &MakeCompare<CmpOp::kLessEqual>);
-  r.Register(OpId::kGreaterOrEqual, kAnyDType, &MakeCompare<CmpOp::kGreaterEqual>);
-  r.Register(OpId::kAnd, kAnyDType, &MakeCompare<CmpOp::kAnd>);
-  r.Register(OpId::kOr, kAnyDType, &MakeCompare<CmpOp::kOr>);
-  r.Register(OpId::kXor, kAnyDType, &MakeCompare<CmpOp::kXor>);
-  r.Register(OpId::kNot, kAnyDType, &MakeKernel<NotKernel>);
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kFloat64, DType::kInt8,
+                                                DType::kUInt8,   DType::kInt16,   DType::kInt32,
+                                                DType::kInt64};
+  const std::initializer_list<DType> numeric_bool = {
+      DType::kFloat32, DType::kFloat64, DType::kInt8,  DType::kUInt8,
+      DType::kInt16,   DType::kInt32,   DType::kInt64, DType::kBool};
+  r.Register(OpId::kEqual, numeric_bool, &MakeCompare<CmpOp::kEqual>);
+  r.Register(OpId::kLess, numeric, &MakeCompare<CmpOp::kLess>);
+  r.Register(OpId::kGreater, numeric, &MakeCompare<CmpOp::kGreater>);
+  r.Register(OpId::kLessOrEqual, numeric, &MakeCompare<CmpOp::kLessEqual>);
+  r.Register(OpId::kGreaterOrEqual, numeric, &MakeCompare<CmpOp::kGreaterEqual>);
+  r.Register(OpId::kAnd, DType::kBool, &MakeCompare<CmpOp::kAnd>);
+  r.Register(OpId::kOr, DType::kBool, &MakeCompare<CmpOp::kOr>);
+  r.Register(OpId::kXor, DType::kBool, &MakeCompare<CmpOp::kXor>);
+  r.Register(OpId::kNot, DType::kBool, &MakeKernel<NotKernel>);
 }
 
 }  // namespace cpu

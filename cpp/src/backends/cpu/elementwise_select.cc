@@ -9,16 +9,9 @@ namespace {
 class WhereKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 3) ctx.Error("expected 3 inputs, got ", ctx.num_inputs());
-    ctx.ExpectDType(0, {DType::kBool});
     dtype_ = ctx.in(1).dtype;
-    if (ctx.in(2).dtype != dtype_)
-      ctx.Error("X and Y dtypes differ: ", DTypeName(dtype_), " and ",
-                DTypeName(ctx.in(2).dtype));
-    std::vector<Shape> shapes = {ctx.in(0).shape, ctx.in(1).shape, ctx.in(2).shape};
-    Shape out = BroadcastAll(ctx, shapes);
-    plan_ = MakeBroadcastPlan(ctx, shapes, out);
-    ctx.SetOutput(0, dtype_, out);
+    plan_ = MakeBroadcastPlan(ctx, {ctx.in(0).shape, ctx.in(1).shape, ctx.in(2).shape},
+                              ctx.outputs[0].shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -46,7 +39,13 @@ class WhereKernel : public Kernel {
 
 }  // namespace
 
-void RegisterSelectKernels(KernelRegistry& r) { r.Register(OpId::kWhere, kAnyDType, &MakeKernel<WhereKernel>); }
+// Keyed on X's dtype (Where's type input is 1): every dtype has a word size.
+void RegisterSelectKernels(KernelRegistry& r) {
+  r.Register(OpId::kWhere,
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
+              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeKernel<WhereKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

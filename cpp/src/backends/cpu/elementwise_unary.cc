@@ -9,6 +9,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "backends/cpu/elementwise_util.h"
+#include "ops/unary.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -19,8 +20,6 @@ enum class UnOp {
   kSqrt, kExp, kLog, kReciprocal, kFloor, kCeil, kRound, kSin, kCos, kErf, kSigmoid, kTanh,
   kSoftplus, kSoftsign,
 };
-
-bool IsNumericOp(UnOp op) { return op == UnOp::kNeg || op == UnOp::kAbs || op == UnOp::kSign; }
 
 double OpCost(UnOp op) {
   switch (op) {
@@ -93,7 +92,7 @@ void ApplyInt(UnOp op, const T* x, T* y, int64_t n) {
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((x[i] > 0) - (x[i] < 0));
       break;
     default:
-      break;  // excluded by Prepare
+      break;  // integer dtypes are registered for Neg, Abs and Sign only
   }
 }
 
@@ -102,19 +101,8 @@ class UnaryKernel : public Kernel {
   explicit UnaryKernel(UnOp op) : op_(op) {}
 
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 1) ctx.Error("expected 1 input, got ", ctx.num_inputs());
-    if (op_ == UnOp::kNeg) {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16,
-                          DType::kInt32, DType::kInt64});
-    } else if (IsNumericOp(op_)) {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                          DType::kInt16, DType::kInt32, DType::kInt64});
-    } else {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
-    }
     dtype_ = ctx.in(0).dtype;
     size_ = ctx.in(0).size();
-    ctx.SetOutput(0, dtype_, ctx.in(0).shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -143,13 +131,13 @@ class IsSpecialKernel : public Kernel {
   explicit IsSpecialKernel(bool nan) : nan_(nan) {}
 
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 1) ctx.Error("expected 1 input, got ", ctx.num_inputs());
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
     dtype_ = ctx.in(0).dtype;
     size_ = ctx.in(0).size();
-    pos_ = ctx.node.GetInt("detect_positive", 1) != 0;
-    neg_ = ctx.node.GetInt("detect_negative", 1) != 0;
-    ctx.SetOutput(0, DType::kBool, ctx.in(0).shape);
+    if (!nan_) {
+      const IsInfParams& p = ctx.Params<IsInfParams>();
+      pos_ = p.detect_positive;
+      neg_ = p.detect_negative;
+    }
   }
 
   void Run(const KernelIO& io) const override {
@@ -188,25 +176,29 @@ std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
 }  // namespace
 
 void RegisterUnaryKernels(KernelRegistry& r) {
-  r.Register(OpId::kNeg, kAnyDType, &MakeUnary<UnOp::kNeg>);
-  r.Register(OpId::kAbs, kAnyDType, &MakeUnary<UnOp::kAbs>);
-  r.Register(OpId::kSign, kAnyDType, &MakeUnary<UnOp::kSign>);
-  r.Register(OpId::kSqrt, kAnyDType, &MakeUnary<UnOp::kSqrt>);
-  r.Register(OpId::kExp, kAnyDType, &MakeUnary<UnOp::kExp>);
-  r.Register(OpId::kLog, kAnyDType, &MakeUnary<UnOp::kLog>);
-  r.Register(OpId::kReciprocal, kAnyDType, &MakeUnary<UnOp::kReciprocal>);
-  r.Register(OpId::kFloor, kAnyDType, &MakeUnary<UnOp::kFloor>);
-  r.Register(OpId::kCeil, kAnyDType, &MakeUnary<UnOp::kCeil>);
-  r.Register(OpId::kRound, kAnyDType, &MakeUnary<UnOp::kRound>);
-  r.Register(OpId::kSin, kAnyDType, &MakeUnary<UnOp::kSin>);
-  r.Register(OpId::kCos, kAnyDType, &MakeUnary<UnOp::kCos>);
-  r.Register(OpId::kErf, kAnyDType, &MakeUnary<UnOp::kErf>);
-  r.Register(OpId::kSigmoid, kAnyDType, &MakeUnary<UnOp::kSigmoid>);
-  r.Register(OpId::kTanh, kAnyDType, &MakeUnary<UnOp::kTanh>);
-  r.Register(OpId::kSoftplus, kAnyDType, &MakeUnary<UnOp::kSoftplus>);
-  r.Register(OpId::kSoftsign, kAnyDType, &MakeUnary<UnOp::kSoftsign>);
-  r.Register(OpId::kIsNaN, kAnyDType, &MakeIsSpecial<true>);
-  r.Register(OpId::kIsInf, kAnyDType, &MakeIsSpecial<false>);
+  constexpr DType kF32 = DType::kFloat32, kF64 = DType::kFloat64;
+  r.Register(OpId::kNeg, {kF32, kF64, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64},
+             &MakeUnary<UnOp::kNeg>);
+  const std::initializer_list<DType> numeric = {kF32, kF64, DType::kInt8, DType::kUInt8,
+                                                DType::kInt16, DType::kInt32, DType::kInt64};
+  r.Register(OpId::kAbs, numeric, &MakeUnary<UnOp::kAbs>);
+  r.Register(OpId::kSign, numeric, &MakeUnary<UnOp::kSign>);
+  r.Register(OpId::kSqrt, {kF32, kF64}, &MakeUnary<UnOp::kSqrt>);
+  r.Register(OpId::kExp, {kF32, kF64}, &MakeUnary<UnOp::kExp>);
+  r.Register(OpId::kLog, {kF32, kF64}, &MakeUnary<UnOp::kLog>);
+  r.Register(OpId::kReciprocal, {kF32, kF64}, &MakeUnary<UnOp::kReciprocal>);
+  r.Register(OpId::kFloor, {kF32, kF64}, &MakeUnary<UnOp::kFloor>);
+  r.Register(OpId::kCeil, {kF32, kF64}, &MakeUnary<UnOp::kCeil>);
+  r.Register(OpId::kRound, {kF32, kF64}, &MakeUnary<UnOp::kRound>);
+  r.Register(OpId::kSin, {kF32, kF64}, &MakeUnary<UnOp::kSin>);
+  r.Register(OpId::kCos, {kF32, kF64}, &MakeUnary<UnOp::kCos>);
+  r.Register(OpId::kErf, {kF32, kF64}, &MakeUnary<UnOp::kErf>);
+  r.Register(OpId::kSigmoid, {kF32, kF64}, &MakeUnary<UnOp::kSigmoid>);
+  r.Register(OpId::kTanh, {kF32, kF64}, &MakeUnary<UnOp::kTanh>);
+  r.Register(OpId::kSoftplus, {kF32, kF64}, &MakeUnary<UnOp::kSoftplus>);
+  r.Register(OpId::kSoftsign, {kF32, kF64}, &MakeUnary<UnOp::kSoftsign>);
+  r.Register(OpId::kIsNaN, {kF32, kF64}, &MakeIsSpecial<true>);
+  r.Register(OpId::kIsInf, {kF32, kF64}, &MakeIsSpecial<false>);
 }
 
 }  // namespace cpu

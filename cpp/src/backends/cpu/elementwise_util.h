@@ -21,10 +21,6 @@ void RegisterActivationKernels(KernelRegistry& r);  // elementwise_activation.cc
 void RegisterCastKernels(KernelRegistry& r);        // elementwise_cast.cc
 void RegisterSelectKernels(KernelRegistry& r);      // elementwise_select.cc
 
-/// ONNX TensorProto element type code -> engine dtype, or kUndefined when the
-/// engine does not support it (elementwise_cast.cc).
-DType DTypeFromOnnxCode(int64_t code);
-
 constexpr int kMaxBroadcastInputs = 3;
 constexpr int kMaxBroadcastDims = 16;
 

@@ -17,20 +17,15 @@ constexpr int64_t kLineInner = 8;    // below this many inner columns: per-line 
 class CumSumKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+    const CumSumParams& p = ctx.Params<CumSumParams>();
     const TensorInfo& x = ctx.in(0);
-    if (x.rank() < 1) ctx.Error("X must have rank >= 1");
-    std::vector<int64_t> axis = ctx.ConstInts(1);
-    if (axis.size() != 1) ctx.Error("axis must have one element, got ", axis.size());
-    const int64_t a = NormalizeAxis(ctx, axis[0], x.rank());
-    dim_ = x.shape[a];
-    outer_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + a));
-    inner_ = NumElements(Shape(x.shape.begin() + a + 1, x.shape.end()));
+    dim_ = x.shape[p.axis];
+    outer_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + p.axis));
+    inner_ = NumElements(Shape(x.shape.begin() + p.axis + 1, x.shape.end()));
     blocks_ = (inner_ + kBlock - 1) / kBlock;
-    exclusive_ = ctx.node.GetInt("exclusive", 0) != 0;
-    reverse_ = ctx.node.GetInt("reverse", 0) != 0;
+    exclusive_ = p.exclusive;
+    reverse_ = p.reverse;
     dtype_ = x.dtype;
-    ctx.SetOutput(0, dtype_, x.shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -101,7 +96,8 @@ class CumSumKernel : public Kernel {
 }  // namespace
 
 void RegisterGameCumSumKernels(KernelRegistry& r) {
-  r.Register(OpId::kCumSum, kAnyDType, &MakeKernel<CumSumKernel>);
+  r.Register(OpId::kCumSum, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64},
+             &MakeKernel<CumSumKernel>);
 }
 
 }  // namespace cpu

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cpu/game_util.h"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -14,23 +15,11 @@ namespace {
 class GatherNDKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(1, {DType::kInt64, DType::kInt32});
-    const TensorInfo& x = ctx.in(0);
-    const TensorInfo& ind = ctx.in(1);
-    const int r = x.rank(), q = ind.rank();
-    const int64_t b = ctx.node.GetInt("batch_dims", 0);
-    if (r < 1 || q < 1) ctx.Error("data and indices must have rank >= 1");
-    if (b < 0 || b >= std::min(r, q)) ctx.Error("batch_dims ", b, " is out of range");
+    const TensorInfo& x = ctx.inputs[0];
+    const TensorInfo& ind = ctx.inputs[1];
+    const int q = ind.rank();
+    const int64_t b = ctx.Params<GatherNDParams>().batch_dims;
     k_ = ind.shape[q - 1];
-    if (k_ < 1 || k_ > r - b)
-      ctx.Error("indices' last dim ", k_, " must be in [1, ", r - b, "] (data rank ", r,
-                ", batch_dims ", b, ")");
-    for (int d = 0; d < b; ++d)
-      if (x.shape[d] != ind.shape[d])
-        ctx.Error("batch dims differ: data ", ShapeToString(x.shape), ", indices ",
-                  ShapeToString(ind.shape));
-    Shape out(ind.shape.begin(), ind.shape.end() - 1);
-    out.insert(out.end(), x.shape.begin() + b + k_, x.shape.end());
     dims_.assign(x.shape.begin() + b, x.shape.begin() + b + k_);
     const std::vector<int64_t> strides = RowMajorStrides(x.shape);
     strides_.assign(strides.begin() + b, strides.begin() + b + k_);
@@ -42,7 +31,6 @@ class GatherNDKernel : public Kernel {
     index64_ = ind.dtype == DType::kInt64;
     desc_ = ctx.node.Describe();
     ctx.scratch_bytes = static_cast<size_t>(count_) * sizeof(int64_t);
-    ctx.SetOutput(0, x.dtype, out);
   }
 
   void Run(const KernelIO& io) const override {
@@ -83,7 +71,7 @@ class GatherNDKernel : public Kernel {
 }  // namespace
 
 void RegisterGameGatherNDKernels(KernelRegistry& r) {
-  r.Register(OpId::kGatherND, kAnyDType, &MakeKernel<GatherNDKernel>);
+  r.Register(OpId::kGatherND, {KAIWU_ALL_DTYPES}, &MakeKernel<GatherNDKernel>);
 }
 
 }  // namespace cpu

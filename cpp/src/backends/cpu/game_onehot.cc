@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backends/cpu/game_util.h"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -15,24 +16,13 @@ namespace {
 class OneHotKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kInt64, DType::kInt32, DType::kFloat32, DType::kFloat64,
-                        DType::kInt8, DType::kUInt8, DType::kInt16});
-    std::vector<double> depth = ConstNumbers(ctx, 1);
-    if (depth.size() != 1) ctx.Error("depth must have one element, got ", depth.size());
-    depth_ = static_cast<int64_t>(depth[0]);
-    if (depth_ < 1) ctx.Error("depth must be positive, got ", depth[0]);
-    const TensorInfo& values = ctx.in(2);
-    if (values.size() != 2) ctx.Error("values must have 2 elements [off, on], got ", values.size());
-    const TensorInfo& ind = ctx.in(0);
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), ind.rank() + 1);
-    Shape out(ind.shape.begin(), ind.shape.begin() + axis);
-    out.push_back(depth_);
-    out.insert(out.end(), ind.shape.begin() + axis, ind.shape.end());
-    outer_ = NumElements(Shape(ind.shape.begin(), ind.shape.begin() + axis));
-    inner_ = NumElements(Shape(ind.shape.begin() + axis, ind.shape.end()));
+    const OneHotParams& p = ctx.Params<OneHotParams>();
+    const TensorInfo& ind = ctx.inputs[0];
+    depth_ = p.depth;
+    outer_ = NumElements(Shape(ind.shape.begin(), ind.shape.begin() + p.axis));
+    inner_ = NumElements(Shape(ind.shape.begin() + p.axis, ind.shape.end()));
     index_dtype_ = ind.dtype;
-    elem_ = DTypeSize(values.dtype);
-    ctx.SetOutput(0, values.dtype, out);
+    elem_ = DTypeSize(ctx.outputs[0].dtype);
   }
 
   void Run(const KernelIO& io) const override {
@@ -90,7 +80,7 @@ class OneHotKernel : public Kernel {
 }  // namespace
 
 void RegisterGameOneHotKernels(KernelRegistry& r) {
-  r.Register(OpId::kOneHot, kAnyDType, &MakeKernel<OneHotKernel>);
+  r.Register(OpId::kOneHot, {KAIWU_ALL_DTYPES}, &MakeKernel<OneHotKernel>);
 }
 
 }  // namespace cpu

@@ -1,6 +1,6 @@
 // Resize (opset 13+: X, roi, scales, sizes; opset 18+ axes and
-// keep_aspect_ratio_policy). Prepare takes the per-axis taps from PlanResize
-// (game_resize_taps.h); Run walks output rows (all dims but the last) in
+// keep_aspect_ratio_policy). Prepare takes the per-axis taps that shape
+// inference computed (ResizeParams, ops/resize.h); Run walks output rows (all dims but the last) in
 // parallel. Leading axes left alone (N and C of NCHW) only pick a plane; a row
 // combines the taps of the other outer axes (at most kMaxCombos products, e.g.
 // 2 source rows for bilinear) and applies the last axis's taps along the row.
@@ -8,9 +8,10 @@
 // any dtype; linear and cubic take float32 / float64.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
-#include "backends/cpu/game_resize_taps.h"
 #include "backends/cpu/game_util.h"
+#include "ops/resize.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -21,31 +22,30 @@ constexpr int kMaxCombos = 64;
 class ResizeKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ResizePlan plan = PlanResize(ctx);
+    params_ = ctx.SharedParams<ResizeParams>();
     dtype_ = ctx.in(0).dtype;
-    extrapolation_ = plan.extrapolation;
-    const Shape& out = plan.out;
+    extrapolation_ = params_->extrapolation;
+    const Shape& out = ctx.outputs[0].shape;
     const int r = static_cast<int>(out.size());
-    ctx.SetOutput(0, dtype_, out);
 
-    axes_ = std::move(plan.axes);
+    const std::vector<AxisTaps>& axes = params_->axes;
     gather_ = true;
     int combos = 1;
     for (int d = 0; d < r; ++d) {
-      gather_ &= axes_[d].identity_weights();
-      if (d < r - 1) combos *= axes_[d].taps;
+      gather_ &= axes[d].identity_weights();
+      if (d < r - 1) combos *= axes[d].taps;
     }
     if (combos > kMaxCombos)
-      ctx.Error("resizing this many axes with ", axes_.back().taps, " taps each is not supported");
+      ctx.Error("resizing this many axes with ", axes.back().taps, " taps each is not supported");
     const Shape& xs = ctx.in(0).shape;
     out_ = out;
     inner_ = out[r - 1];
     rows_ = inner_ == 0 ? 0 : NumElements(out) / inner_;
     lead_ = 0;
-    while (lead_ < r - 1 && axes_[lead_].identity) ++lead_;
+    while (lead_ < r - 1 && axes[lead_].identity) ++lead_;
     plane_in_ = NumElements(Shape(xs.begin() + lead_, xs.end()));
     plane_rows_ = NumElements(Shape(out.begin() + lead_, out.end() - 1));
-    cost_ = static_cast<double>(inner_) * combos * axes_.back().taps + 8.0 * r;
+    cost_ = static_cast<double>(inner_) * combos * axes.back().taps + 8.0 * r;
   }
 
   void Run(const KernelIO& io) const override {
@@ -81,7 +81,8 @@ class ResizeKernel : public Kernel {
       }
       int64_t off[kMaxCombos];
       float w[kMaxCombos];
-      const AxisTaps& last = axes_[outer];
+      const std::vector<AxisTaps>& axes = params_->axes;
+      const AxisTaps& last = axes[outer];
       for (int64_t row = r0; row < r1; ++row) {
         T* yr = y + row * inner_;
         int n = 1;
@@ -89,7 +90,7 @@ class ResizeKernel : public Kernel {
         w[0] = 1.f;
         bool outside = false;
         for (int d = lead_; d < outer; ++d) {
-          const AxisTaps& a = axes_[d];
+          const AxisTaps& a = axes[d];
           const int64_t o = coord[d];
           if (!a.outside.empty() && a.outside[o]) outside = true;
           for (int c = n - 1; c >= 0; --c)  // expand each combo by the axis's taps
@@ -155,7 +156,7 @@ class ResizeKernel : public Kernel {
 
   DType dtype_ = DType::kFloat32;
   float extrapolation_ = 0.f;
-  std::vector<AxisTaps> axes_;
+  std::shared_ptr<const ResizeParams> params_;  // the taps of every axis
   Shape out_;
   int64_t rows_ = 0, inner_ = 0;
   int lead_ = 0;                            // leading identity axes: a plane index
@@ -167,7 +168,12 @@ class ResizeKernel : public Kernel {
 }  // namespace
 
 void RegisterGameResizeKernels(KernelRegistry& r) {
-  r.Register(OpId::kResize, kAnyDType, &MakeKernel<ResizeKernel>);
+  // Nearest is a gather of any element; linear and cubic (float32 / float64
+  // only, checked by shape inference) are weighted sums.
+  r.Register(OpId::kResize,
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
+              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeKernel<ResizeKernel>);
 }
 
 }  // namespace cpu

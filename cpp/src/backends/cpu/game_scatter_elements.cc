@@ -12,27 +12,16 @@ namespace kaiwu {
 namespace cpu {
 namespace {
 
-constexpr int kMaxRank = 16;
+constexpr int kMaxRank = kMaxScatterElementsRank;  // checked by shape inference
 
 class ScatterElementsKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(1, {DType::kInt64, DType::kInt32});
+    const ScatterParams& p = ctx.Params<ScatterParams>();
     const TensorInfo& x = ctx.in(0);
     const TensorInfo& ind = ctx.in(1);
-    const TensorInfo& upd = ctx.in(2);
-    const int r = x.rank();
-    if (r < 1 || r > kMaxRank || ind.rank() != r)
-      ctx.Error("data and indices must have the same rank in [1, ", kMaxRank, "], got ",
-                ShapeToString(x.shape), " and ", ShapeToString(ind.shape));
-    if (upd.shape != ind.shape || upd.dtype != x.dtype)
-      ctx.Error("updates must have indices' shape and data's dtype");
-    axis_ = static_cast<int>(NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), r));
-    for (int d = 0; d < r; ++d)
-      if (d != axis_ && ind.shape[d] > x.shape[d])
-        ctx.Error("indices ", ShapeToString(ind.shape), " exceed data ", ShapeToString(x.shape),
-                  " on axis ", d);
-    reduction_ = ParseReduction(ctx);
+    axis_ = p.axis;
+    reduction_ = p.reduction;
     shape_ = ind.shape;
     data_strides_ = RowMajorStrides(x.shape);
     dim_ = x.shape[axis_];
@@ -42,7 +31,6 @@ class ScatterElementsKernel : public Kernel {
     dtype_ = x.dtype;
     index64_ = ind.dtype == DType::kInt64;
     desc_ = ctx.node.Describe();
-    ctx.SetOutput(0, x.dtype, x.shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -112,7 +100,10 @@ class ScatterElementsKernel : public Kernel {
 }  // namespace
 
 void RegisterGameScatterElementsKernels(KernelRegistry& r) {
-  r.Register(OpId::kScatterElements, kAnyDType, &MakeKernel<ScatterElementsKernel>);
+  r.Register(OpId::kScatterElements,
+             {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8, DType::kInt16,
+              DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeKernel<ScatterElementsKernel>);
 }
 
 }  // namespace cpu

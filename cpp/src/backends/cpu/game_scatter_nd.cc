@@ -17,21 +17,10 @@ namespace {
 class ScatterNDKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(1, {DType::kInt64, DType::kInt32});
     const TensorInfo& x = ctx.in(0);
     const TensorInfo& ind = ctx.in(1);
-    const TensorInfo& upd = ctx.in(2);
-    const int r = x.rank(), q = ind.rank();
-    if (r < 1 || q < 1) ctx.Error("data and indices must have rank >= 1");
-    if (upd.dtype != x.dtype) ctx.Error("updates must have data's dtype");
-    k_ = ind.shape[q - 1];
-    if (k_ < 1 || k_ > r) ctx.Error("indices' last dim ", k_, " must be in [1, ", r, "]");
-    Shape want(ind.shape.begin(), ind.shape.end() - 1);
-    want.insert(want.end(), x.shape.begin() + k_, x.shape.end());
-    if (upd.shape != want)
-      ctx.Error("updates have shape ", ShapeToString(upd.shape), ", expected ",
-                ShapeToString(want));
-    reduction_ = ParseReduction(ctx);
+    reduction_ = ctx.Params<ScatterParams>().reduction;
+    k_ = ind.shape[ind.rank() - 1];
     dims_.assign(x.shape.begin(), x.shape.begin() + k_);
     const std::vector<int64_t> strides = RowMajorStrides(x.shape);
     strides_.assign(strides.begin(), strides.begin() + k_);
@@ -42,7 +31,6 @@ class ScatterNDKernel : public Kernel {
     index64_ = ind.dtype == DType::kInt64;
     desc_ = ctx.node.Describe();
     ctx.scratch_bytes = static_cast<size_t>(count_) * sizeof(int64_t);
-    ctx.SetOutput(0, x.dtype, x.shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -98,7 +86,10 @@ class ScatterNDKernel : public Kernel {
 }  // namespace
 
 void RegisterGameScatterNDKernels(KernelRegistry& r) {
-  r.Register(OpId::kScatterND, kAnyDType, &MakeKernel<ScatterNDKernel>);
+  r.Register(OpId::kScatterND,
+             {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8, DType::kInt16,
+              DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeKernel<ScatterNDKernel>);
 }
 
 }  // namespace cpu

@@ -28,28 +28,17 @@ constexpr int64_t kInsertionK = 32;  // up to this K: one scan with sorted inser
 class TopKKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32,
-                        DType::kInt8, DType::kUInt8, DType::kInt16});
+    const TopKParams& p = ctx.Params<TopKParams>();
     const TensorInfo& x = ctx.in(0);
-    if (x.rank() < 1) ctx.Error("X must have rank >= 1");
-    std::vector<int64_t> k = ctx.ConstInts(1);
-    if (k.size() != 1) ctx.Error("K must have one element, got ", k.size());
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), x.rank());
-    dim_ = x.shape[axis];
-    k_ = k[0];
-    if (k_ < 0 || k_ > dim_) ctx.Error("K = ", k_, " is out of range for an axis of size ", dim_);
-    largest_ = ctx.node.GetInt("largest", 1) != 0;
-    outer_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + axis));
-    inner_ = NumElements(Shape(x.shape.begin() + axis + 1, x.shape.end()));
+    dim_ = x.shape[p.axis];
+    k_ = p.k;
+    largest_ = p.largest;
+    outer_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + p.axis));
+    inner_ = NumElements(Shape(x.shape.begin() + p.axis + 1, x.shape.end()));
     dtype_ = x.dtype;
     lines_ = outer_ * inner_;
     chunks_ = std::max<int64_t>(1, std::min<int64_t>(lines_, ctx.num_threads));
     ctx.scratch_bytes = static_cast<size_t>(chunks_ * dim_) * 2 * sizeof(int64_t);  // Entry<T>
-    Shape out = x.shape;
-    out[axis] = k_;
-    ctx.SetOutput(0, dtype_, out);
-    if (ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0)
-      ctx.SetOutput(1, DType::kInt64, out);
   }
 
   void Run(const KernelIO& io) const override {
@@ -133,7 +122,12 @@ class TopKKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGameTopKKernels(KernelRegistry& r) { r.Register(OpId::kTopK, kAnyDType, &MakeKernel<TopKKernel>); }
+void RegisterGameTopKKernels(KernelRegistry& r) {
+  r.Register(OpId::kTopK,
+             {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32, DType::kInt8,
+              DType::kUInt8, DType::kInt16},
+             &MakeKernel<TopKKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

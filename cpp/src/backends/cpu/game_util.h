@@ -1,7 +1,9 @@
-// Shared pieces of the game-policy op family (game_*.cc): Resize, OneHot,
+// Shared pieces of the game-policy CPU kernels (game_*.cc): Resize, OneHot,
 // GatherND/ScatterND, ScatterElements, TopK and CumSum. Index-taking kernels
 // validate every index on the calling thread before writing anything; an
 // out-of-range index throws kaiwu::Error(kRuntime) naming the node and index.
+// What the ops mean (the Reduction modes, the params structs)
+// is the op layer's: ops/game.h, ops/resize.h.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "ops/game.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -23,9 +26,6 @@ void RegisterGameScatterElementsKernels(KernelRegistry& r); // game_scatter_elem
 void RegisterGameTopKKernels(KernelRegistry& r);            // game_topk.cc
 void RegisterGameCumSumKernels(KernelRegistry& r);          // game_cumsum.cc
 
-/// Input i's values (any numeric dtype) as doubles; it must be known at plan time.
-std::vector<double> ConstNumbers(const PrepareContext& ctx, int i);
-
 /// `v` as an index into an axis of size `dim` (negative counts from the end),
 /// or throws kRuntime naming `desc`, the index and its position.
 inline int64_t CheckedIndex(int64_t v, int64_t dim, const std::string& desc, int64_t position) {
@@ -35,10 +35,7 @@ inline int64_t CheckedIndex(int64_t v, int64_t dim, const std::string& desc, int
   return v < 0 ? v + dim : v;
 }
 
-/// The `reduction` attribute of ScatterND / ScatterElements.
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-Reduction ParseReduction(const PrepareContext& ctx);
-
+/// dst = r(dst, v) (the op layer's Reduction); for bool, add/max are OR and mul/min AND.
 template <typename T>
 inline void Reduce(Reduction r, T& dst, T v) {
   if constexpr (std::is_same_v<T, bool>) {

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/activation.h"
 #include "backends/cpu/linalg_util.h"
+#include "ops/linalg.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -11,41 +12,19 @@ namespace {
 class GemmKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    const Node& node = ctx.node;
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
-    dtype_ = ctx.in(0).dtype;
-    ctx.ExpectDType(1, {dtype_});
-    const Shape& a = ctx.in(0).shape;
-    const Shape& b = ctx.in(1).shape;
-    if (a.size() != 2 || b.size() != 2)
-      ctx.Error("A and B must be 2-D, got ", ShapeToString(a), " and ", ShapeToString(b));
-    trans_a_ = node.GetInt("transA", 0) != 0;
-    trans_b_ = node.GetInt("transB", 0) != 0;
-    alpha_ = node.GetFloat("alpha", 1.f);
-    beta_ = node.GetFloat("beta", 1.f);
-    m_ = trans_a_ ? a[1] : a[0];
-    k_ = trans_a_ ? a[0] : a[1];
-    int64_t kb = trans_b_ ? b[1] : b[0];
-    n_ = trans_b_ ? b[0] : b[1];
-    if (k_ != kb)
-      ctx.Error("inner dimensions differ: op(A) is [", m_, ", ", k_, "], op(B) is [", kb, ", ",
-                n_, "]");
-    has_c_ = ctx.HasInput(2);
-    if (has_c_) {
-      ctx.ExpectDType(2, {dtype_});
-      const Shape& c = ctx.in(2).shape;
-      if (c.size() > 2) ctx.Error("C must have rank <= 2, got ", ShapeToString(c));
-      int64_t cm = c.size() == 2 ? c[0] : 1;
-      int64_t cn = c.empty() ? 1 : c.back();
-      if ((cm != 1 && cm != m_) || (cn != 1 && cn != n_))
-        ctx.Error("C of shape ", ShapeToString(c), " does not broadcast to [", m_, ", ", n_, "]");
-      c_row_stride_ = cm == 1 ? 0 : cn;
-      c_col_stride_ = cn == 1 ? 0 : 1;
-    }
-    ctx.SetOutput(0, dtype_, {m_, n_});
-    act_ = Activation::FromNode(node);
-    if (act_.active() && dtype_ != DType::kFloat32)
-      ctx.Error("a fused activation needs float32, got ", DTypeName(dtype_));
+    const GemmParams& p = ctx.Params<GemmParams>();
+    dtype_ = ctx.outputs[0].dtype;
+    trans_a_ = p.trans_a;
+    trans_b_ = p.trans_b;
+    alpha_ = p.alpha;
+    beta_ = p.beta;
+    m_ = p.m;
+    n_ = p.n;
+    k_ = p.k;
+    has_c_ = p.has_c;
+    c_row_stride_ = p.c_row_stride;
+    c_col_stride_ = p.c_col_stride;
+    act_ = p.act;
   }
 
   void Run(const KernelIO& io) const override {
@@ -116,7 +95,10 @@ class GemmKernel : public Kernel {
 
 }  // namespace
 
-void RegisterGemmKernel(KernelRegistry& r) { r.Register(OpId::kGemm, kAnyDType, &MakeKernel<GemmKernel>); }
+void RegisterGemmKernel(KernelRegistry& r) {
+  r.Register(OpId::kGemm, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64},
+             &MakeKernel<GemmKernel>);
+}
 
 }  // namespace cpu
 }  // namespace kaiwu

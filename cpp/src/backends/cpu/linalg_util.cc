@@ -102,16 +102,5 @@ void StridedGather::Run(const float* src, float* dst, ThreadPool* pool) const {
   });
 }
 
-std::vector<int64_t> BroadcastStrides(const Shape& shape, const Shape& out) {
-  std::vector<int64_t> strides(out.size(), 0);
-  int64_t s = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    size_t src = shape.size() - 1 - i, dst = out.size() - 1 - i;
-    strides[dst] = shape[src] == 1 ? 0 : s;
-    s *= shape[src];
-  }
-  return strides;
-}
-
 }  // namespace cpu
 }  // namespace kaiwu

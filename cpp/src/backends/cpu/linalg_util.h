@@ -66,9 +66,5 @@ class StridedGather {
   int64_t size_ = 1;
 };
 
-/// Row-major broadcast strides of `shape` against the right-aligned `out` shape:
-/// 0 where shape has 1 (or lacks the dim), the usual stride otherwise.
-std::vector<int64_t> BroadcastStrides(const Shape& shape, const Shape& out);
-
 }  // namespace cpu
 }  // namespace kaiwu

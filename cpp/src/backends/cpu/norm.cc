@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/norm_util.h"
+#include "ops/norm.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -13,34 +14,15 @@ namespace {
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
 
-// Checks X [N, C, ...] float32 and that inputs first..last are float32 [C].
-void CheckChannelInputs(const PrepareContext& ctx, int first, int last) {
-  ctx.ExpectDType(0, {DType::kFloat32});
-  const Shape& x = ctx.in(0).shape;
-  if (x.size() < 2) ctx.Error("X must have rank >= 2, got ", ShapeToString(x));
-  for (int i = first; i <= last; ++i) {
-    ctx.ExpectDType(i, {DType::kFloat32});
-    if (ctx.in(i).shape != Shape{x[1]})
-      ctx.Error("input ", i, " must have shape [", x[1], "], got ", ShapeToString(ctx.in(i).shape));
-  }
-}
-
 // Y = scale * (X - mean) / sqrt(var + epsilon) + B, per channel.
 class BatchNormKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.node.GetInt("training_mode", 0) != 0)
-      ctx.Error("training_mode=1 is not supported (inference only)");
-    for (size_t i = 1; i < ctx.node.outputs.size(); ++i)
-      if (ctx.node.outputs[i] >= 0) ctx.Error("only the Y output is supported (inference only)");
-    if (ctx.num_inputs() != 5) ctx.Error("expects 5 inputs, got ", ctx.num_inputs());
-    CheckChannelInputs(ctx, 1, 4);
     const Shape& x = ctx.in(0).shape;
-    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    epsilon_ = ctx.Params<NormParams>().epsilon;
     c_ = x[1];
     planes_ = x[0] * c_;
     plane_size_ = NumElements(Shape(x.begin() + 2, x.end()));
-    ctx.SetOutput(0, DType::kFloat32, x);
     ctx.scratch_bytes = 2 * c_ * sizeof(float);
   }
 
@@ -75,15 +57,11 @@ class BatchNormKernel : public Kernel {
 class InstanceNormKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 3) ctx.Error("expects 3 inputs, got ", ctx.num_inputs());
-    CheckChannelInputs(ctx, 1, 2);
     const Shape& x = ctx.in(0).shape;
-    if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
-    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    epsilon_ = ctx.Params<NormParams>().epsilon;
     c_ = x[1];
     planes_ = x[0] * c_;
     plane_size_ = NumElements(Shape(x.begin() + 2, x.end()));
-    ctx.SetOutput(0, DType::kFloat32, x);
   }
 
   void Run(const KernelIO& io) const override {
@@ -111,8 +89,8 @@ class InstanceNormKernel : public Kernel {
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
-  r.Register(OpId::kBatchNormalization, kAnyDType, &MakeKernel<BatchNormKernel>);
-  r.Register(OpId::kInstanceNormalization, kAnyDType, &MakeKernel<InstanceNormKernel>);
+  r.Register(OpId::kBatchNormalization, DType::kFloat32, &MakeKernel<BatchNormKernel>);
+  r.Register(OpId::kInstanceNormalization, DType::kFloat32, &MakeKernel<InstanceNormKernel>);
   RegisterLayerNormKernel(r);
 }
 

@@ -1,12 +1,13 @@
 // LayerNormalization: normalises over the dims from `axis` on, then applies
-// Scale and the optional B (broadcast to X.shape[axis:]). The optional Mean
-// and InvStdDev outputs have shape X.shape[:axis] + [1] * (rank - axis).
+// Scale and the optional B (broadcast to X.shape[axis:]), and writes the
+// optional Mean and InvStdDev outputs (shapes: ops/norm.cc).
 #include <Eigen/Core>
 #include <algorithm>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/linalg_util.h"
 #include "backends/cpu/norm_util.h"
+#include "backends/linalg_index.h"
+#include "ops/norm.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -18,29 +19,16 @@ using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
 class LayerNormKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32});
-    ctx.ExpectDType(1, {DType::kFloat32});
+    const LayerNormParams& p = ctx.Params<LayerNormParams>();
     const Shape& x = ctx.in(0).shape;
-    const int64_t rank = static_cast<int64_t>(x.size());
-    if (rank < 1) ctx.Error("X must have rank >= 1");
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), rank);
-    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
-    Shape norm_shape(x.begin() + axis, x.end());
-    outer_ = NumElements(Shape(x.begin(), x.begin() + axis));
-    inner_ = NumElements(norm_shape);
-    scale_map_ = IndexMap(ctx, 1, norm_shape);
-    has_bias_ = ctx.HasInput(2);
+    epsilon_ = p.epsilon;
+    outer_ = NumElements(Shape(x.begin(), x.begin() + p.axis));
+    inner_ = NumElements(p.norm_shape);
+    scale_map_ = IndexMap(p.scale_shape, p.norm_shape);
+    has_bias_ = p.has_bias;
     bias_map_.clear();
-    if (has_bias_) {
-      ctx.ExpectDType(2, {DType::kFloat32});
-      bias_map_ = IndexMap(ctx, 2, norm_shape);
-    }
-    ctx.SetOutput(0, DType::kFloat32, x);
+    if (has_bias_) bias_map_ = IndexMap(p.bias_shape, p.norm_shape);
     num_outputs_ = std::min<int>(3, static_cast<int>(ctx.outputs.size()));
-    Shape stat_shape(x.begin(), x.begin() + axis);
-    stat_shape.resize(rank, 1);
-    for (int i = 1; i < num_outputs_; ++i)
-      ctx.SetOutput(i, DType::kFloat32, stat_shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -81,19 +69,10 @@ class LayerNormKernel : public Kernel {
     return i < num_outputs_ ? static_cast<float*>(io.outputs[i]) : nullptr;
   }
 
-  // Per element of the normalised shape, the index into input i (Scale or B),
-  // or an empty map when input i already has exactly that many elements.
-  std::vector<int64_t> IndexMap(PrepareContext& ctx, int i, const Shape& norm_shape) {
-    Shape s = ctx.in(i).shape;
-    while (s.size() > norm_shape.size() && s.front() == 1) s.erase(s.begin());
-    bool ok = s.size() <= norm_shape.size();
-    for (size_t d = 0; ok && d < s.size(); ++d) {
-      int64_t nd = norm_shape[norm_shape.size() - s.size() + d];
-      ok = s[d] == nd || s[d] == 1;
-    }
-    if (!ok)
-      ctx.Error("input ", i, " of shape ", ShapeToString(ctx.in(i).shape),
-                " does not broadcast to the normalised shape ", ShapeToString(norm_shape));
+  // Per element of the normalised shape, the index into Scale or B of shape
+  // `s` (which broadcasts to it), or an empty map when `s` already has exactly
+  // that many elements.
+  static std::vector<int64_t> IndexMap(const Shape& s, const Shape& norm_shape) {
     if (NumElements(s) == NumElements(norm_shape)) return {};
     std::vector<int64_t> strides = BroadcastStrides(s, norm_shape);
     std::vector<int64_t> map(NumElements(norm_shape));
@@ -118,7 +97,7 @@ class LayerNormKernel : public Kernel {
 }  // namespace
 
 void RegisterLayerNormKernel(KernelRegistry& r) {
-  r.Register(OpId::kLayerNormalization, kAnyDType, &MakeKernel<LayerNormKernel>);
+  r.Register(OpId::kLayerNormalization, DType::kFloat32, &MakeKernel<LayerNormKernel>);
 }
 
 }  // namespace cpu

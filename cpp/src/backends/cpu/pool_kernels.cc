@@ -15,8 +15,9 @@
 #define KAIWU_MAXPOOL_F32_SIMD 1
 #endif
 
-#include "backends/cpu/conv_geometry.h"
+#include "backends/cpu/conv_family.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "ops/conv.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -328,33 +329,20 @@ class PoolKernel : public Kernel {
   explicit PoolKernel(bool is_max) : max_(is_max) {}
 
   void Prepare(PrepareContext& ctx) override {
-    if (max_) {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8});
-      indices_ = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
-      const int64_t order = ctx.node.GetInt("storage_order", 0);
-      if (order != 0 && order != 1) ctx.Error("storage_order must be 0 or 1, got ", order);
-      col_major_ = order == 1;
-    } else {
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
-    }
-    dtype_ = ctx.in(0).dtype;
+    const PoolParams& p = ctx.Params<PoolParams>();
     const Shape& x = ctx.in(0).shape;
-    if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
-    if (!ctx.node.Has("kernel_shape")) ctx.Error("missing attribute 'kernel_shape'");
-    geo_ = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), ctx.node.GetInts("kernel_shape"),
-                        /*allow_ceil=*/true);
+    dtype_ = ctx.in(0).dtype;
+    indices_ = max_ && p.indices;
+    col_major_ = p.col_major;
+    geo_ = p.geo;
     planes_ = x[0] * x[1];
     separable_ = geo_.in[0] == 1 && geo_.kernel[0] == 1 && geo_.dilation[1] == 1 &&
                  geo_.dilation[2] == 1 &&
                  (geo_.out[2] - 1) * geo_.stride[2] + geo_.kernel[2] <= kMaxSpan;
-    Shape out = {x[0], x[1]};
-    for (int64_t d : geo_.OutShape()) out.push_back(d);
-    ctx.SetOutput(0, dtype_, out);
-    if (indices_) ctx.SetOutput(1, DType::kInt64, out);
     if (!max_) {
       // Window sizes factor per dim: taps inside the input, or inside the
       // padded input when count_include_pad (never the ceil_mode overhang).
-      const bool include_pad = ctx.node.GetInt("count_include_pad", 0) != 0;
+      const bool include_pad = p.include_pad;
       for (int d = 0; d < 3; ++d) {
         counts_[d].assign(geo_.out[d], 0);
         int64_t lo_bound = include_pad ? -geo_.pad_begin[d] : 0;
@@ -439,16 +427,10 @@ class GlobalPoolKernel : public Kernel {
   explicit GlobalPoolKernel(bool is_max) : max_(is_max) {}
 
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
     dtype_ = ctx.in(0).dtype;
     const Shape& x = ctx.in(0).shape;
-    if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
     planes_ = x[0] * x[1];
     plane_size_ = NumElements(Shape(x.begin() + 2, x.end()));
-    if (max_ && plane_size_ == 0) ctx.Error("GlobalMaxPool of an empty plane");
-    Shape out = {x[0], x[1]};
-    out.resize(x.size(), 1);
-    ctx.SetOutput(0, dtype_, out);
   }
 
   void Run(const KernelIO& io) const override {
@@ -490,10 +472,14 @@ std::unique_ptr<Kernel> MakePool(const Node&) {
 }  // namespace
 
 void RegisterPoolKernels(KernelRegistry& r) {
-  r.Register(OpId::kMaxPool, kAnyDType, &MakePool<PoolKernel, true>);
-  r.Register(OpId::kAveragePool, kAnyDType, &MakePool<PoolKernel, false>);
-  r.Register(OpId::kGlobalMaxPool, kAnyDType, &MakePool<GlobalPoolKernel, true>);
-  r.Register(OpId::kGlobalAveragePool, kAnyDType, &MakePool<GlobalPoolKernel, false>);
+  r.Register(OpId::kMaxPool, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8},
+             &MakePool<PoolKernel, true>);
+  r.Register(OpId::kAveragePool, {DType::kFloat32, DType::kFloat64},
+             &MakePool<PoolKernel, false>);
+  r.Register(OpId::kGlobalMaxPool, {DType::kFloat32, DType::kFloat64},
+             &MakePool<GlobalPoolKernel, true>);
+  r.Register(OpId::kGlobalAveragePool, {DType::kFloat32, DType::kFloat64},
+             &MakePool<GlobalPoolKernel, false>);
 }
 
 }  // namespace cpu

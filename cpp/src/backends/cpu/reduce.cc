@@ -16,6 +16,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/reduce_family.h"
 #include "backends/reduce_common.h"
+#include "ops/reduce.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -28,7 +29,7 @@ using reduce::Finish;
 using reduce::Identity;
 using reduce::ReduceKind;
 
-constexpr int kMaxDims = 16;
+constexpr int kMaxDims = kMaxReduceRank;  // the op layer rejects higher ranks
 constexpr int64_t kColumnChunk = 256;
 
 template <typename T>
@@ -99,41 +100,17 @@ struct Odometer {
 
 class ReduceKernel : public Kernel {
  public:
-  explicit ReduceKernel(ReduceKind kind) : kind_(kind) {}
-
   void Prepare(PrepareContext& ctx) override {
-    const Node& node = ctx.node;
-    bool minmax = kind_ == ReduceKind::kMax || kind_ == ReduceKind::kMin;
-    if (minmax)
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
-                          DType::kInt8, DType::kUInt8, DType::kBool});
-    else if (kind_ == ReduceKind::kLogSumExp)
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
-    else
-      ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+    const ReduceParams& p = ctx.Params<ReduceParams>();
+    kind_ = p.kind;
     dtype_ = ctx.in(0).dtype;
-    const Shape& in = ctx.in(0).shape;
-    const int64_t rank = static_cast<int64_t>(in.size());
-    if (rank > kMaxDims) ctx.Error("rank ", rank, " exceeds ", kMaxDims);
-
-    const std::vector<bool> reduced = reduce::ReducedDims(ctx, rank, &copy_);
-    const bool keepdims = node.GetInt("keepdims", 1) != 0;
-
-    Shape out;
-    count_ = 1;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (reduced[d]) {
-        count_ *= in[d];
-        if (keepdims) out.push_back(1);
-      } else {
-        out.push_back(in[d]);
-      }
-    }
-    out_size_ = NumElements(out);
-    ctx.SetOutput(0, dtype_, out);
+    copy_ = p.copy;
+    count_ = p.count;
+    out_size_ = ctx.outputs[0].size();
     if (copy_ || out_size_ == 0 || count_ == 0) return;
 
-    std::vector<reduce::MergedDim> merged = reduce::MergeReduceDims(in, reduced);
+    const Shape& in = ctx.in(0).shape;
+    std::vector<reduce::MergedDim> merged = reduce::MergeReduceDims(in, p.reduced);
     if (merged.empty()) merged.push_back({1, 1, false});
     inner_ = merged.back().size;
     inner_reduced_ = merged.back().reduced;
@@ -256,7 +233,7 @@ class ReduceKernel : public Kernel {
                       body);
   }
 
-  ReduceKind kind_;
+  ReduceKind kind_ = ReduceKind::kSum;
   DType dtype_ = DType::kUndefined;
   bool copy_ = false;
   int64_t count_ = 1;     // elements reduced into each output
@@ -267,24 +244,19 @@ class ReduceKernel : public Kernel {
   std::vector<int64_t> red_size_, red_stride_;    // merged reduced dims, innermost excluded
 };
 
-template <ReduceKind K>
-std::unique_ptr<Kernel> MakeReduce(const Node&) {
-  return std::make_unique<ReduceKernel>(K);
-}
-
 }  // namespace
 
 void RegisterReduceKernels(KernelRegistry& r) {
-  r.Register(OpId::kReduceSum, kAnyDType, &MakeReduce<ReduceKind::kSum>);
-  r.Register(OpId::kReduceMean, kAnyDType, &MakeReduce<ReduceKind::kMean>);
-  r.Register(OpId::kReduceMax, kAnyDType, &MakeReduce<ReduceKind::kMax>);
-  r.Register(OpId::kReduceMin, kAnyDType, &MakeReduce<ReduceKind::kMin>);
-  r.Register(OpId::kReduceProd, kAnyDType, &MakeReduce<ReduceKind::kProd>);
-  r.Register(OpId::kReduceL1, kAnyDType, &MakeReduce<ReduceKind::kL1>);
-  r.Register(OpId::kReduceL2, kAnyDType, &MakeReduce<ReduceKind::kL2>);
-  r.Register(OpId::kReduceSumSquare, kAnyDType, &MakeReduce<ReduceKind::kSumSquare>);
-  r.Register(OpId::kReduceLogSum, kAnyDType, &MakeReduce<ReduceKind::kLogSum>);
-  r.Register(OpId::kReduceLogSumExp, kAnyDType, &MakeReduce<ReduceKind::kLogSumExp>);
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kFloat64,
+                                                 DType::kInt32, DType::kInt64};
+  for (OpId op : {OpId::kReduceSum, OpId::kReduceMean, OpId::kReduceProd, OpId::kReduceL1,
+                  OpId::kReduceL2, OpId::kReduceSumSquare, OpId::kReduceLogSum})
+    r.Register(op, numeric, &MakeKernel<ReduceKernel>);
+  for (OpId op : {OpId::kReduceMax, OpId::kReduceMin})
+    r.Register(op, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kInt8,
+                    DType::kUInt8, DType::kBool},
+               &MakeKernel<ReduceKernel>);
+  r.Register(OpId::kReduceLogSumExp, {DType::kFloat32, DType::kFloat64}, &MakeKernel<ReduceKernel>);
   RegisterSoftmaxKernels(r);
   RegisterArgReduceKernels(r);
 }

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/reduce_family.h"
+#include "ops/reduce.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -15,29 +16,19 @@ constexpr int64_t kColumnChunk = 256;
 
 class ArgReduceKernel : public Kernel {
  public:
-  explicit ArgReduceKernel(bool is_max) : is_max_(is_max) {}
-
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
-                        DType::kInt8, DType::kUInt8, DType::kInt16});
+    const ArgReduceParams& p = ctx.Params<ArgReduceParams>();
+    is_max_ = p.is_max;
+    last_ = p.select_last_index;
     dtype_ = ctx.in(0).dtype;
     const Shape& shape = ctx.in(0).shape;
     const int64_t rank = static_cast<int64_t>(shape.size());
-    if (rank == 0) ctx.Error("input must have rank >= 1");
-    int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), rank);
-    bool keepdims = ctx.node.GetInt("keepdims", 1) != 0;
-    last_ = ctx.node.GetInt("select_last_index", 0) != 0;
-    if (shape[axis] == 0) ctx.Error("cannot take ", ctx.node.op_type, " over an empty axis");
     outer_ = inner_ = 1;
-    n_ = shape[axis];
-    Shape out;
+    n_ = shape[p.axis];
     for (int64_t d = 0; d < rank; ++d) {
-      if (d < axis) outer_ *= shape[d];
-      if (d > axis) inner_ *= shape[d];
-      if (d != axis) out.push_back(shape[d]);
-      else if (keepdims) out.push_back(1);
+      if (d < p.axis) outer_ *= shape[d];
+      if (d > p.axis) inner_ *= shape[d];
     }
-    ctx.SetOutput(0, DType::kInt64, out);
     if (inner_ > 1) ctx.scratch_bytes = static_cast<size_t>(outer_ * inner_) * DTypeSize(dtype_);
   }
 
@@ -95,22 +86,19 @@ class ArgReduceKernel : public Kernel {
     });
   }
 
-  bool is_max_;
+  bool is_max_ = true;
   bool last_ = false;
   DType dtype_ = DType::kUndefined;
   int64_t outer_ = 1, n_ = 1, inner_ = 1;
 };
 
-template <bool kMax>
-std::unique_ptr<Kernel> MakeArgReduce(const Node&) {
-  return std::make_unique<ArgReduceKernel>(kMax);
-}
-
 }  // namespace
 
 void RegisterArgReduceKernels(KernelRegistry& r) {
-  r.Register(OpId::kArgMax, kAnyDType, &MakeArgReduce<true>);
-  r.Register(OpId::kArgMin, kAnyDType, &MakeArgReduce<false>);
+  for (OpId op : {OpId::kArgMax, OpId::kArgMin})
+    r.Register(op, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kInt8,
+                    DType::kUInt8, DType::kInt16},
+               &MakeKernel<ArgReduceKernel>);
 }
 
 }  // namespace cpu

@@ -24,9 +24,10 @@ class GruKernel : public Kernel {
   explicit GruKernel(const Node& node) : node_(node) {}
 
   void Prepare(PrepareContext& ctx) override {
-    d_ = PrepareRnn(ctx, 3);
-    linear_before_reset_ = ctx.node.GetInt("linear_before_reset", 0) != 0;
-    acts_ = ParseActivations(ctx, {"Sigmoid", "Tanh"}, d_.dirs);
+    params_ = ctx.SharedParams<RnnParams>();
+    d_ = params_->dims;
+    linear_before_reset_ = params_->linear_before_reset;
+    acts_ = params_->activations;
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     scratch_ = RnnScratch(d_, 3);  // states: h, r.h; bias row: z, r, Wbh, Rbh
     ctx.scratch_bytes = scratch_.bytes();
@@ -34,7 +35,7 @@ class GruKernel : public Kernel {
 
   void Run(const KernelIO& io) const override {
     const int64_t H = d_.hidden, G = 3 * H, batch = d_.batch;
-    const RnnRun run = BeginRnnRun(node_, d_, scratch_, io, num_outputs_);
+    const RnnRun run = BeginRnnRun(node_, *params_, scratch_, io, num_outputs_);
     float *xw = run.xw, *gates = run.gates, *h = run.state[0], *rh = run.state[1], *bias = run.bias;
     const int32_t* lens = run.lens;
     const float *x = run.x, *w = run.w, *r = run.r, *bsrc = run.b, *init_h = run.init_h;
@@ -58,7 +59,7 @@ class GruKernel : public Kernel {
         else std::fill(h + b * H, h + (b + 1) * H, 0.f);
       }
       const float* rd = r + d * G * H;
-      const Activation* acts = &acts_[d * 2];
+      const RnnActivation* acts = &acts_[d * 2];
       const bool backward = d_.Backward(d);
       auto time_of = [&](int64_t s, int64_t b) { return backward ? lens[b] - 1 - s : s; };
       for (int64_t s = 0; s < d_.seq; ++s) {
@@ -94,7 +95,7 @@ class GruKernel : public Kernel {
 
  private:
   // z and r gates of one row in place: g[0, 2H) = f(g + xw + bias).
-  void ZrGates(float* g, const float* xw, const float* bias, const Activation& f) const {
+  void ZrGates(float* g, const float* xw, const float* bias, const RnnActivation& f) const {
     const int64_t n = 2 * d_.hidden;
     Arr(g, n) += ConstArr(xw, n) + ConstArr(bias, n);
     if (d_.has_clip) ClipInPlace(g, n, d_.clip);
@@ -103,7 +104,7 @@ class GruKernel : public Kernel {
 
   // The rest of one row's step; g[2H, 3H) holds H*Rh^T (linear_before_reset)
   // or (r.H)*Rh^T. Updates h.
-  void Update(float* g, const float* xw, const float* bias, const Activation* acts,
+  void Update(float* g, const float* xw, const float* bias, const RnnActivation* acts,
               float* h) const {
     const int64_t H = d_.hidden;
     if (linear_before_reset_) ZrGates(g, xw, bias, acts[0]);
@@ -117,10 +118,11 @@ class GruKernel : public Kernel {
   }
 
   Node node_;
+  std::shared_ptr<const RnnParams> params_;
   RnnDims d_;
   bool linear_before_reset_ = false;
   int num_outputs_ = 0;
-  std::vector<Activation> acts_;
+  std::vector<RnnActivation> acts_;
   RnnScratch scratch_;
 };
 

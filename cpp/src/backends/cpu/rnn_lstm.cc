@@ -23,26 +23,12 @@ class LstmKernel : public Kernel {
   explicit LstmKernel(const Node& node) : node_(node) {}
 
   void Prepare(PrepareContext& ctx) override {
-    d_ = PrepareRnn(ctx, 4);
-    const int64_t h = d_.hidden;
-    const Shape state = ctx.outputs.size() > 1 ? ctx.outputs[1].shape : Shape{};
-    has_init_c_ = ctx.HasInput(6);
-    if (has_init_c_) {
-      ctx.ExpectDType(6, {DType::kFloat32});
-      if (ctx.in(6).shape != (d_.layout == 0 ? Shape{d_.dirs, d_.batch, h}
-                                             : Shape{d_.batch, d_.dirs, h}))
-        ctx.Error("initial_c has shape ", ShapeToString(ctx.in(6).shape));
-    }
-    has_peep_ = ctx.HasInput(7);
-    if (has_peep_) {
-      ctx.ExpectDType(7, {DType::kFloat32});
-      if (ctx.in(7).shape != Shape{d_.dirs, 3 * h})
-        ctx.Error("P has shape ", ShapeToString(ctx.in(7).shape), ", expected ",
-                  ShapeToString({d_.dirs, 3 * h}));
-    }
-    input_forget_ = ctx.node.GetInt("input_forget", 0) != 0;
-    acts_ = ParseActivations(ctx, {"Sigmoid", "Tanh", "Tanh"}, d_.dirs);
-    if (ctx.outputs.size() > 2) ctx.SetOutput(2, DType::kFloat32, state);
+    params_ = ctx.SharedParams<RnnParams>();
+    d_ = params_->dims;
+    has_init_c_ = params_->has_init_c;
+    has_peep_ = params_->has_peep;
+    input_forget_ = params_->input_forget;
+    acts_ = params_->activations;
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     scratch_ = RnnScratch(d_, 4);  // states: h, c; bias row: Wb + Rb
     ctx.scratch_bytes = scratch_.bytes();
@@ -50,7 +36,7 @@ class LstmKernel : public Kernel {
 
   void Run(const KernelIO& io) const override {
     const int64_t H = d_.hidden, G = 4 * H, batch = d_.batch;
-    const RnnRun run = BeginRnnRun(node_, d_, scratch_, io, num_outputs_);
+    const RnnRun run = BeginRnnRun(node_, *params_, scratch_, io, num_outputs_);
     float *xw = run.xw, *gates = run.gates, *h = run.state[0], *c = run.state[1], *bias = run.bias;
     const int32_t* lens = run.lens;
     const float *x = run.x, *w = run.w, *r = run.r, *bsrc = run.b, *init_h = run.init_h;
@@ -73,7 +59,7 @@ class LstmKernel : public Kernel {
       }
       const float* rd = r + d * G * H;
       const float* pd = peep ? peep + d * 3 * H : nullptr;
-      const Activation* acts = &acts_[d * 3];
+      const RnnActivation* acts = &acts_[d * 3];
       const bool backward = d_.Backward(d);
       for (int64_t s = 0; s < d_.seq; ++s) {
         Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
@@ -97,7 +83,7 @@ class LstmKernel : public Kernel {
  private:
   // One batch row: g holds H*R^T for gates [i, o, f, c]; updates c and h.
   void Cell(float* g, const float* xw, const float* bias, const float* peep,
-            const Activation* acts, float* c, float* h) const {
+            const RnnActivation* acts, float* c, float* h) const {
     const int64_t H = d_.hidden;
     Arr all(g, 4 * H);
     all += ConstArr(xw, 4 * H) + ConstArr(bias, 4 * H);
@@ -130,12 +116,13 @@ class LstmKernel : public Kernel {
   }
 
   Node node_;
+  std::shared_ptr<const RnnParams> params_;
   RnnDims d_;
   bool has_init_c_ = false;
   bool has_peep_ = false;
   bool input_forget_ = false;
   int num_outputs_ = 0;
-  std::vector<Activation> acts_;
+  std::vector<RnnActivation> acts_;
   RnnScratch scratch_;
 };
 

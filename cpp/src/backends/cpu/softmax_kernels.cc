@@ -10,6 +10,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/reduce_family.h"
+#include "ops/unary.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -89,20 +90,11 @@ class SoftmaxKernel : public Kernel {
   explicit SoftmaxKernel(SoftmaxKind kind) : kind_(kind) {}
 
   void Prepare(PrepareContext& ctx) override {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    const SoftmaxParams& p = ctx.Params<SoftmaxParams>();
     dtype_ = ctx.in(0).dtype;
-    const Shape& shape = ctx.in(0).shape;
-    const int64_t rank = static_cast<int64_t>(shape.size());
-    if (rank == 0) ctx.Error("input must have rank >= 1");
-    const bool legacy = ctx.node.opset > 0 && ctx.node.opset < 13;
-    int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", legacy ? 1 : -1), rank);
-    outer_ = n_ = inner_ = 1;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (d < axis) outer_ *= shape[d];
-      else if (d == axis || legacy) n_ *= shape[d];
-      else inner_ *= shape[d];
-    }
-    ctx.SetOutput(0, dtype_, shape);
+    outer_ = p.outer;
+    n_ = p.n;
+    inner_ = p.inner;
     if (inner_ > 1)
       ctx.scratch_bytes = static_cast<size_t>(outer_ * ((inner_ + kColumnChunk - 1) / kColumnChunk) *
                                               2 * kColumnChunk) * DTypeSize(dtype_);
@@ -151,9 +143,10 @@ std::unique_ptr<Kernel> MakeSoftmax(const Node&) {
 }  // namespace
 
 void RegisterSoftmaxKernels(KernelRegistry& r) {
-  r.Register(OpId::kSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kSoftmax>);
-  r.Register(OpId::kLogSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
-  r.Register(OpId::kHardmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kHardmax>);
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat64};
+  r.Register(OpId::kSoftmax, floats, &MakeSoftmax<SoftmaxKind::kSoftmax>);
+  r.Register(OpId::kLogSoftmax, floats, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
+  r.Register(OpId::kHardmax, floats, &MakeSoftmax<SoftmaxKind::kHardmax>);
 }
 
 }  // namespace cpu

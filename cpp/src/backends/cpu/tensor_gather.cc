@@ -7,6 +7,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/tensor_util.h"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -43,14 +44,9 @@ void GatherElems(const KernelIO& io, int64_t b, int64_t e, int64_t jb, int64_t j
 class GatherKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    ctx.ExpectDType(1, {DType::kInt64, DType::kInt32});
-    const TensorInfo& ind = ctx.in(1);
-    if (x.rank() == 0) ctx.Error("data must have rank >= 1");
-    int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
-    Shape out(x.shape.begin(), x.shape.begin() + axis);
-    out.insert(out.end(), ind.shape.begin(), ind.shape.end());
-    out.insert(out.end(), x.shape.begin() + axis + 1, x.shape.end());
+    const TensorInfo& x = ctx.inputs[0];
+    const TensorInfo& ind = ctx.inputs[1];
+    const int64_t axis = ctx.Params<AxisParams>().axis;
     outer_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + axis));
     inner_ = NumElements(Shape(x.shape.begin() + axis + 1, x.shape.end()));
     dim_ = x.shape[axis];
@@ -58,7 +54,6 @@ class GatherKernel : public Kernel {
     elem_ = DTypeSize(x.dtype);
     index64_ = ind.dtype == DType::kInt64;
     desc_ = ctx.node.Describe();
-    ctx.SetOutput(0, x.dtype, std::move(out));
   }
 
   void Run(const KernelIO& io) const override {
@@ -120,17 +115,9 @@ class GatherKernel : public Kernel {
 class GatherElementsKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    ctx.ExpectDType(1, {DType::kInt64, DType::kInt32});
-    const TensorInfo& ind = ctx.in(1);
-    if (x.rank() == 0 || ind.rank() != x.rank())
-      ctx.Error("data and indices must have the same rank >= 1, got ", ShapeToString(x.shape),
-                " and ", ShapeToString(ind.shape));
-    axis_ = static_cast<int>(NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank()));
-    for (int d = 0; d < x.rank(); ++d)
-      if (d != axis_ && ind.shape[d] > x.shape[d])
-        ctx.Error("indices ", ShapeToString(ind.shape), " exceed data ", ShapeToString(x.shape),
-                  " on axis ", d);
+    const TensorInfo& x = ctx.inputs[0];
+    const TensorInfo& ind = ctx.inputs[1];
+    axis_ = static_cast<int>(ctx.Params<AxisParams>().axis);
     shape_ = ind.shape;
     data_strides_ = Strides(x.shape);
     dim_ = x.shape[axis_];
@@ -138,7 +125,6 @@ class GatherElementsKernel : public Kernel {
     elem_ = DTypeSize(x.dtype);
     index64_ = ind.dtype == DType::kInt64;
     desc_ = ctx.node.Describe();
-    ctx.SetOutput(0, x.dtype, ind.shape);
   }
 
   void Run(const KernelIO& io) const override {
@@ -204,8 +190,8 @@ class GatherElementsKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorGatherKernels(KernelRegistry& r) {
-  r.Register(OpId::kGather, kAnyDType, &MakeKernel<GatherKernel>);
-  r.Register(OpId::kGatherElements, kAnyDType, &MakeKernel<GatherElementsKernel>);
+  r.Register(OpId::kGather, {KAIWU_ALL_DTYPES}, &MakeKernel<GatherKernel>);
+  r.Register(OpId::kGatherElements, {KAIWU_ALL_DTYPES}, &MakeKernel<GatherElementsKernel>);
 }
 
 }  // namespace cpu

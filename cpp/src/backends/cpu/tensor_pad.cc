@@ -1,104 +1,43 @@
-// Pad: modes constant / reflect / edge / wrap; pads from input 1 (opset 11+,
-// the `pads` attribute before), constant_value from input 2 (read in Run),
-// axes from input 3 (opset 18+). Negative pads crop.
+// Pad: the op layer (ops/tensor_pad.cc) checked the mode and pads; Prepare maps
+// every output coordinate to its source (PadSourceCoord), Run copies rows and
+// fills with the constant (input 2, read in Run, or the params' default).
 #include <algorithm>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/tensor_util.h"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cpu {
 namespace {
 
-enum class PadMode { kConstant, kReflect, kEdge, kWrap };
-
-// Source coordinate of output coordinate `o` (before subtracting the leading
-// pad: i = o - pad_begin), or -1 for the constant.
-int64_t MapCoord(int64_t i, int64_t dim, PadMode mode) {
-  if (i >= 0 && i < dim) return i;
-  switch (mode) {
-    case PadMode::kConstant: return -1;
-    case PadMode::kEdge: return i < 0 ? 0 : dim - 1;
-    case PadMode::kWrap: return ((i % dim) + dim) % dim;
-    case PadMode::kReflect: {
-      if (dim == 1) return 0;
-      int64_t period = 2 * (dim - 1);
-      int64_t p = (i < 0 ? -i : i) % period;
-      return p < dim ? p : period - p;
-    }
-  }
-  return -1;
-}
-
 class PadKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
+    const PadParams& p = ctx.Params<PadParams>();
+    const TensorInfo& x = ctx.inputs[0];
+    const Shape& out = ctx.outputs[0].shape;
     const int rank = x.rank();
-    std::string mode = ctx.node.GetString("mode", "constant");
-    if (mode == "constant") mode_ = PadMode::kConstant;
-    else if (mode == "reflect") mode_ = PadMode::kReflect;
-    else if (mode == "edge") mode_ = PadMode::kEdge;
-    else if (mode == "wrap") mode_ = PadMode::kWrap;
-    else ctx.Error("unknown mode '", mode, "'");
-
     elem_ = DTypeSize(x.dtype);
-    std::memset(default_value_, 0, sizeof(default_value_));
-    std::vector<int64_t> pads, axes;
-    if (ctx.node.opset >= 11) {
-      pads = ctx.ConstInts(1);
-      has_value_input_ = ctx.HasInput(2) && ctx.in(2).size() > 0;
-      if (has_value_input_ && (ctx.in(2).dtype != x.dtype || ctx.in(2).size() != 1))
-        ctx.Error("constant_value must be one ", DTypeName(x.dtype), " element");
-      if (ctx.HasInput(3)) axes = ctx.ConstInts(3);
-    } else {
-      pads = ctx.node.GetInts("pads");
-      float v = ctx.node.GetFloat("value", 0.f);
-      if (v != 0.f) KAIWU_DISPATCH_ALL(x.dtype, {
-        T t = static_cast<T>(v);
-        std::memcpy(default_value_, &t, sizeof(T));
-      });
-    }
-    if (axes.empty()) {
-      for (int d = 0; d < rank; ++d) axes.push_back(d);
-    }
-    if (pads.size() != 2 * axes.size())
-      ctx.Error("pads has ", pads.size(), " entries, expected ", 2 * axes.size());
-    std::vector<int64_t> begin(rank, 0), end(rank, 0);
-    std::vector<bool> seen(rank, false);
-    for (size_t i = 0; i < axes.size(); ++i) {
-      int64_t a = NormalizeAxis(ctx, axes[i], rank);
-      if (seen[a]) ctx.Error("axis ", axes[i], " is repeated");
-      seen[a] = true;
-      begin[a] = pads[i];
-      end[a] = pads[i + axes.size()];
-    }
-
-    Shape out(rank);
+    has_value_input_ = p.has_value_input;
+    std::memcpy(default_value_, p.default_value, sizeof(default_value_));
     maps_.assign(rank, {});
-    for (int d = 0; d < rank; ++d) {
-      const int64_t dim = x.shape[d];
-      out[d] = dim + begin[d] + end[d];
-      if (out[d] < 0) ctx.Error("pads make axis ", d, " negative");
-      if (dim == 0 && out[d] > 0 && mode_ != PadMode::kConstant)
-        ctx.Error("cannot pad an empty axis in ", mode, " mode");
-      for (int64_t o = 0; o < out[d]; ++o) maps_[d].push_back(MapCoord(o - begin[d], dim, mode_));
-    }
+    for (int d = 0; d < rank; ++d)
+      for (int64_t o = 0; o < out[d]; ++o)
+        maps_[d].push_back(PadSourceCoord(o - p.begin[d], x.shape[d], p.mode));
     // Internally a scalar is a one-element vector.
     shape_ = rank == 0 ? Shape{1} : out;
     in_strides_ = rank == 0 ? std::vector<int64_t>{1} : Strides(x.shape);
     if (rank == 0) maps_.assign(1, std::vector<int64_t>(1, 0));
     const int r = static_cast<int>(shape_.size());
     const int64_t last = shape_[r - 1];
-    const int64_t lead = rank == 0 ? 0 : begin[r - 1];
+    const int64_t lead = rank == 0 ? 0 : p.begin[r - 1];
     const int64_t last_dim = rank == 0 ? 1 : x.shape[r - 1];
     copy_lo_ = std::clamp<int64_t>(lead, 0, last);
     copy_hi_ = std::clamp<int64_t>(lead + last_dim, copy_lo_, last);
     total_ = NumElements(shape_);
-    ctx.SetOutput(0, x.dtype, std::move(out));
   }
 
   void Run(const KernelIO& io) const override {
@@ -154,7 +93,6 @@ class PadKernel : public Kernel {
     std::memcpy(out + j * elem_, m < 0 ? static_cast<const void*>(value) : in + m * elem_, elem_);
   }
 
-  PadMode mode_ = PadMode::kConstant;
   size_t elem_ = 4;
   bool has_value_input_ = false;
   unsigned char default_value_[8];
@@ -168,7 +106,7 @@ class PadKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorPadKernels(KernelRegistry& r) {
-  r.Register(OpId::kPad, kAnyDType, &MakeKernel<PadKernel>);
+  r.Register(OpId::kPad, {KAIWU_ALL_DTYPES}, &MakeKernel<PadKernel>);
 }
 
 }  // namespace cpu

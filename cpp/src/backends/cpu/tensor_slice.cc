@@ -1,8 +1,5 @@
-// Slice: starts/ends/axes/steps inputs (opset 10+; attributes before), with
-// ONNX clamping and negative steps (ComputeSliceView, copy_geometry.h); runs
-// as a strided copy.
-#include <utility>
-
+// Slice: the op layer clamped starts and steps (ops/tensor.cc); runs as a
+// strided copy of the view SliceCopyView (copy_geometry.h) makes of them.
 #include "backends/copy_geometry.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/tensor_util.h"
@@ -14,10 +11,10 @@ namespace {
 class SliceKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
-    const DType dtype = ctx.in(0).dtype;
-    SliceView view = ComputeSliceView(ctx);
-    copy_.Init(ctx, view.shape, view.strides, view.offset, DTypeSize(dtype));
-    ctx.SetOutput(0, dtype, std::move(view.shape));
+    const TensorInfo& x = ctx.inputs[0];
+    const CopyView view =
+        SliceCopyView(x.shape, ctx.Params<SliceParams>(), ctx.outputs[0].shape);
+    copy_.Init(ctx, view.shape, view.strides, view.offset, DTypeSize(x.dtype));
   }
 
   void Run(const KernelIO& io) const override { copy_.Run(io.inputs[0], io.outputs[0], io.pool); }
@@ -29,7 +26,7 @@ class SliceKernel : public Kernel {
 }  // namespace
 
 void RegisterTensorSliceKernels(KernelRegistry& r) {
-  r.Register(OpId::kSlice, kAnyDType, &MakeKernel<SliceKernel>);
+  r.Register(OpId::kSlice, {KAIWU_ALL_DTYPES}, &MakeKernel<SliceKernel>);
 }
 
 }  // namespace cpu

@@ -12,12 +12,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "backends/cpu/activation.h"
-#include "backends/cpu/conv_geometry.h"
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/dnn.h"
+#include "ops/conv.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -224,16 +223,15 @@ class ConvKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    const ConvParams& p = ctx.Params<ConvParams>();
     const Shape& x = ctx.in(0).shape;
     const Shape& w = ctx.in(1).shape;
     if (x.size() > 4)
       Unsupported(ctx, "3-D Conv");
-    std::vector<int64_t> kernel(w.begin() + 2, w.end());
-    const cpu::SpatialGeometry geo =
-        cpu::MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
+    const SpatialGeometry& geo = p.geo;
     n_ = x[0];
     m_ = w[0];
-    group_ = ctx.node.GetInt("group", 1);
+    group_ = p.group;
     // The geometry's spatial dims are (D, H, W): D = 1 here, and H = 1 in 1-D.
     win_.c = x[1];
     win_.h = geo.in[1];
@@ -251,8 +249,8 @@ class ConvKernel : public CudaKernel {
     p_ = geo.out_size();
     k_ = w[1] * geo.kernel_size();
     pointwise_ = geo.IsPointwise();
-    has_bias_ = ctx.HasInput(2);
-    act_ = DeviceActivation::From(cpu::Activation::FromNode(ctx.node));
+    has_bias_ = p.has_bias;
+    act_ = DeviceActivation::From(p.act);
     if (p_ > INT_MAX || k_ > INT_MAX || m_ > INT_MAX)
       Fail(StatusCode::kUnsupported, ctx.node.Describe(),
            ": Conv GEMM dimensions beyond 32-bit are not supported by the CUDA backend");
@@ -294,7 +292,7 @@ class ConvKernel : public CudaKernel {
 }  // namespace
 
 void RegisterConvKernels(KernelRegistry& r) {
-  r.Register(OpId::kConv, kAnyDType, &MakeKernel<ConvKernel>);
+  r.Register(OpId::kConv, DType::kFloat32, &MakeKernel<ConvKernel>);
   RegisterPoolKernels(r);
   RegisterNormKernels(r);
 }

@@ -1,5 +1,7 @@
-// The CUDA backend's memory, streams and staging (DeviceBackend for CUDA), and
-// the replay of a plan's launches as CUDA graphs.
+// The CUDA backend's streams and staging (DeviceBackend for CUDA), the copies
+// in and out of a run (pageable, page-locked or device memory; counted), the
+// caller-stream ordering with events, the replay of a plan's launches as CUDA
+// graphs, and a refit's weight copies. Pinned memory and result blocks: memory.cc.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/dnn.h"
+#include "backends/cuda/memory.h"
 #include "backends/cuda/weight_copy.h"
 #include "backends/device.h"
 
@@ -56,11 +59,11 @@ class CudaStream final : public DeviceBackend::Stream {
   }
 
   // Refit copies.
-  void WaitFor(void* stream) override {
-    if (!stream) return;
+  void WaitFor(uintptr_t stream) override {
     if (!foreign_) CheckCuda(cudaEventCreateWithFlags(&foreign_, cudaEventDisableTiming), "cudaEventCreate");
-    CheckCuda(cudaEventRecord(foreign_, static_cast<cudaStream_t>(stream)), "cudaEventRecord (producer stream)");
-    CheckCuda(cudaStreamWaitEvent(ctx_.stream, foreign_, 0), "cudaStreamWaitEvent");
+    CheckCuda(cudaEventRecord(foreign_, reinterpret_cast<cudaStream_t>(stream)),
+              "recording an event on the weights' producer stream");
+    CheckCuda(cudaStreamWaitEvent(ctx_.stream, foreign_, 0), "waiting for the weights' producer stream");
   }
 
   void CopyInPinned(void* device_dst, const void* pinned, size_t bytes) override {
@@ -133,6 +136,7 @@ class CudaStream final : public DeviceBackend::Stream {
   ~CudaStream() override {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(ctx_.stream);
+    for (cudaEvent_t e : wait_events_) cudaEventDestroy(e);
     for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     DestroyDnnHandle(ctx_.dnn);
@@ -148,36 +152,97 @@ class CudaStream final : public DeviceBackend::Stream {
   const void* kernel_context() const override { return &ctx_; }
   void SetStep(int step) override { ctx_.step = step; }
 
-  void CopyIn(void* device_dst, const void* host, size_t bytes) override {
+  void Begin(const DeviceRunIO* io) override {
+    io_ = io;
+    counters_ = io ? io->counters : nullptr;
+    if (counters_) IoCounters::Add(counters_->runs, 1);
+    if (!io) return;
+    // The caller's work queued so far on its streams comes first: an event on
+    // each, waited for on this stream (the host does not wait).
+    while (static_cast<int>(wait_events_.size()) < io->num_wait) {
+      cudaEvent_t e = nullptr;
+      CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      wait_events_.push_back(e);
+    }
+    for (int i = 0; i < io->num_wait; ++i) {
+      auto caller = reinterpret_cast<cudaStream_t>(io->wait[i]);
+      CheckCuda(cudaEventRecord(wait_events_[i], caller), "recording an event on the caller's stream");
+      CheckCuda(cudaStreamWaitEvent(ctx_.stream, wait_events_[i], 0), "waiting for the caller's stream");
+    }
+    if (counters_) IoCounters::Add(counters_->stream_waits, static_cast<uint64_t>(io->num_wait));
+    if (io->result_block) WaitForReaders(io->result_block, ctx_.stream);
+  }
+
+  void CopyIn(void* device_dst, const void* src, size_t bytes, MemKind kind) override {
     if (bytes == 0) return;
+    if (kind == MemKind::kDevice) {
+      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyDefault, ctx_.stream),
+                "device-to-device copy of a feed");
+      Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
+      return;
+    }
+    if (kind == MemKind::kPinned) {
+      // Page-locked already: one DMA straight from the caller's buffer.
+      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream),
+                "copy to device");
+      Count(&IoCounters::h2d_copies, &IoCounters::h2d_bytes, bytes);
+      return;
+    }
     if (in_used_ + bytes > in_.bytes)
       Fail(StatusCode::kInternal, "CUDA staging (in) overflow: ", in_used_ + bytes, " > ", in_.bytes);
     char* stage = static_cast<char*>(in_.ptr) + in_used_;
-    std::memcpy(stage, host, bytes);
+    std::memcpy(stage, src, bytes);
     CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
               "copy to device");
     in_used_ += DeviceBackend::StagingBytes(bytes);
+    Count(&IoCounters::staging_copies, &IoCounters::staging_bytes, bytes);
+    Count(&IoCounters::h2d_copies, &IoCounters::h2d_bytes, bytes);
   }
 
-  void CopyOut(void* host, const void* device_src, size_t bytes) override {
+  void CopyOut(void* dst, const void* device_src, size_t bytes, MemKind kind) override {
     if (bytes == 0) return;
+    if (kind == MemKind::kDevice) {
+      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDefault, ctx_.stream),
+                "device-to-device copy of a result");
+      Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
+      return;
+    }
+    if (kind == MemKind::kPinned) {
+      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
+                "copy to host");
+      Count(&IoCounters::d2h_copies, &IoCounters::d2h_bytes, bytes);
+      return;
+    }
     if (out_used_ + bytes > out_.bytes)
       Fail(StatusCode::kInternal, "CUDA staging (out) overflow: ", out_used_ + bytes, " > ",
            out_.bytes);
     char* stage = static_cast<char*>(out_.ptr) + out_used_;
     CheckCuda(cudaMemcpyAsync(stage, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
               "copy to host");
-    pending_.push_back(Pending{host, stage, bytes});
+    pending_.push_back(Pending{dst, stage, bytes});
     out_used_ += DeviceBackend::StagingBytes(bytes);
+    Count(&IoCounters::d2h_copies, &IoCounters::d2h_bytes, bytes);
   }
 
   void Finish(const std::function<std::string(int)>& describe_step) override {
-    // The error flag travels back with the outputs, in the last staging slot.
+    // The error flag travels back in the last staging slot.
     int* flag_host = reinterpret_cast<int*>(static_cast<char*>(out_.ptr) + out_.bytes - 64);
+    const DeviceRunIO* io = io_;
+    IoCounters* counters = counters_;
+    io_ = nullptr;
+    counters_ = nullptr;
     cudaError_t launch = cudaGetLastError();
     cudaError_t copy = cudaMemcpyAsync(flag_host, flag_, sizeof(int), cudaMemcpyDeviceToHost,
                                        ctx_.stream);
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
+    // The caller's later work on its stream starts after the run (an event
+    // wait on the device, queued before the host waits below).
+    cudaError_t signal = cudaSuccess;
+    if (io && io->signal && rec == cudaSuccess) {
+      signal = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(io->signal_stream), done_, 0);
+      if (counters) IoCounters::Add(counters->stream_signals, 1);
+    }
+    if (counters) IoCounters::Add(counters->status_reads, 1);
     cudaError_t sync = cudaEventSynchronize(done_);
     in_used_ = out_used_ = 0;
     job_used_ = 0;
@@ -185,7 +250,7 @@ class CudaStream final : public DeviceBackend::Stream {
       std::vector<Pending>& v;
       ~Clear() { v.clear(); }
     } clear{pending_};
-    for (cudaError_t e : {launch, copy, rec, sync})
+    for (cudaError_t e : {launch, copy, rec, signal, sync})
       if (e != cudaSuccess) CheckCuda(e, "running the plan");
     if (int step = *flag_host) {
       cudaMemsetAsync(flag_, 0, sizeof(int), ctx_.stream);
@@ -194,6 +259,12 @@ class CudaStream final : public DeviceBackend::Stream {
            ": found bad data on the device (e.g. an index out of range)");
     }
     for (const Pending& p : pending_) std::memcpy(p.host, p.stage, p.bytes);
+    if (counters && !pending_.empty()) {
+      size_t bytes = 0;
+      for (const Pending& p : pending_) bytes += p.bytes;
+      IoCounters::Add(counters->staging_copies, pending_.size());
+      IoCounters::Add(counters->staging_bytes, bytes);
+    }
   }
 
   bool Replay(const std::vector<const void*>& key) override {
@@ -248,6 +319,12 @@ class CudaStream final : public DeviceBackend::Stream {
     const void* stage;
     size_t bytes;
   };
+  void Count(std::atomic<uint64_t> IoCounters::*copies, std::atomic<uint64_t> IoCounters::*bytes,
+             size_t n) {
+    if (!counters_) return;
+    IoCounters::Add(counters_->*copies, 1);
+    IoCounters::Add(counters_->*bytes, n);
+  }
   struct Graph {
     std::vector<const void*> key;
     cudaGraphExec_t exec;
@@ -263,6 +340,9 @@ class CudaStream final : public DeviceBackend::Stream {
   PinnedBuffer in_, out_;
   size_t in_used_ = 0, out_used_ = 0;
   std::vector<Pending> pending_;
+  const DeviceRunIO* io_ = nullptr;  // the run between Begin and Finish
+  IoCounters* counters_ = nullptr;
+  std::vector<cudaEvent_t> wait_events_;  // one per caller stream waited for
   void* blas_workspace_ = nullptr;
   bool graphs_on_ = true;
   std::vector<Graph> graphs_;
@@ -285,6 +365,7 @@ class Device final : public DeviceBackend {
     name_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
   std::string name() const override { return name_; }
+  const char* backend() const override { return "CUDA"; }
   const KernelRegistry& kernels() const override { return CudaKernels(); }
   void MakeCurrent() const override { CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 
@@ -305,20 +386,18 @@ class Device final : public DeviceBackend {
     return d;
   }
 
-  void Download(void* host, const void* device, size_t bytes) const override {
-    if (bytes == 0) return;
+  void Download(void* host, const void* device_src, size_t bytes) const override {
     CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-    CheckCuda(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "download");
+    if (bytes) CheckCuda(cudaMemcpy(host, device_src, bytes, cudaMemcpyDefault), "download");
   }
-
-  std::shared_ptr<void> AllocHost(size_t bytes) const override {
-    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
-    void* p = nullptr;
-    CheckCuda(cudaMallocHost(&p, bytes ? bytes : 64), "cudaMallocHost (weights)");
-    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  std::shared_ptr<void> AllocPinned(size_t bytes) const override {
+    return cuda::AllocPinned(ordinal_, bytes);
   }
-
+  Location Locate(const void* p) const override { return cuda::Locate(p); }
   int ordinal() const override { return ordinal_; }
+  std::shared_ptr<ResultPool> NewResultPool(size_t bytes) const override {
+    return cuda::NewResultPool(ordinal_, bytes);
+  }
 
   std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes, uint32_t needs) const override {
     return std::make_unique<CudaStream>(ordinal_, in_bytes, out_bytes, needs);

@@ -6,22 +6,22 @@
 
 #include <cstdint>
 
-#include "backends/cpu/activation.h"
+#include "ops/fused_activation.h"
 
 namespace kaiwu {
 namespace cuda {
 
-/// The fused activation of a node (Conv/Gemm/MatMul "_kaiwu_act"), by value for kernels.
+/// A fused activation of Conv, Gemm or MatMul (ops/fused_activation.h), by value for kernels.
 struct DeviceActivation {
-  int kind = 0;  // cpu::Activation::Kind as int
+  int kind = 0;  // FusedActivation::Kind as int
   float alpha = 0.f, beta = 0.f;
 
-  static DeviceActivation From(const cpu::Activation& a) {
+  static DeviceActivation From(const FusedActivation& a) {
     return DeviceActivation{static_cast<int>(a.kind), a.alpha, a.beta};
   }
   __host__ __device__ bool active() const { return kind != 0; }
   __device__ float operator()(float v) const {
-    using K = cpu::Activation::Kind;
+    using K = FusedActivation::Kind;
     switch (static_cast<K>(kind)) {
       case K::kNone: return v;
       case K::kRelu: return v > 0.f ? v : 0.f;

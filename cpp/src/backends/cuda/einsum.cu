@@ -1,4 +1,4 @@
-// Einsum (float32) with the CPU kernel's parsing and label semantics: ellipsis,
+// Einsum (float32) with the op layer's parsing and label semantics: ellipsis,
 // implicit output, a label repeated within an operand (a diagonal, or a trace
 // when summed), size-1 dims broadcast against a larger size.
 //
@@ -17,9 +17,9 @@
 #include <map>
 #include <vector>
 
-#include "backends/cpu/einsum_parse.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm_util.h"
+#include "ops/linalg.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -87,59 +87,33 @@ std::vector<int> Concat(std::vector<int> a, const std::vector<int>& b,
 class EinsumKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const int n = ctx.num_inputs();  // >= 1, one dtype (checked by the CPU Prepare)
-    if (ctx.in(0).dtype != DType::kFloat32)
-      Unsupported(ctx, "Einsum on ", DTypeName(ctx.in(0).dtype));
+    const EinsumParams& p = ctx.Params<EinsumParams>();
+    const EinsumSpec& spec = p.spec;
+    const int n = ctx.num_inputs();
     if (n > kMaxInputs)
       Unsupported(ctx, "Einsum with ", n, " inputs (more than ", kMaxInputs, ")");
-    std::vector<int> ranks;
-    for (int i = 0; i < n; ++i) ranks.push_back(ctx.in(i).rank());
-    const cpu::EinsumSpec spec =
-        cpu::ParseEinsum(ctx, ctx.node.GetString("equation", ""), ranks);
-
-    // Label sizes, per-input strides and distinct labels, as the CPU kernel
-    // computes them (sizes agree up to size-1 dims: checked by its Prepare).
-    sizes_.clear();
-    for (int i = 0; i < n; ++i)
-      for (int d = 0; d < ranks[i]; ++d) {
-        int64_t& s = sizes_[spec.inputs[i][d]];
-        s = std::max(s, ctx.in(i).shape[d]);
-      }
-    std::vector<std::map<int, int64_t>> strides(n);
-    std::vector<std::vector<int>> labels(n);  // distinct labels in memory order
-    std::vector<bool> dense(n, true);         // no broadcast dim, no repeated label
+    sizes_ = p.sizes;
+    // Every term has a factor from each input: an empty input makes every
+    // sum empty (and keeps the kernels from reading it).
     zero_fill_ = false;
-    for (int i = 0; i < n; ++i) {
-      int64_t stride = 1;
-      for (int d = ranks[i] - 1; d >= 0; --d) {
-        const int label = spec.inputs[i][d];
-        const int64_t dim = ctx.in(i).shape[d];
-        const bool broadcast = dim == 1 && sizes_[label] != 1;
-        if (broadcast || strides[i].count(label)) dense[i] = false;
-        strides[i][label] += broadcast ? 0 : stride;
-        stride *= dim;
-      }
-      for (int label : spec.inputs[i])
-        if (!Contains(labels[i], label)) labels[i].push_back(label);
-      // Every term has a factor from each input: an empty input makes every
-      // sum empty (and keeps the kernels from reading it).
-      zero_fill_ |= ctx.in(i).size() == 0;
-    }
+    for (int i = 0; i < n; ++i) zero_fill_ |= ctx.in(i).size() == 0;
     out_elems_ = ctx.outputs[0].size();
 
-    use_gemm_ = n == 2 && dense[0] && dense[1] && PrepareGemm(spec.output, labels[0], labels[1]);
+    const std::vector<EinsumOperand>& ops = p.operands;
+    use_gemm_ = n == 2 && !ops[0].strided && !ops[1].strided &&
+                PrepareGemm(spec.output, ops[0].labels, ops[1].labels);
     if (use_gemm_) return;
 
     std::vector<int> summed;  // contracted labels, in order of first appearance
     for (int i = 0; i < n; ++i)
-      for (int label : labels[i])
+      for (int label : ops[i].labels)
         if (!Contains(spec.output, label) && !Contains(summed, label)) summed.push_back(label);
     if (spec.output.size() > kMaxLabels || summed.size() > kMaxLabels)
       Unsupported(ctx, "Einsum with ", spec.output.size(), " output and ", summed.size(),
                   " contracted labels (more than ", kMaxLabels, " of either)");
     auto stride_of = [&](int i, int label) {
-      auto it = strides[i].find(label);
-      return it == strides[i].end() ? int64_t{0} : it->second;
+      auto it = ops[i].strides.find(label);
+      return it == ops[i].strides.end() ? int64_t{0} : it->second;
     };
     geometry_ = EinsumGeometry{};
     EinsumGeometry& g = geometry_;
@@ -247,7 +221,9 @@ class EinsumKernel : public CudaKernel {
 
 }  // namespace
 
-void RegisterEinsumKernel(KernelRegistry& r) { r.Register(OpId::kEinsum, kAnyDType, &MakeKernel<EinsumKernel>); }
+void RegisterEinsumKernel(KernelRegistry& r) {
+  r.Register(OpId::kEinsum, DType::kFloat32, &MakeKernel<EinsumKernel>);
+}
 
 }  // namespace cuda
 }  // namespace kaiwu

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/elementwise_util.cuh"
 #include "backends/int_pow.h"
+#include "ops/binary.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -94,13 +95,8 @@ class ArithKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    if (op_ == ArithOp::kSum || op_ == ArithOp::kMean) {
-      RequireDType(ctx, 0, {DType::kFloat32});
-    } else {
-      RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
-    }
     if (op_ == ArithOp::kMod || op_ == ArithOp::kFmod)
-      op_ = ctx.node.GetInt("fmod", 0) ? ArithOp::kFmod : ArithOp::kMod;
+      op_ = ctx.Params<ModParams>().fmod ? ArithOp::kFmod : ArithOp::kMod;
     dtype_ = ctx.in(0).dtype;
     num_inputs_ = ctx.num_inputs();
     const Shape& out = ctx.outputs[0].shape;
@@ -167,8 +163,8 @@ struct PowFn {
 class PowKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
     base_ = ctx.in(0).dtype;
+    // The kernel table checked the base; the exponent dtypes this kernel takes with it:
     if (base_ == DType::kFloat32) {
       RequireDType(ctx, 1, {DType::kFloat32, DType::kInt32, DType::kInt64});
     } else {
@@ -217,10 +213,10 @@ struct PReluFn {
 class PReluKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
     dtype_ = ctx.in(0).dtype;
-    size_ = ctx.in(0).size();
-    ix_ = MakeIndexer<2>(ctx, {ctx.in(0).shape, ctx.in(1).shape}, ctx.in(0).shape);
+    const Shape& out = ctx.outputs[0].shape;
+    size_ = NumElements(out);
+    ix_ = MakeIndexer<2>(ctx, {ctx.in(0).shape, ctx.in(1).shape}, out);
   }
 
   void Run(const KernelIO& io) const override {
@@ -248,17 +244,18 @@ std::unique_ptr<Kernel> MakeArith(const Node&) {
 }  // namespace
 
 void RegisterArithmeticKernels(KernelRegistry& r) {
-  r.Register(OpId::kAdd, kAnyDType, &MakeArith<ArithOp::kAdd>);
-  r.Register(OpId::kSub, kAnyDType, &MakeArith<ArithOp::kSub>);
-  r.Register(OpId::kMul, kAnyDType, &MakeArith<ArithOp::kMul>);
-  r.Register(OpId::kDiv, kAnyDType, &MakeArith<ArithOp::kDiv>);
-  r.Register(OpId::kMod, kAnyDType, &MakeArith<ArithOp::kMod>);
-  r.Register(OpId::kMin, kAnyDType, &MakeArith<ArithOp::kMin>);
-  r.Register(OpId::kMax, kAnyDType, &MakeArith<ArithOp::kMax>);
-  r.Register(OpId::kSum, kAnyDType, &MakeArith<ArithOp::kSum>);
-  r.Register(OpId::kMean, kAnyDType, &MakeArith<ArithOp::kMean>);
-  r.Register(OpId::kPow, kAnyDType, &MakeKernel<PowKernel>);
-  r.Register(OpId::kPRelu, kAnyDType, &MakeKernel<PReluKernel>);
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
+  r.Register(OpId::kAdd, numeric, &MakeArith<ArithOp::kAdd>);
+  r.Register(OpId::kSub, numeric, &MakeArith<ArithOp::kSub>);
+  r.Register(OpId::kMul, numeric, &MakeArith<ArithOp::kMul>);
+  r.Register(OpId::kDiv, numeric, &MakeArith<ArithOp::kDiv>);
+  r.Register(OpId::kMod, numeric, &MakeArith<ArithOp::kMod>);
+  r.Register(OpId::kMin, numeric, &MakeArith<ArithOp::kMin>);
+  r.Register(OpId::kMax, numeric, &MakeArith<ArithOp::kMax>);
+  r.Register(OpId::kSum, DType::kFloat32, &MakeArith<ArithOp::kSum>);
+  r.Register(OpId::kMean, DType::kFloat32, &MakeArith<ArithOp::kMean>);
+  r.Register(OpId::kPow, numeric, &MakeKernel<PowKernel>);
+  r.Register(OpId::kPRelu, numeric, &MakeKernel<PReluKernel>);
 }
 
 }  // namespace eltwise

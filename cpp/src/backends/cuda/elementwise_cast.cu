@@ -82,7 +82,7 @@ void CastFrom(DType to, const void* in, void* out, int64_t n, cudaStream_t strea
 
 class CastKernel : public CudaKernel {
  protected:
-  // The CPU kernel checked both dtypes against the same eight this file handles.
+  // The op layer checked both dtypes against the same eight this file handles.
   void PrepareDevice(PrepareContext& ctx) override {
     from_ = ctx.in(0).dtype;
     to_ = ctx.outputs[0].dtype;
@@ -113,8 +113,11 @@ class CastKernel : public CudaKernel {
 }  // namespace
 
 void RegisterCastKernels(KernelRegistry& r) {
-  r.Register(OpId::kCast, kAnyDType, &MakeKernel<CastKernel>);
-  r.Register(OpId::kCastLike, kAnyDType, &MakeKernel<CastKernel>);
+  const std::initializer_list<DType> all = {DType::kFloat32, DType::kFloat64, DType::kInt8,
+                                            DType::kUInt8,   DType::kInt16,   DType::kInt32,
+                                            DType::kInt64,   DType::kBool};
+  r.Register(OpId::kCast, all, &MakeKernel<CastKernel>);
+  r.Register(OpId::kCastLike, all, &MakeKernel<CastKernel>);
 }
 
 }  // namespace eltwise

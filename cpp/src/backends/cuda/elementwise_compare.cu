@@ -3,7 +3,6 @@
 // float32/int32/int64 (Equal also on bool), And Or Xor Not on bool, and
 // Where(condition, X, Y) with three-way broadcasting for any element size.
 // Bools are bytes; logical ops work on the bytes as the CPU kernels do.
-#include <string>
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
@@ -14,8 +13,6 @@ namespace eltwise {
 namespace {
 
 enum class CmpOp { kEqual, kLess, kGreater, kLessEqual, kGreaterEqual, kAnd, kOr, kXor };
-
-bool IsLogical(CmpOp op) { return op == CmpOp::kAnd || op == CmpOp::kOr || op == CmpOp::kXor; }
 
 template <typename T>
 struct CompareFn {
@@ -30,7 +27,7 @@ struct CompareFn {
       case CmpOp::kGreaterEqual: return a >= b;
       default: break;
     }
-    if constexpr (std::is_integral_v<T>) {  // the logical ops, which Prepare allows on bool only
+    if constexpr (std::is_integral_v<T>) {  // the logical ops, registered on bool only
       switch (op) {
         case CmpOp::kAnd: return a & b;
         case CmpOp::kOr: return a | b;
@@ -47,11 +44,6 @@ class CompareKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    if (IsLogical(op_) || ctx.in(0).dtype == DType::kBool) {
-      RequireDType(ctx, 0, {DType::kBool});
-    } else {
-      RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
-    }
     dtype_ = ctx.in(0).dtype;
     const Shape& out = ctx.outputs[0].shape;
     size_ = NumElements(out);
@@ -113,8 +105,6 @@ class WhereKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     word_ = DTypeSize(ctx.in(1).dtype);
-    if (word_ != 1 && word_ != 2 && word_ != 4 && word_ != 8)
-      Unsupported(ctx, std::string("dtype ") + DTypeName(ctx.in(1).dtype));
     const Shape& out = ctx.outputs[0].shape;
     size_ = NumElements(out);
     ix_ = MakeIndexer<3>(ctx, {ctx.in(0).shape, ctx.in(1).shape, ctx.in(2).shape}, out);
@@ -152,16 +142,22 @@ std::unique_ptr<Kernel> MakeCompare(const Node&) {
 }  // namespace
 
 void RegisterCompareKernels(KernelRegistry& r) {
-  r.Register(OpId::kEqual, kAnyDType, &MakeCompare<CmpOp::kEqual>);
-  r.Register(OpId::kLess, kAnyDType, &MakeCompare<CmpOp::kLess>);
-  r.Register(OpId::kGreater, kAnyDType, &MakeCompare<CmpOp::kGreater>);
-  r.Register(OpId::kLessOrEqual, kAnyDType, &MakeCompare<CmpOp::kLessEqual>);
-  r.Register(OpId::kGreaterOrEqual, kAnyDType, &MakeCompare<CmpOp::kGreaterEqual>);
-  r.Register(OpId::kAnd, kAnyDType, &MakeCompare<CmpOp::kAnd>);
-  r.Register(OpId::kOr, kAnyDType, &MakeCompare<CmpOp::kOr>);
-  r.Register(OpId::kXor, kAnyDType, &MakeCompare<CmpOp::kXor>);
-  r.Register(OpId::kNot, kAnyDType, &MakeKernel<NotKernel>);
-  r.Register(OpId::kWhere, kAnyDType, &MakeKernel<WhereKernel>);
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
+  r.Register(OpId::kEqual, {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeCompare<CmpOp::kEqual>);
+  r.Register(OpId::kLess, numeric, &MakeCompare<CmpOp::kLess>);
+  r.Register(OpId::kGreater, numeric, &MakeCompare<CmpOp::kGreater>);
+  r.Register(OpId::kLessOrEqual, numeric, &MakeCompare<CmpOp::kLessEqual>);
+  r.Register(OpId::kGreaterOrEqual, numeric, &MakeCompare<CmpOp::kGreaterEqual>);
+  r.Register(OpId::kAnd, DType::kBool, &MakeCompare<CmpOp::kAnd>);
+  r.Register(OpId::kOr, DType::kBool, &MakeCompare<CmpOp::kOr>);
+  r.Register(OpId::kXor, DType::kBool, &MakeCompare<CmpOp::kXor>);
+  r.Register(OpId::kNot, DType::kBool, &MakeKernel<NotKernel>);
+  // Keyed on X's dtype (Where's type input is 1): every dtype is a word of 1, 2, 4 or 8 bytes.
+  r.Register(OpId::kWhere,
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
+              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeKernel<WhereKernel>);
 }
 
 }  // namespace eltwise

@@ -1,33 +1,17 @@
 // FusedElementwise (domain "kaiwu") on CUDA: the chain of float32 ops that
-// backends/cpu/fused_elementwise.h describes, applied per element in
-// registers. A launch runs up to kFusedSteps ops; longer chains continue in
-// place on the output in further launches. Each binary op's operand has its
-// own broadcast index map (slot s + 1 for step s; slot 0 is the chain's input).
-#include <string>
-#include <utility>
+// ops/binary.h describes, applied per element in registers. A launch runs up
+// to kFusedSteps ops; longer chains continue in place on the output in
+// further launches. Each binary op's operand has its own broadcast index map
+// (slot s + 1 for step s; slot 0 is the chain's input).
+#include <vector>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "ops/binary.h"
 
 namespace kaiwu {
 namespace cuda {
 namespace eltwise {
 namespace {
-
-enum class FusedOp : int {
-  kAdd, kSub, kMul, kDiv, kRelu, kSigmoid, kTanh, kExp, kNeg, kAbs, kSqrt, kClip, kLeakyRelu,
-};
-
-const std::pair<const char*, FusedOp> kFusedOps[] = {
-    {"Add", FusedOp::kAdd},   {"Sub", FusedOp::kSub},         {"Mul", FusedOp::kMul},
-    {"Div", FusedOp::kDiv},   {"Relu", FusedOp::kRelu},       {"Sigmoid", FusedOp::kSigmoid},
-    {"Tanh", FusedOp::kTanh}, {"Exp", FusedOp::kExp},         {"Neg", FusedOp::kNeg},
-    {"Abs", FusedOp::kAbs},   {"Sqrt", FusedOp::kSqrt},       {"Clip", FusedOp::kClip},
-    {"LeakyRelu", FusedOp::kLeakyRelu},
-};
-
-__host__ __device__ inline bool IsBinary(FusedOp op) {
-  return op == FusedOp::kAdd || op == FusedOp::kSub || op == FusedOp::kMul || op == FusedOp::kDiv;
-}
 
 constexpr int kFusedSteps = 16;
 constexpr int kSlots = kFusedSteps + 1;
@@ -80,7 +64,7 @@ __global__ void FusedKernel(FusedProgram p, FusedOperands in, int64_t n, float* 
 #pragma unroll
     for (int s = 0; s < kFusedSteps; ++s) {
       if (s >= p.num_steps) break;
-      const float c = IsBinary(p.steps[s].op) ? in.slot[s + 1][off[s + 1]] : 0.f;
+      const float c = IsBinaryFusedOp(p.steps[s].op) ? in.slot[s + 1][off[s + 1]] : 0.f;
       v = ApplyStep(p.steps[s], v, c);
     }
     y[i] = v;
@@ -89,27 +73,24 @@ __global__ void FusedKernel(FusedProgram p, FusedOperands in, int64_t n, float* 
 
 class FusedElementwiseKernel : public CudaKernel {
  protected:
-  // The CPU kernel checked the attributes' lengths, the op names and the operands.
   void PrepareDevice(PrepareContext& ctx) override {
-    const Node& node = ctx.node;
-    const std::vector<std::string>& ops = node.attrs.at("ops").strings;
-    const std::vector<int64_t> operand = node.GetInts("operand"), swapped = node.GetInts("swapped");
-    const std::vector<float> params = node.GetFloats("params");
+    const std::vector<FusedElementwiseParams::Step>& chain =
+        ctx.Params<FusedElementwiseParams>().steps;
     const Shape& out = ctx.outputs[0].shape;
     size_ = NumElements(out);
     programs_.clear();
     operand_.clear();
-    for (size_t first = 0; first < ops.size(); first += kFusedSteps) {
+    for (size_t first = 0; first < chain.size(); first += kFusedSteps) {
       FusedProgram p;
       // Slot 0: the chain's input first, then the output that earlier launches wrote.
       std::vector<Shape> shapes = {first == 0 ? ctx.in(0).shape : out};
-      for (size_t k = first; k < ops.size() && p.num_steps < kFusedSteps; ++k) {
+      for (size_t k = first; k < chain.size() && p.num_steps < kFusedSteps; ++k) {
         FusedStep& s = p.steps[p.num_steps++];
-        s.op = Lookup(ops[k]);
-        s.swapped = swapped[k] != 0;
-        s.p0 = params[2 * k];
-        s.p1 = params[2 * k + 1];
-        const int in = IsBinary(s.op) ? static_cast<int>(operand[k]) : -1;
+        s.op = chain[k].op;
+        s.swapped = chain[k].swapped;
+        s.p0 = chain[k].p0;
+        s.p1 = chain[k].p1;
+        const int in = IsBinaryFusedOp(s.op) ? chain[k].operand : -1;
         operand_.push_back(in);
         shapes.push_back(in >= 0 ? ctx.in(in).shape : Shape{});  // unused slots: one element
       }
@@ -134,12 +115,6 @@ class FusedElementwiseKernel : public CudaKernel {
   }
 
  private:
-  static FusedOp Lookup(const std::string& name) {
-    for (const auto& [n, op] : kFusedOps)
-      if (name == n) return op;
-    Fail(StatusCode::kInternal, "FusedElementwise: unknown op '", name, "'");
-  }
-
   int64_t size_ = 0;
   std::vector<FusedProgram> programs_;  // one per launch
   std::vector<int> operand_;            // per step: the input its operand is, or -1
@@ -148,7 +123,7 @@ class FusedElementwiseKernel : public CudaKernel {
 }  // namespace
 
 void RegisterFusedKernels(KernelRegistry& r) {
-  r.Register(OpId::kFusedElementwise, kAnyDType, &MakeKernel<FusedElementwiseKernel>);
+  r.Register(OpId::kFusedElementwise, DType::kFloat32, &MakeKernel<FusedElementwiseKernel>);
 }
 
 }  // namespace eltwise

@@ -5,8 +5,8 @@
 // otherwise one thread walks one strided column.
 #include <cmath>
 
-#include "backends/cpu/cpu_kernels.h"
 #include "backends/cuda/elementwise_util.cuh"
+#include "ops/unary.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -135,17 +135,10 @@ class SoftmaxKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32});
-    const Shape& shape = ctx.in(0).shape;
-    const int64_t rank = static_cast<int64_t>(shape.size());
-    const bool legacy = ctx.node.opset > 0 && ctx.node.opset < 13;
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", legacy ? 1 : -1), rank);
-    outer_ = n_ = inner_ = 1;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (d < axis) outer_ *= shape[d];
-      else if (d == axis || legacy) n_ *= shape[d];
-      else inner_ *= shape[d];
-    }
+    const SoftmaxParams& p = ctx.Params<SoftmaxParams>();
+    outer_ = p.outer;
+    n_ = p.n;
+    inner_ = p.inner;
   }
 
   void Run(const KernelIO& io) const override {
@@ -183,9 +176,9 @@ std::unique_ptr<Kernel> MakeSoftmax(const Node&) {
 }  // namespace
 
 void RegisterSoftmaxKernels(KernelRegistry& r) {
-  r.Register(OpId::kSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kSoftmax>);
-  r.Register(OpId::kLogSoftmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
-  r.Register(OpId::kHardmax, kAnyDType, &MakeSoftmax<SoftmaxKind::kHardmax>);
+  r.Register(OpId::kSoftmax, DType::kFloat32, &MakeSoftmax<SoftmaxKind::kSoftmax>);
+  r.Register(OpId::kLogSoftmax, DType::kFloat32, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
+  r.Register(OpId::kHardmax, DType::kFloat32, &MakeSoftmax<SoftmaxKind::kHardmax>);
 }
 
 }  // namespace eltwise

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "ops/unary.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -23,11 +24,6 @@ enum class UnaryOp {
   kMish, kSoftplus, kSoftsign, kSigmoid, kTanh, kSqrt, kExp, kLog, kReciprocal, kFloor, kCeil,
   kRound, kSin, kCos, kErf,
 };
-
-bool TakesIntegers(UnaryOp op) {
-  return op == UnaryOp::kNeg || op == UnaryOp::kAbs || op == UnaryOp::kSign ||
-         op == UnaryOp::kRelu;
-}
 
 // std::max / std::min, whose NaN behaviour the CPU kernels inherit.
 __device__ inline float StdMax(float a, float b) { return a < b ? b : a; }
@@ -104,32 +100,12 @@ class UnaryKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    if (TakesIntegers(op_)) {
-      RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
-    } else {
-      RequireDType(ctx, 0, {DType::kFloat32});
-    }
-    // Attribute defaults as in the CPU kernels (which checked the values).
-    const Node& node = ctx.node;
-    switch (op_) {
-      case UnaryOp::kLeakyRelu: alpha_ = node.GetFloat("alpha", 0.01f); break;
-      case UnaryOp::kElu: alpha_ = node.GetFloat("alpha", 1.f); break;
-      case UnaryOp::kSelu:
-        alpha_ = node.GetFloat("alpha", 1.67326319217681884765625f);
-        gamma_ = node.GetFloat("gamma", 1.05070102214813232421875f);
-        break;
-      case UnaryOp::kCelu: alpha_ = node.GetFloat("alpha", 1.f); break;
-      case UnaryOp::kHardSigmoid:
-        alpha_ = node.GetFloat("alpha", 0.2f);
-        beta_ = node.GetFloat("beta", 0.5f);
-        break;
-      case UnaryOp::kThresholdedRelu: alpha_ = node.GetFloat("alpha", 1.f); break;
-      case UnaryOp::kGelu:
-      case UnaryOp::kGeluTanh:
-        op_ = node.GetString("approximate", "none") == "tanh" ? UnaryOp::kGeluTanh
-                                                               : UnaryOp::kGelu;
-        break;
-      default: break;
+    // The activations' attributes, checked by the op layer (ops/unary.h).
+    if (const auto* p = dynamic_cast<const ActivationParams*>(ctx.params.get())) {
+      alpha_ = p->alpha;
+      beta_ = p->beta;
+      gamma_ = p->gamma;
+      if (op_ == UnaryOp::kGelu && p->gelu_tanh) op_ = UnaryOp::kGeluTanh;
     }
     dtype_ = ctx.in(0).dtype;
     size_ = ctx.in(0).size();
@@ -179,15 +155,13 @@ __global__ void ClampKernel(int64_t n, const T* x, T* y, T lo, T hi, const T* lo
 class ClipKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32, DType::kInt32, DType::kInt64});
+    const ClipParams& p = ctx.Params<ClipParams>();
     dtype_ = ctx.in(0).dtype;
-    attr_bounds_ = ctx.node.opset > 0 && ctx.node.opset < 11;
-    if (attr_bounds_) {
-      attr_min_ = ctx.node.GetFloat("min", -std::numeric_limits<float>::max());
-      attr_max_ = ctx.node.GetFloat("max", std::numeric_limits<float>::max());
-    }
+    attr_bounds_ = p.attr_bounds;
+    attr_min_ = p.attr_min;
+    attr_max_ = p.attr_max;
     for (int b = 0; b < 2; ++b) {
-      has_bound_[b] = ctx.HasInput(b + 1);
+      has_bound_[b] = p.has_bound[b];
       known_bound_[b] = has_bound_[b] && ctx.in(b + 1).data != nullptr;
       if (known_bound_[b])
         std::memcpy(bound_bytes_[b], ctx.in(b + 1).data, DTypeSize(dtype_));
@@ -246,9 +220,11 @@ class IsSpecialKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32});
-    pos_ = ctx.node.GetInt("detect_positive", 1) != 0;
-    neg_ = ctx.node.GetInt("detect_negative", 1) != 0;
+    if (!nan_) {
+      const IsInfParams& p = ctx.Params<IsInfParams>();
+      pos_ = p.detect_positive;
+      neg_ = p.detect_negative;
+    }
     size_ = ctx.in(0).size();
   }
 
@@ -277,36 +253,38 @@ std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
 }  // namespace
 
 void RegisterUnaryKernels(KernelRegistry& r) {
-  r.Register(OpId::kNeg, kAnyDType, &MakeUnary<UnaryOp::kNeg>);
-  r.Register(OpId::kAbs, kAnyDType, &MakeUnary<UnaryOp::kAbs>);
-  r.Register(OpId::kSign, kAnyDType, &MakeUnary<UnaryOp::kSign>);
-  r.Register(OpId::kRelu, kAnyDType, &MakeUnary<UnaryOp::kRelu>);
-  r.Register(OpId::kLeakyRelu, kAnyDType, &MakeUnary<UnaryOp::kLeakyRelu>);
-  r.Register(OpId::kElu, kAnyDType, &MakeUnary<UnaryOp::kElu>);
-  r.Register(OpId::kSelu, kAnyDType, &MakeUnary<UnaryOp::kSelu>);
-  r.Register(OpId::kCelu, kAnyDType, &MakeUnary<UnaryOp::kCelu>);
-  r.Register(OpId::kHardSigmoid, kAnyDType, &MakeUnary<UnaryOp::kHardSigmoid>);
-  r.Register(OpId::kHardSwish, kAnyDType, &MakeUnary<UnaryOp::kHardSwish>);
-  r.Register(OpId::kGelu, kAnyDType, &MakeUnary<UnaryOp::kGelu>);
-  r.Register(OpId::kThresholdedRelu, kAnyDType, &MakeUnary<UnaryOp::kThresholdedRelu>);
-  r.Register(OpId::kMish, kAnyDType, &MakeUnary<UnaryOp::kMish>);
-  r.Register(OpId::kSoftplus, kAnyDType, &MakeUnary<UnaryOp::kSoftplus>);
-  r.Register(OpId::kSoftsign, kAnyDType, &MakeUnary<UnaryOp::kSoftsign>);
-  r.Register(OpId::kSigmoid, kAnyDType, &MakeUnary<UnaryOp::kSigmoid>);
-  r.Register(OpId::kTanh, kAnyDType, &MakeUnary<UnaryOp::kTanh>);
-  r.Register(OpId::kSqrt, kAnyDType, &MakeUnary<UnaryOp::kSqrt>);
-  r.Register(OpId::kExp, kAnyDType, &MakeUnary<UnaryOp::kExp>);
-  r.Register(OpId::kLog, kAnyDType, &MakeUnary<UnaryOp::kLog>);
-  r.Register(OpId::kReciprocal, kAnyDType, &MakeUnary<UnaryOp::kReciprocal>);
-  r.Register(OpId::kFloor, kAnyDType, &MakeUnary<UnaryOp::kFloor>);
-  r.Register(OpId::kCeil, kAnyDType, &MakeUnary<UnaryOp::kCeil>);
-  r.Register(OpId::kRound, kAnyDType, &MakeUnary<UnaryOp::kRound>);
-  r.Register(OpId::kSin, kAnyDType, &MakeUnary<UnaryOp::kSin>);
-  r.Register(OpId::kCos, kAnyDType, &MakeUnary<UnaryOp::kCos>);
-  r.Register(OpId::kErf, kAnyDType, &MakeUnary<UnaryOp::kErf>);
-  r.Register(OpId::kClip, kAnyDType, &MakeKernel<ClipKernel>);
-  r.Register(OpId::kIsNaN, kAnyDType, &MakeIsSpecial<true>);
-  r.Register(OpId::kIsInf, kAnyDType, &MakeIsSpecial<false>);
+  const std::initializer_list<DType> ints = {DType::kFloat32, DType::kInt32, DType::kInt64};
+  const DType f32 = DType::kFloat32;
+  r.Register(OpId::kNeg, ints, &MakeUnary<UnaryOp::kNeg>);
+  r.Register(OpId::kAbs, ints, &MakeUnary<UnaryOp::kAbs>);
+  r.Register(OpId::kSign, ints, &MakeUnary<UnaryOp::kSign>);
+  r.Register(OpId::kRelu, ints, &MakeUnary<UnaryOp::kRelu>);
+  r.Register(OpId::kLeakyRelu, f32, &MakeUnary<UnaryOp::kLeakyRelu>);
+  r.Register(OpId::kElu, f32, &MakeUnary<UnaryOp::kElu>);
+  r.Register(OpId::kSelu, f32, &MakeUnary<UnaryOp::kSelu>);
+  r.Register(OpId::kCelu, f32, &MakeUnary<UnaryOp::kCelu>);
+  r.Register(OpId::kHardSigmoid, f32, &MakeUnary<UnaryOp::kHardSigmoid>);
+  r.Register(OpId::kHardSwish, f32, &MakeUnary<UnaryOp::kHardSwish>);
+  r.Register(OpId::kGelu, f32, &MakeUnary<UnaryOp::kGelu>);
+  r.Register(OpId::kThresholdedRelu, f32, &MakeUnary<UnaryOp::kThresholdedRelu>);
+  r.Register(OpId::kMish, f32, &MakeUnary<UnaryOp::kMish>);
+  r.Register(OpId::kSoftplus, f32, &MakeUnary<UnaryOp::kSoftplus>);
+  r.Register(OpId::kSoftsign, f32, &MakeUnary<UnaryOp::kSoftsign>);
+  r.Register(OpId::kSigmoid, f32, &MakeUnary<UnaryOp::kSigmoid>);
+  r.Register(OpId::kTanh, f32, &MakeUnary<UnaryOp::kTanh>);
+  r.Register(OpId::kSqrt, f32, &MakeUnary<UnaryOp::kSqrt>);
+  r.Register(OpId::kExp, f32, &MakeUnary<UnaryOp::kExp>);
+  r.Register(OpId::kLog, f32, &MakeUnary<UnaryOp::kLog>);
+  r.Register(OpId::kReciprocal, f32, &MakeUnary<UnaryOp::kReciprocal>);
+  r.Register(OpId::kFloor, f32, &MakeUnary<UnaryOp::kFloor>);
+  r.Register(OpId::kCeil, f32, &MakeUnary<UnaryOp::kCeil>);
+  r.Register(OpId::kRound, f32, &MakeUnary<UnaryOp::kRound>);
+  r.Register(OpId::kSin, f32, &MakeUnary<UnaryOp::kSin>);
+  r.Register(OpId::kCos, f32, &MakeUnary<UnaryOp::kCos>);
+  r.Register(OpId::kErf, f32, &MakeUnary<UnaryOp::kErf>);
+  r.Register(OpId::kClip, ints, &MakeKernel<ClipKernel>);
+  r.Register(OpId::kIsNaN, f32, &MakeIsSpecial<true>);
+  r.Register(OpId::kIsInf, f32, &MakeIsSpecial<false>);
 }
 
 }  // namespace eltwise

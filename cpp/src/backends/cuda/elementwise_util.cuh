@@ -87,8 +87,8 @@ struct ElementIndexer {
 };
 
 /// The index map of `inputs` (at most N, each broadcasting to `out`, which the
-/// CPU kernel's Prepare checked). Throws kUnsupported naming the node when the
-/// merged broadcast has more than kMaxDims dimensions.
+/// op layer checked). Throws kUnsupported naming the node when the merged
+/// broadcast has more than kMaxDims dimensions.
 template <int N>
 ElementIndexer<N> MakeIndexer(const PrepareContext& ctx, const std::vector<Shape>& inputs,
                               const Shape& out) {

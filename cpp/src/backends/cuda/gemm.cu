@@ -1,9 +1,10 @@
 // Gemm and MatMul (float32) on cuBLAS, and the registration of the CUDA
 // linear-algebra kernels. Both run a beta = 0 GEMM, then at most one epilogue
 // kernel adds Gemm's broadcast C and applies the fused "_kaiwu_act" activation.
-#include "backends/cpu/linalg_util.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm_util.h"
+#include "backends/linalg_index.h"
+#include "ops/linalg.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -33,37 +34,27 @@ void LaunchBiasActivation(const DeviceContext& dev, float* y, int64_t total, int
   CheckLaunch("Gemm/MatMul epilogue kernel");
 }
 
-void RequireFloat32(const PrepareContext& ctx) {
-  for (int i : {0, 1}) RequireDType(ctx, i, {DType::kFloat32});
-}
-
 // Y = act(alpha * op(A) * op(B) + beta * C), C broadcast unidirectionally to [M, N].
 class GemmKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const Node& node = ctx.node;
-    RequireFloat32(ctx);
+    const GemmParams& p = ctx.Params<GemmParams>();
     const Shape& a = ctx.in(0).shape;
     const Shape& b = ctx.in(1).shape;
-    trans_a_ = node.GetInt("transA", 0) != 0;
-    trans_b_ = node.GetInt("transB", 0) != 0;
-    alpha_ = node.GetFloat("alpha", 1.f);
-    beta_ = node.GetFloat("beta", 1.f);
-    m_ = trans_a_ ? a[1] : a[0];
-    k_ = trans_a_ ? a[0] : a[1];
-    n_ = trans_b_ ? b[0] : b[1];
+    trans_a_ = p.trans_a;
+    trans_b_ = p.trans_b;
+    alpha_ = p.alpha;
+    beta_ = p.beta;
+    m_ = p.m;
+    k_ = p.k;
+    n_ = p.n;
     lda_ = a[1];
     ldb_ = b[1];
     // As on the CPU: beta == 0 ignores C entirely.
-    use_c_ = ctx.HasInput(2) && beta_ != 0.f;
-    if (use_c_) {
-      const Shape& c = ctx.in(2).shape;  // rank <= 2, broadcastable (checked by the CPU Prepare)
-      const int64_t cm = c.size() == 2 ? c[0] : 1;
-      const int64_t cn = c.empty() ? 1 : c.back();
-      c_row_stride_ = cm == 1 ? 0 : cn;
-      c_col_stride_ = cn == 1 ? 0 : 1;
-    }
-    act_ = DeviceActivation::From(cpu::Activation::FromNode(node));
+    use_c_ = p.has_c && beta_ != 0.f;
+    c_row_stride_ = p.c_row_stride;
+    c_col_stride_ = p.c_col_stride;
+    act_ = DeviceActivation::From(p.act);
     CheckBlasInt(ctx, m_, "M");
     CheckBlasInt(ctx, n_, "N");
     CheckBlasInt(ctx, k_, "K");
@@ -96,19 +87,14 @@ class GemmKernel : public CudaKernel {
 class MatMulKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireFloat32(ctx);
-    Shape a = ctx.in(0).shape, b = ctx.in(1).shape;  // ranks >= 1 (checked by the CPU Prepare)
-    if (a.size() == 1) a.insert(a.begin(), 1);
-    if (b.size() == 1) b.push_back(1);
-    m_ = a[a.size() - 2];
-    k_ = a.back();
-    n_ = b.back();
-    const Shape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
-    const Shape batch = BroadcastShapes(ctx, a_batch, b_batch);
-    const int64_t a_count = NumElements(a_batch), b_count = NumElements(b_batch);
-    batch_ = NumElements(batch);
+    const MatMulParams& p = ctx.Params<MatMulParams>();
+    m_ = p.m;
+    k_ = p.k;
+    n_ = p.n;
+    const int64_t a_count = NumElements(p.a_batch), b_count = NumElements(p.b_batch);
+    batch_ = NumElements(p.batch);
     out_size_ = ctx.outputs[0].size();
-    act_ = DeviceActivation::From(cpu::Activation::FromNode(ctx.node));
+    act_ = DeviceActivation::From(p.act);
     const int64_t a_mat = m_ * k_, b_mat = k_ * n_;
     a_off_.clear();
     b_off_.clear();
@@ -128,21 +114,7 @@ class MatMulKernel : public CudaKernel {
     } else {
       // Partial broadcast: one GEMM per output batch index at offsets precomputed here.
       mode_ = Mode::kLoop;
-      const std::vector<int64_t> sa = cpu::BroadcastStrides(a_batch, batch);
-      const std::vector<int64_t> sb = cpu::BroadcastStrides(b_batch, batch);
-      a_off_.assign(batch_, 0);
-      b_off_.assign(batch_, 0);
-      for (int64_t i = 0; i < batch_; ++i) {
-        int64_t rem = i, oa = 0, ob = 0;
-        for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
-          const int64_t idx = rem % batch[d];
-          rem /= batch[d];
-          oa += idx * sa[d];
-          ob += idx * sb[d];
-        }
-        a_off_[i] = oa * a_mat;
-        b_off_[i] = ob * b_mat;
-      }
+      BatchMatrixOffsets(p.a_batch, p.b_batch, p.batch, a_mat, b_mat, &a_off_, &b_off_);
     }
     CheckBlasInt(ctx, m_, "M");
     CheckBlasInt(ctx, n_, "N");
@@ -183,8 +155,8 @@ class MatMulKernel : public CudaKernel {
 }  // namespace
 
 void RegisterLinalgKernels(KernelRegistry& r) {
-  r.Register(OpId::kGemm, kAnyDType, &MakeKernel<GemmKernel>);
-  r.Register(OpId::kMatMul, kAnyDType, &MakeKernel<MatMulKernel>);
+  r.Register(OpId::kGemm, DType::kFloat32, &MakeKernel<GemmKernel>);
+  r.Register(OpId::kMatMul, DType::kFloat32, &MakeKernel<MatMulKernel>);
   RegisterRnnKernels(r);
   RegisterEinsumKernel(r);
 }

@@ -3,12 +3,12 @@
 // and variance in float, as the CPU's ComputeRowStats), float32.
 #include <cstdint>
 
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/linalg_util.h"
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/norm_reduce.cuh"
+#include "backends/linalg_index.h"
+#include "ops/norm.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -116,7 +116,7 @@ class BatchNormKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const Shape& x = ctx.in(0).shape;
-    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    epsilon_ = ctx.Params<NormParams>().epsilon;
     c_ = x[1];
     plane_ = NumElements(Shape(x.begin() + 2, x.end()));
     total_ = NumElements(x);
@@ -140,7 +140,7 @@ class InstanceNormKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const Shape& x = ctx.in(0).shape;
-    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
+    epsilon_ = ctx.Params<NormParams>().epsilon;
     c_ = x[1];
     planes_ = x[0] * c_;
     size_ = NumElements(Shape(x.begin() + 2, x.end()));
@@ -166,17 +166,15 @@ class LayerNormKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    const LayerNormParams& p = ctx.Params<LayerNormParams>();
     const Shape& x = ctx.in(0).shape;
-    const int64_t rank = static_cast<int64_t>(x.size());
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), rank);
-    epsilon_ = ctx.node.GetFloat("epsilon", 1e-5f);
-    const Shape norm_shape(x.begin() + axis, x.end());
-    rows_ = NumElements(Shape(x.begin(), x.begin() + axis));
-    n_ = NumElements(norm_shape);
-    scale_at_ = IndexOf(ctx, 1, norm_shape);
-    has_bias_ = ctx.HasInput(2);
-    if (has_bias_) bias_at_ = IndexOf(ctx, 2, norm_shape);
-    // The CPU kernel gives Mean and InvStdDev shapes; write those the node wants.
+    epsilon_ = p.epsilon;
+    rows_ = NumElements(Shape(x.begin(), x.begin() + p.axis));
+    n_ = NumElements(p.norm_shape);
+    scale_at_ = IndexOf(ctx, 1, p.scale_shape, p.norm_shape);
+    has_bias_ = p.has_bias;
+    if (has_bias_) bias_at_ = IndexOf(ctx, 2, p.bias_shape, p.norm_shape);
+    // Shape inference gives Mean and InvStdDev shapes; write those the node wants.
     const auto wanted = [&](size_t i) {
       return ctx.outputs.size() > i && ctx.node.outputs.size() > i && ctx.node.outputs[i] >= 0;
     };
@@ -185,17 +183,16 @@ class LayerNormKernel : public CudaKernel {
   }
 
  private:
-  // As the CPU kernel's IndexMap (which already checked that input i
-  // broadcasts to the normalised shape), but computed on the device.
-  static BroadcastIndex IndexOf(const PrepareContext& ctx, int i, const Shape& norm_shape) {
-    Shape s = ctx.in(i).shape;
-    while (s.size() > norm_shape.size() && s.front() == 1) s.erase(s.begin());
+  // As the CPU kernel's IndexMap, but computed on the device: the index into
+  // input i (Scale or B, of shape `s`, which broadcasts to the normalised shape).
+  static BroadcastIndex IndexOf(const PrepareContext& ctx, int i, const Shape& s,
+                                const Shape& norm_shape) {
     BroadcastIndex index;
     if (NumElements(s) == NumElements(norm_shape)) return index;
     if (norm_shape.size() > BroadcastIndex::kMaxDims)
       Unsupported(ctx, "broadcasting input ", i, " over more than ", BroadcastIndex::kMaxDims,
                   " normalised dims");
-    const std::vector<int64_t> strides = cpu::BroadcastStrides(s, norm_shape);
+    const std::vector<int64_t> strides = BroadcastStrides(s, norm_shape);
     index.identity = false;
     index.nd = static_cast<int>(norm_shape.size());
     for (int d = 0; d < index.nd; ++d) {
@@ -214,9 +211,9 @@ class LayerNormKernel : public CudaKernel {
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
-  r.Register(OpId::kBatchNormalization, kAnyDType, &MakeKernel<BatchNormKernel>);
-  r.Register(OpId::kInstanceNormalization, kAnyDType, &MakeKernel<InstanceNormKernel>);
-  r.Register(OpId::kLayerNormalization, kAnyDType, &MakeKernel<LayerNormKernel>);
+  r.Register(OpId::kBatchNormalization, DType::kFloat32, &MakeKernel<BatchNormKernel>);
+  r.Register(OpId::kInstanceNormalization, DType::kFloat32, &MakeKernel<InstanceNormKernel>);
+  r.Register(OpId::kLayerNormalization, DType::kFloat32, &MakeKernel<LayerNormKernel>);
 }
 
 }  // namespace cuda

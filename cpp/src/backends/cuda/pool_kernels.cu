@@ -6,21 +6,22 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "backends/cpu/conv_geometry.h"
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/norm_reduce.cuh"
+#include "ops/conv.h"
 
 namespace kaiwu {
 namespace cuda {
 namespace {
 
-// cpu::SpatialGeometry by value: dims (D, H, W), unused leading ones of size 1.
+// SpatialGeometry (ops/conv_geometry.h) by value: dims (D, H, W), unused
+// leading ones of size 1.
 struct PoolWindow {
   int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
 
-  static PoolWindow From(const cpu::SpatialGeometry& g) {
+  static PoolWindow From(const SpatialGeometry& g) {
     PoolWindow w;
     for (int d = 0; d < 3; ++d) {
       w.in[d] = g.in[d];
@@ -178,16 +179,14 @@ class PoolKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32});
+    const PoolParams& p = ctx.Params<PoolParams>();
     const Shape& x = ctx.in(0).shape;
-    const cpu::SpatialGeometry geo = cpu::MakeGeometry(
-        ctx, Shape(x.begin() + 2, x.end()), ctx.node.GetInts("kernel_shape"), /*allow_ceil=*/true);
-    window_ = PoolWindow::From(geo);
+    window_ = PoolWindow::From(p.geo);
     planes_ = x[0] * x[1];
-    total_ = planes_ * geo.out_size();
-    indices_ = max_ && ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
-    col_major_ = ctx.node.GetInt("storage_order", 0) == 1;
-    include_pad_ = ctx.node.GetInt("count_include_pad", 0) != 0;
+    total_ = planes_ * p.geo.out_size();
+    indices_ = max_ && p.indices;
+    col_major_ = p.col_major;
+    include_pad_ = p.include_pad;
   }
 
  private:
@@ -217,7 +216,6 @@ class GlobalPoolKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    RequireDType(ctx, 0, {DType::kFloat32});
     const Shape& x = ctx.in(0).shape;
     planes_ = x[0] * x[1];
     size_ = NumElements(Shape(x.begin() + 2, x.end()));
@@ -236,10 +234,10 @@ std::unique_ptr<Kernel> MakePool(const Node&) {
 }  // namespace
 
 void RegisterPoolKernels(KernelRegistry& r) {
-  r.Register(OpId::kMaxPool, kAnyDType, &MakePool<PoolKernel, true>);
-  r.Register(OpId::kAveragePool, kAnyDType, &MakePool<PoolKernel, false>);
-  r.Register(OpId::kGlobalMaxPool, kAnyDType, &MakePool<GlobalPoolKernel, true>);
-  r.Register(OpId::kGlobalAveragePool, kAnyDType, &MakePool<GlobalPoolKernel, false>);
+  r.Register(OpId::kMaxPool, DType::kFloat32, &MakePool<PoolKernel, true>);
+  r.Register(OpId::kAveragePool, DType::kFloat32, &MakePool<PoolKernel, false>);
+  r.Register(OpId::kGlobalMaxPool, DType::kFloat32, &MakePool<GlobalPoolKernel, true>);
+  r.Register(OpId::kGlobalAveragePool, DType::kFloat32, &MakePool<GlobalPoolKernel, false>);
 }
 
 }  // namespace cuda

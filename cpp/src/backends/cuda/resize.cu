@@ -1,28 +1,27 @@
-// Resize on the device. Prepare builds the per-axis taps with the CPU kernel's
-// own PlanResize (game_resize_taps.h: every mode, nearest_mode, coordinate
-// transformation, cubic_coeff_a, exclude_outside, scales or sizes with axes and
-// keep_aspect_ratio_policy, tf_crop_and_resize's roi), so both backends read
-// the same input offsets with the same float weights, and copies them once
-// into a device table that the kernel object owns. Run launches one thread
-// per output element: a gather of any element size when every axis is one
-// weight-1 tap (nearest), else the CPU's weighted sum in the CPU's order
-// (float32 / float64): the source rows are the products of the outer axes'
-// taps, the last axis's taps are summed within each row.
+// Resize on the device. Prepare takes the per-axis taps that shape inference
+// computed for both backends (ResizeParams, ops/resize.h: every mode,
+// nearest_mode, coordinate transformation, cubic_coeff_a, exclude_outside,
+// scales or sizes with axes and keep_aspect_ratio_policy, tf_crop_and_resize's
+// roi), so both backends read the same input offsets with the same float
+// weights, and copies them once into a device table that the kernel object
+// owns. Run launches one thread per output element: a gather of any element
+// size when every axis is one weight-1 tap (nearest), else the CPU's weighted
+// sum in the CPU's order (float32 / float64): the source rows are the products
+// of the outer axes' taps, the last axis's taps are summed within each row.
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/game_resize_taps.h"
-#include "backends/cpu/game_util.h"
 #include "backends/cuda/tensor_util.cuh"
+#include "ops/resize.h"
 
 namespace kaiwu {
 namespace cuda {
 namespace tensor {
 namespace {
 
-constexpr int kMaxRank = cpu::kMaxResizeRank;
+constexpr int kMaxRank = kMaxResizeRank;
 
 // One axis of the output, by value for kernels.
 struct ResizeAxis {
@@ -167,24 +166,22 @@ class ResizeKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    cpu::ResizePlan plan = cpu::PlanResize(ctx);
+    const ResizeParams& plan = ctx.Params<ResizeParams>();
     const TensorInfo& x = ctx.in(0);
     dtype_ = x.dtype;
     elem_ = DTypeSize(dtype_);
     extrapolation_ = plan.extrapolation;
     total_ = NumElements(plan.out);
     gather_ = true;
-    for (const cpu::AxisTaps& a : plan.axes) gather_ = gather_ && a.identity_weights();
+    for (const AxisTaps& a : plan.axes) gather_ = gather_ && a.identity_weights();
     // Weighted sums take float data. The one other non-gather Resize is nearest
     // with tf_crop_and_resize, whose CPU kernel runs it as float sums.
     if (!gather_ && dtype_ != DType::kFloat32 && dtype_ != DType::kFloat64)
       Unsupported(ctx, "tf_crop_and_resize of ", DTypeName(dtype_), " data");
-    if (gather_ && elem_ != 1 && elem_ != 2 && elem_ != 4 && elem_ != 8)
-      Unsupported(ctx, DTypeName(dtype_), " data");
 
     // Identity axes need no table; the others append their taps.
     const int r = x.rank();
-    const std::vector<int64_t> strides = cpu::RowMajorStrides(x.shape);
+    const std::vector<int64_t> strides = Strides(x.shape);
     std::vector<int64_t> offsets;
     std::vector<float> weights;
     std::vector<uint8_t> outside;
@@ -193,7 +190,7 @@ class ResizeKernel : public CudaKernel {
     int64_t combo_stride = 1;
     rows_ = 1;
     for (int d = r - 1; d >= 0; --d) {
-      const cpu::AxisTaps& a = plan.axes[d];
+      const AxisTaps& a = plan.axes[d];
       ResizeAxis& axis = tables_.axis[d];
       axis.out = plan.out[d];
       axis.stride = strides[d];
@@ -248,7 +245,14 @@ class ResizeKernel : public CudaKernel {
 
 }  // namespace
 
-void RegisterResizeKernel(KernelRegistry& r) { r.Register(OpId::kResize, kAnyDType, &MakeKernel<ResizeKernel>); }
+// Nearest gathers elements of every size (1, 2, 4 or 8 bytes); linear and cubic
+// (float32 / float64, checked by shape inference) sum weighted rows.
+void RegisterResizeKernel(KernelRegistry& r) {
+  r.Register(OpId::kResize,
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
+              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             &MakeKernel<ResizeKernel>);
+}
 
 }  // namespace tensor
 }  // namespace cuda

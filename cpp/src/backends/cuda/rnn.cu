@@ -46,31 +46,16 @@ __global__ void StoreStatesKernel(RnnGeometry g, int64_t d, const float* h, floa
 
 RnnGeometry PrepareRnnGeometry(const PrepareContext& ctx, int gates,
                                const std::vector<const char*>& defaults) {
-  const Node& node = ctx.node;
-  RnnGeometry g;
-  g.layout = static_cast<int>(node.GetInt("layout", 0));
-  const Shape& x = ctx.in(0).shape;
-  g.seq = g.layout == 0 ? x[0] : x[1];
-  g.batch = g.layout == 0 ? x[1] : x[0];
-  g.input = x[2];
-  g.dirs = ctx.in(1).shape[0];
-  g.hidden = ctx.in(2).shape[2];
-  g.reverse = node.GetString("direction", "forward") == "reverse";
-  if (node.Has("clip")) {
-    g.has_clip = true;
-    g.clip = node.GetFloat("clip", 0.f);
-  }
-  // The CPU Prepare checked the list's length and names; the CUDA gate
+  const RnnParams& p = ctx.Params<RnnParams>();
+  RnnGeometry g(p.dims);
+  // Shape inference checked the list's length and names; the CUDA gate
   // kernels implement only the default functions.
-  auto it = node.attrs.find("activations");
-  if (it != node.attrs.end()) {
-    const std::vector<std::string>& names = it->second.strings;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (!SameNameIgnoringCase(names[i], defaults[i % defaults.size()]))
-        Fail(StatusCode::kUnsupported, node.Describe(), ": activation '", names[i],
-             "' at position ", i, " is not supported by the CUDA backend (only the default ",
-             defaults[i % defaults.size()], ")");
-  }
+  const std::vector<std::string>& names = p.activation_names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!SameNameIgnoringCase(names[i], defaults[i % defaults.size()]))
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": activation '", names[i],
+           "' at position ", i, " is not supported by the CUDA backend (only the default ",
+           defaults[i % defaults.size()], ")");
   CheckBlasInt(ctx, g.seq * g.batch, "rows of X");
   CheckBlasInt(ctx, g.input, "input size");
   CheckBlasInt(ctx, gates * g.hidden, "gates * hidden_size");
@@ -93,8 +78,8 @@ void RnnStoreStates(const DeviceContext& dev, const RnnGeometry& g, int64_t d, c
 }
 
 void RegisterRnnKernels(KernelRegistry& r) {
-  r.Register(OpId::kLSTM, kAnyDType, &MakeLstmKernel);
-  r.Register(OpId::kGRU, kAnyDType, &MakeGruKernel);
+  r.Register(OpId::kLSTM, {DType::kFloat32}, &MakeLstmKernel);
+  r.Register(OpId::kGRU, {DType::kFloat32}, &MakeGruKernel);
 }
 
 }  // namespace cuda

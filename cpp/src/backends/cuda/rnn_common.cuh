@@ -1,6 +1,6 @@
 // Shared parts of the CUDA recurrent kernels (LSTM, GRU): the geometry both
-// layouts index by, read at Prepare from the shapes the CPU Prepare validated,
-// the per-row time step (sequence_lens), and the state load/store kernels.
+// layouts index by (the op layer's RnnDims, ops/rnn.h), the per-row time step
+// (sequence_lens), and the state load/store kernels.
 //
 // Method (both ops, per direction): one GEMM computes X * W^T for every time
 // step into scratch (rows in X's own order, so both layouts read it through
@@ -17,37 +17,22 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm_util.h"
+#include "ops/rnn.h"
 
 namespace kaiwu {
 namespace cuda {
 
-struct RnnGeometry {
-  int64_t seq = 0, batch = 0, input = 0, hidden = 0, dirs = 1;
-  int layout = 0;        // 0: [seq, batch, ...]; 1: [batch, seq, ...]
-  bool reverse = false;  // direction == "reverse" (single direction)
-  bool has_clip = false;
-  float clip = 0.f;
-
-  /// Row of X (and of X * W^T) for time t, batch b.
-  __host__ __device__ int64_t XRow(int64_t t, int64_t b) const {
-    return layout == 0 ? t * batch + b : b * seq + t;
-  }
-  /// Offset of Y[t, dir, b, 0] (layout 0) or Y[b, t, dir, 0] (layout 1).
-  __host__ __device__ int64_t YOffset(int64_t t, int64_t d, int64_t b) const {
-    return (layout == 0 ? (t * dirs + d) * batch + b : (b * seq + t) * dirs + d) * hidden;
-  }
-  /// Offset of a state [dir, b] in initial_h/initial_c/Y_h/Y_c.
-  __host__ __device__ int64_t StateOffset(int64_t d, int64_t b) const {
-    return (layout == 0 ? d * batch + b : b * dirs + d) * hidden;
-  }
-  /// True when direction index d runs backwards in time.
-  __host__ __device__ bool Backward(int64_t d) const { return reverse || d == 1; }
+/// The op's sizes, layout, direction and clip (RnnDims), with the clip of a
+/// pre-activation on the device.
+struct RnnGeometry : RnnDims {
+  RnnGeometry() = default;
+  explicit RnnGeometry(const RnnDims& d) : RnnDims(d) {}
   __device__ float Clip(float v) const { return has_clip ? fminf(fmaxf(v, -clip), clip) : v; }
 };
 
-/// Reads the geometry of an LSTM (gates 4) or GRU (gates 3) after the CPU
-/// Prepare validated its inputs; throws kUnsupported when `activations` is not
-/// the default list `defaults` (per direction) or a GEMM size exceeds cuBLAS's int.
+/// The geometry of an LSTM (gates 4) or GRU (gates 3) from its params; throws
+/// kUnsupported when `activations` is not the default list `defaults` (per
+/// direction) or a GEMM size exceeds cuBLAS's int.
 RnnGeometry PrepareRnnGeometry(const PrepareContext& ctx, int gates,
                                const std::vector<const char*>& defaults);
 
@@ -129,14 +114,17 @@ struct RnnStepArgs {
 /// of a run's pointers.
 class RnnKernel : public CudaKernel {
  protected:
-  /// Reads the geometry (see PrepareRnnGeometry) and the inputs present; sets the scratch.
-  void PrepareRnn(PrepareContext& ctx, int gates, const std::vector<const char*>& defaults) {
+  /// Reads the geometry (see PrepareRnnGeometry) and the inputs present; sets
+  /// the scratch. Returns the op's params.
+  const RnnParams& PrepareRnn(PrepareContext& ctx, int gates,
+                              const std::vector<const char*>& defaults) {
+    const RnnParams& p = ctx.Params<RnnParams>();
     g_ = PrepareRnnGeometry(ctx, gates, defaults);
-    present_.assign(ctx.inputs.size(), false);
-    for (int i = 0; i < ctx.num_inputs(); ++i) present_[i] = ctx.HasInput(i);
+    present_ = {true, true, true, p.has_bias, p.has_lens, p.has_init_h, p.has_init_c, p.has_peep};
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     scratch_ = RnnScratch(g_, gates);
     ctx.scratch_bytes = scratch_.bytes();
+    return p;
   }
   /// Input i's device data, or null when the node omits it.
   const float* Input(const KernelIO& io, int i) const {
@@ -168,7 +156,7 @@ class RnnKernel : public CudaKernel {
   RnnScratch scratch_;
 
  private:
-  std::vector<bool> present_;
+  std::vector<bool> present_;  // per input, from the params (X, W, R always)
   int num_outputs_ = 0;
 };
 

@@ -81,8 +81,7 @@ __global__ void GruStepKernel(GruStepArgs a) {
 class GruKernel : public RnnKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    PrepareRnn(ctx, 3, {"Sigmoid", "Tanh"});
-    linear_before_reset_ = ctx.node.GetInt("linear_before_reset", 0) != 0;
+    linear_before_reset_ = PrepareRnn(ctx, 3, {"Sigmoid", "Tanh"}).linear_before_reset;
   }
 
   void Run(const KernelIO& io) const override {

@@ -51,8 +51,7 @@ __global__ void LstmStepKernel(LstmStepArgs a) {
 class LstmKernel : public RnnKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    PrepareRnn(ctx, 4, {"Sigmoid", "Tanh", "Tanh"});
-    input_forget_ = ctx.node.GetInt("input_forget", 0) != 0;
+    input_forget_ = PrepareRnn(ctx, 4, {"Sigmoid", "Tanh", "Tanh"}).input_forget;
   }
 
   void Run(const KernelIO& io) const override {

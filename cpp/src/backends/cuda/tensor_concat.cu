@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backends/cuda/tensor_util.cuh"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -33,12 +34,6 @@ void Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t wid
             what);
 }
 
-// The axis of Concat/Split as the CPU kernel normalises it.
-int64_t Axis(const PrepareContext& ctx, int64_t rank) {
-  const int64_t axis = ctx.node.GetInt("axis", 0);
-  return axis < 0 ? axis + rank : axis;
-}
-
 class ConcatKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
@@ -53,12 +48,12 @@ class ConcatKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const int64_t axis = Axis(ctx, ctx.in(0).rank());
-    const size_t elem = DTypeSize(ctx.in(0).dtype);
+    const int64_t axis = ctx.Params<AxisParams>().axis;
+    const size_t elem = DTypeSize(ctx.outputs[0].dtype);
     int64_t inner = 1;
     row_bytes_.clear();
-    for (int i = 0; i < ctx.num_inputs(); ++i) {
-      const Shape& s = ctx.in(i).shape;
+    for (const TensorInfo& t : ctx.inputs) {
+      const Shape& s = t.shape;
       OuterInner(s, axis, &outer_, &inner);
       row_bytes_.push_back(static_cast<size_t>(s[axis] * inner) * elem);
     }
@@ -88,8 +83,8 @@ class SplitKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    const int64_t axis = Axis(ctx, x.rank());
+    const TensorInfo& x = ctx.inputs[0];
+    const int64_t axis = ctx.Params<AxisParams>().axis;
     const size_t elem = DTypeSize(x.dtype);
     int64_t inner = 1;
     OuterInner(x.shape, axis, &outer_, &inner);
@@ -108,8 +103,8 @@ class SplitKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorConcatKernels(KernelRegistry& r) {
-  r.Register(OpId::kConcat, kAnyDType, &MakeKernel<ConcatKernel>);
-  r.Register(OpId::kSplit, kAnyDType, &MakeKernel<SplitKernel>);
+  r.Register(OpId::kConcat, {KAIWU_ALL_DTYPES}, &MakeKernel<ConcatKernel>);
+  r.Register(OpId::kSplit, {KAIWU_ALL_DTYPES}, &MakeKernel<SplitKernel>);
 }
 
 }  // namespace tensor

@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/cpu_kernels.h"
 #include "backends/cuda/tensor_util.cuh"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -116,14 +116,14 @@ class GatherKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
+    const TensorInfo& x = ctx.inputs[0];
+    const int64_t axis = ctx.Params<AxisParams>().axis;
     inner_ = NumElements(Shape(x.shape.begin() + axis + 1, x.shape.end()));
     dim_ = x.shape[axis];
-    count_ = ctx.in(1).size();
+    count_ = ctx.inputs[1].size();
     total_ = ctx.outputs[0].size();
     elem_ = DTypeSize(x.dtype);
-    index64_ = ctx.in(1).dtype == DType::kInt64;
+    index64_ = ctx.inputs[1].dtype == DType::kInt64;
   }
 
  private:
@@ -147,10 +147,10 @@ class GatherElementsKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    const TensorInfo& ind = ctx.in(1);
+    const TensorInfo& x = ctx.inputs[0];
+    const TensorInfo& ind = ctx.inputs[1];
     if (x.rank() > kMaxDims) Unsupported(ctx, "rank ", x.rank(), " (at most ", kMaxDims, ")");
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
+    const int64_t axis = ctx.Params<AxisParams>().axis;
     std::vector<int64_t> strides = Strides(x.shape);
     axis_stride_ = strides[axis];
     strides[axis] = 0;
@@ -183,10 +183,10 @@ class GatherNDKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const TensorInfo& x = ctx.in(0);
-    const TensorInfo& ind = ctx.in(1);
+    const TensorInfo& x = ctx.inputs[0];
+    const TensorInfo& ind = ctx.inputs[1];
     const int q = ind.rank();
-    const int64_t b = ctx.node.GetInt("batch_dims", 0);
+    const int64_t b = ctx.Params<GatherNDParams>().batch_dims;
     const int64_t k = ind.shape[q - 1];
     if (k > kMaxDims) Unsupported(ctx, "index tuples of ", k, " (at most ", kMaxDims, ")");
     const std::vector<int64_t> strides = Strides(x.shape);
@@ -227,14 +227,13 @@ class OneHotKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    const TensorInfo& ind = ctx.in(0);
-    const Shape& out = ctx.outputs[0].shape;
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), ind.rank() + 1);
-    depth_ = out[axis];
-    inner_ = NumElements(Shape(ind.shape.begin() + axis, ind.shape.end()));
-    total_ = NumElements(out);
+    const OneHotParams& p = ctx.Params<OneHotParams>();
+    const TensorInfo& ind = ctx.inputs[0];
+    depth_ = p.depth;
+    inner_ = NumElements(Shape(ind.shape.begin() + p.axis, ind.shape.end()));
+    total_ = ctx.outputs[0].size();
     index_dtype_ = ind.dtype;
-    elem_ = DTypeSize(ctx.in(2).dtype);
+    elem_ = DTypeSize(ctx.outputs[0].dtype);
   }
 
  private:
@@ -255,10 +254,10 @@ class OneHotKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorGatherKernels(KernelRegistry& r) {
-  r.Register(OpId::kGather, kAnyDType, &MakeKernel<GatherKernel>);
-  r.Register(OpId::kGatherElements, kAnyDType, &MakeKernel<GatherElementsKernel>);
-  r.Register(OpId::kGatherND, kAnyDType, &MakeKernel<GatherNDKernel>);
-  r.Register(OpId::kOneHot, kAnyDType, &MakeKernel<OneHotKernel>);
+  r.Register(OpId::kGather, {KAIWU_ALL_DTYPES}, &MakeKernel<GatherKernel>);
+  r.Register(OpId::kGatherElements, {KAIWU_ALL_DTYPES}, &MakeKernel<GatherElementsKernel>);
+  r.Register(OpId::kGatherND, {KAIWU_ALL_DTYPES}, &MakeKernel<GatherNDKernel>);
+  r.Register(OpId::kOneHot, {KAIWU_ALL_DTYPES}, &MakeKernel<OneHotKernel>);
 }
 
 }  // namespace tensor

@@ -2,9 +2,9 @@
 // ReduceSumSquare, ReduceLogSum, ReduceLogSumExp (float32, float64, int32,
 // int64), and ArgMax / ArgMin.
 //
-// PrepareDevice merges dims as the CPU kernel does (size-1 dims dropped,
-// neighbours both kept or both reduced merged) into a kept and a reduced set of
-// (size, input stride). Two kernels:
+// PrepareDevice merges the dims the op layer reduces (ReduceParams) as the CPU
+// kernel does (size-1 dims dropped, neighbours both kept or both reduced
+// merged) into a kept and a reduced set of (size, input stride). Two kernels:
 //  - one thread per output looping over its reduced elements: when the
 //    innermost dim is kept (neighbouring threads read neighbouring elements) or
 //    few elements are reduced per output;
@@ -16,9 +16,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include "backends/cpu/cpu_kernels.h"
 #include "backends/cuda/tensor_util.cuh"
 #include "backends/reduce_common.h"
+#include "ops/reduce.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -32,6 +32,7 @@ using reduce::Finish;
 using reduce::ReduceKind;
 
 constexpr int kWarp = 32;
+static_assert(kMaxReduceRank <= kMaxDims, "a reduce's merged dims fit a DimArray");
 
 // The element as accumulated.
 template <typename T>
@@ -129,8 +130,6 @@ __global__ void ReduceBlockGpu(const T* __restrict__ x, T* __restrict__ y, Reduc
 
 class ReduceKernel : public CudaKernel {
  public:
-  explicit ReduceKernel(ReduceKind kind) : kind_(kind) {}
-
   void Run(const KernelIO& io) const override {
     if (copy_) {
       CopyAsync(io.outputs[0], io.inputs[0], copy_bytes_, Dev(io).stream, "reduce copy");
@@ -148,24 +147,20 @@ class ReduceKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    const ReduceParams& p = ctx.Params<ReduceParams>();
+    kind_ = p.kind;
     dtype_ = ctx.in(0).dtype;
-    if (dtype_ != DType::kFloat32 && dtype_ != DType::kFloat64 && dtype_ != DType::kInt32 &&
-        dtype_ != DType::kInt64)
-      Unsupported(ctx, "dtype ", DTypeName(dtype_));
     const Shape& in = ctx.in(0).shape;
-    const int64_t rank = static_cast<int64_t>(in.size());  // <= 16, checked by the CPU Prepare
-    const std::vector<bool> reduced = reduce::ReducedDims(ctx, rank, &copy_);
+    copy_ = p.copy;
     copy_bytes_ = static_cast<size_t>(ctx.in(0).size()) * DTypeSize(dtype_);
 
     geometry_ = ReduceGeometry{};
     geometry_.out_size = ctx.outputs[0].size();
-    geometry_.count = 1;
-    for (int64_t d = 0; d < rank; ++d)
-      if (reduced[d]) geometry_.count *= in[d];
+    geometry_.count = p.count;
     block_threads_ = 0;
     if (copy_ || geometry_.out_size == 0 || geometry_.count == 0) return;
 
-    const std::vector<reduce::MergedDim> merged = reduce::MergeReduceDims(in, reduced);
+    const std::vector<reduce::MergedDim> merged = reduce::MergeReduceDims(in, p.reduced);
     std::vector<int64_t> kept_size, kept_stride, red_size, red_stride;
     for (const reduce::MergedDim& m : merged) {
       (m.reduced ? red_size : kept_size).push_back(m.size);
@@ -196,18 +191,13 @@ class ReduceKernel : public CudaKernel {
     }
   }
 
-  ReduceKind kind_;
+  ReduceKind kind_ = ReduceKind::kSum;
   DType dtype_ = DType::kFloat32;
   bool copy_ = false;        // noop_with_empty_axes and no axes: output = input
   size_t copy_bytes_ = 0;
   ReduceGeometry geometry_;  // count 0: every output is the finished identity
   int block_threads_ = 0;    // > 0: one block of this many threads per output
 };
-
-template <ReduceKind K>
-std::unique_ptr<Kernel> MakeReduce(const Node&) {
-  return std::make_unique<ReduceKernel>(K);
-}
 
 // y[o, i] = index of the best x[o, :, i]; the first best unless `last`.
 template <typename T>
@@ -232,8 +222,6 @@ __global__ void ArgReduceGpu(const T* __restrict__ x, int64_t* __restrict__ y, i
 
 class ArgReduceKernel : public CudaKernel {
  public:
-  explicit ArgReduceKernel(bool is_max) : is_max_(is_max) {}
-
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
     switch (dtype_) {
@@ -250,13 +238,13 @@ class ArgReduceKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    const ArgReduceParams& p = ctx.Params<ArgReduceParams>();
+    is_max_ = p.is_max;
+    last_ = p.select_last_index;
     dtype_ = ctx.in(0).dtype;
     const Shape& shape = ctx.in(0).shape;
-    const int64_t axis =
-        NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), static_cast<int64_t>(shape.size()));
-    last_ = ctx.node.GetInt("select_last_index", 0) != 0;
-    n_ = shape[axis];
-    inner_ = NumElements(Shape(shape.begin() + axis + 1, shape.end()));
+    n_ = shape[p.axis];
+    inner_ = NumElements(Shape(shape.begin() + p.axis + 1, shape.end()));
     total_ = ctx.outputs[0].size();
   }
 
@@ -268,32 +256,25 @@ class ArgReduceKernel : public CudaKernel {
         total_, is_max_, last_);
   }
 
-  bool is_max_;
+  bool is_max_ = true;
   bool last_ = false;
   DType dtype_ = DType::kFloat32;
   int64_t n_ = 1, inner_ = 1, total_ = 0;
 };
 
-template <bool kMax>
-std::unique_ptr<Kernel> MakeArgReduce(const Node&) {
-  return std::make_unique<ArgReduceKernel>(kMax);
-}
-
 }  // namespace
 
 void RegisterTensorReduceKernels(KernelRegistry& r) {
-  r.Register(OpId::kReduceSum, kAnyDType, &MakeReduce<ReduceKind::kSum>);
-  r.Register(OpId::kReduceMean, kAnyDType, &MakeReduce<ReduceKind::kMean>);
-  r.Register(OpId::kReduceMax, kAnyDType, &MakeReduce<ReduceKind::kMax>);
-  r.Register(OpId::kReduceMin, kAnyDType, &MakeReduce<ReduceKind::kMin>);
-  r.Register(OpId::kReduceProd, kAnyDType, &MakeReduce<ReduceKind::kProd>);
-  r.Register(OpId::kReduceL1, kAnyDType, &MakeReduce<ReduceKind::kL1>);
-  r.Register(OpId::kReduceL2, kAnyDType, &MakeReduce<ReduceKind::kL2>);
-  r.Register(OpId::kReduceSumSquare, kAnyDType, &MakeReduce<ReduceKind::kSumSquare>);
-  r.Register(OpId::kReduceLogSum, kAnyDType, &MakeReduce<ReduceKind::kLogSum>);
-  r.Register(OpId::kReduceLogSumExp, kAnyDType, &MakeReduce<ReduceKind::kLogSumExp>);
-  r.Register(OpId::kArgMax, kAnyDType, &MakeArgReduce<true>);
-  r.Register(OpId::kArgMin, kAnyDType, &MakeArgReduce<false>);
+  for (OpId op : {OpId::kReduceSum, OpId::kReduceMean, OpId::kReduceMax, OpId::kReduceMin,
+                  OpId::kReduceProd, OpId::kReduceL1, OpId::kReduceL2, OpId::kReduceSumSquare,
+                  OpId::kReduceLogSum})
+    r.Register(op, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64},
+               &MakeKernel<ReduceKernel>);
+  r.Register(OpId::kReduceLogSumExp, {DType::kFloat32, DType::kFloat64}, &MakeKernel<ReduceKernel>);
+  for (OpId op : {OpId::kArgMax, OpId::kArgMin})
+    r.Register(op, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kInt8,
+                    DType::kUInt8, DType::kInt16},
+               &MakeKernel<ArgReduceKernel>);
 }
 
 }  // namespace tensor

@@ -4,8 +4,8 @@
 // in a sorted buffer of at most kMaxTopK entries (larger k: kUnsupported).
 #include <type_traits>
 
-#include "backends/cpu/cpu_kernels.h"
 #include "backends/cuda/tensor_util.cuh"
+#include "ops/game.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -49,13 +49,13 @@ class CumSumKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    const CumSumParams& p = ctx.Params<CumSumParams>();
     const TensorInfo& x = ctx.in(0);
-    const int64_t a = NormalizeAxis(ctx, ctx.ConstInts(1)[0], x.rank());
-    dim_ = x.shape[a];
-    inner_ = NumElements(Shape(x.shape.begin() + a + 1, x.shape.end()));
-    lines_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + a)) * inner_;
-    exclusive_ = ctx.node.GetInt("exclusive", 0) != 0;
-    reverse_ = ctx.node.GetInt("reverse", 0) != 0;
+    dim_ = x.shape[p.axis];
+    inner_ = NumElements(Shape(x.shape.begin() + p.axis + 1, x.shape.end()));
+    lines_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + p.axis)) * inner_;
+    exclusive_ = p.exclusive;
+    reverse_ = p.reverse;
     dtype_ = x.dtype;
   }
 
@@ -137,16 +137,15 @@ class TopKKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    const TopKParams& p = ctx.Params<TopKParams>();
     const TensorInfo& x = ctx.in(0);
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", -1), x.rank());
-    const int64_t k = ctx.ConstInts(1)[0];
-    if (k > kMaxTopK) Unsupported(ctx, "K = ", k, " (at most ", kMaxTopK, ")");
-    k_ = static_cast<int>(k);
-    dim_ = x.shape[axis];
-    inner_ = NumElements(Shape(x.shape.begin() + axis + 1, x.shape.end()));
-    lines_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + axis)) * inner_;
-    largest_ = ctx.node.GetInt("largest", 1) != 0;
-    has_indices_ = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
+    if (p.k > kMaxTopK) Unsupported(ctx, "K = ", p.k, " (at most ", kMaxTopK, ")");
+    k_ = static_cast<int>(p.k);
+    dim_ = x.shape[p.axis];
+    inner_ = NumElements(Shape(x.shape.begin() + p.axis + 1, x.shape.end()));
+    lines_ = NumElements(Shape(x.shape.begin(), x.shape.begin() + p.axis)) * inner_;
+    largest_ = p.largest;
+    has_indices_ = ctx.outputs.size() > 1 && ctx.outputs[1].present;
     dtype_ = x.dtype;
   }
 
@@ -173,8 +172,12 @@ class TopKKernel : public CudaKernel {
 }  // namespace
 
 void RegisterTensorScanKernels(KernelRegistry& r) {
-  r.Register(OpId::kCumSum, kAnyDType, &MakeKernel<CumSumKernel>);
-  r.Register(OpId::kTopK, kAnyDType, &MakeKernel<TopKKernel>);
+  r.Register(OpId::kCumSum, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64},
+             &MakeKernel<CumSumKernel>);
+  r.Register(OpId::kTopK,
+             {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kInt32, DType::kInt8,
+              DType::kUInt8, DType::kInt16},
+             &MakeKernel<TopKKernel>);
 }
 
 }  // namespace tensor

@@ -5,19 +5,17 @@
 // updates, unspecified which (as ONNX allows); an out-of-range index reports
 // an error for the step and its update is skipped.
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/game_util.h"
 #include "backends/cuda/tensor_util.cuh"
+#include "ops/game.h"
 
 namespace kaiwu {
 namespace cuda {
 namespace tensor {
 namespace {
-
-using cpu::Reduction;
 
 template <typename T>
 __device__ inline T Reduced(Reduction r, T dst, T v) {
@@ -102,12 +100,11 @@ class ScatterKernel : public CudaKernel {
  protected:
   void PrepareScatter(PrepareContext& ctx, int64_t updates) {
     const TensorInfo& x = ctx.in(0);
-    reduction_ = cpu::ParseReduction(ctx);
+    reduction_ = ctx.Params<ScatterParams>().reduction;
     dtype_ = x.dtype;
     if (reduction_ != Reduction::kNone && dtype_ != DType::kFloat32 &&
         dtype_ != DType::kFloat64 && dtype_ != DType::kInt32 && dtype_ != DType::kInt64)
-      Unsupported(ctx, "reduction '", ctx.node.GetString("reduction", "none"), "' on ",
-                  DTypeName(dtype_));
+      Unsupported(ctx, "reduction '", ReductionName(reduction_), "' on ", DTypeName(dtype_));
     elem_ = DTypeSize(dtype_);
     data_bytes_ = static_cast<size_t>(x.size()) * elem_;
     index64_ = ctx.in(1).dtype == DType::kInt64;
@@ -165,11 +162,12 @@ class ScatterElementsKernel : public ScatterKernel {
   void PrepareDevice(PrepareContext& ctx) override {
     const TensorInfo& x = ctx.in(0);
     const TensorInfo& ind = ctx.in(1);
-    const int64_t axis = NormalizeAxis(ctx, ctx.node.GetInt("axis", 0), x.rank());
+    const int axis = ctx.Params<ScatterParams>().axis;
     std::vector<int64_t> strides = Strides(x.shape);
     axis_stride_ = strides[axis];
     strides[axis] = 0;
-    dims_ = MakeDims<int64_t>(ind.shape, strides);  // rank <= 16, checked by the CPU Prepare
+    static_assert(kMaxScatterElementsRank <= kMaxDims, "ScatterElements rank");
+    dims_ = MakeDims<int64_t>(ind.shape, strides);  // rank checked by shape inference
     dim_ = x.shape[axis];
     PrepareScatter(ctx, ind.size());
   }
@@ -213,8 +211,13 @@ class ScatterNDKernel : public ScatterKernel {
 }  // namespace
 
 void RegisterTensorScatterKernels(KernelRegistry& r) {
-  r.Register(OpId::kScatterElements, kAnyDType, &MakeKernel<ScatterElementsKernel>);
-  r.Register(OpId::kScatterND, kAnyDType, &MakeKernel<ScatterNDKernel>);
+  // Reduction none moves elements of any size; the reductions take float32,
+  // float64, int32 and int64 (PrepareScatter refuses the others).
+  const std::initializer_list<DType> dtypes = {
+      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
+      DType::kInt16,   DType::kInt32,   DType::kInt64,   DType::kBool};
+  r.Register(OpId::kScatterElements, dtypes, &MakeKernel<ScatterElementsKernel>);
+  r.Register(OpId::kScatterND, dtypes, &MakeKernel<ScatterNDKernel>);
 }
 
 }  // namespace tensor

@@ -1,7 +1,9 @@
 // Pure views: Reshape, Flatten, Squeeze, Unsqueeze, Identity, and Dropout in
-// inference mode. The CPU Prepare computes the shape and declares output 0 an
-// alias of input 0; Run copies only when the planner gave separate buffers.
+// inference mode. The op layer (ops/tensor_view.cc) computed the shape and
+// declared output 0 an alias of input 0; Run copies only when the planner gave
+// separate buffers.
 #include "backends/cuda/tensor_util.cuh"
+#include "ops/tensor.h"
 
 namespace kaiwu {
 namespace cuda {
@@ -16,7 +18,7 @@ class ViewKernel : public CudaKernel {
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
-    bytes_ = static_cast<size_t>(ctx.in(0).size()) * DTypeSize(ctx.in(0).dtype);
+    bytes_ = static_cast<size_t>(ctx.inputs[0].size()) * DTypeSize(ctx.inputs[0].dtype);
   }
 
   size_t bytes_ = 0;
@@ -47,9 +49,10 @@ class DropoutKernel : public ViewKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     ViewKernel::PrepareDevice(ctx);
-    // The CPU Prepare already failed for a training_mode known to be true.
-    check_training_ = ctx.HasInput(2) && ctx.in(2).data == nullptr;
-    mask_count_ = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0 ? ctx.in(0).size() : 0;
+    // Shape inference already failed for a training_mode known to be true.
+    check_training_ = ctx.HasInput(2) && ctx.inputs[2].data == nullptr;
+    const bool mask = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
+    mask_count_ = mask ? ctx.outputs[1].size() : 0;
   }
 
  private:
@@ -60,12 +63,13 @@ class DropoutKernel : public ViewKernel {
 }  // namespace
 
 void RegisterTensorViewKernels(KernelRegistry& r) {
-  r.Register(OpId::kReshape, kAnyDType, &MakeKernel<ViewKernel>);
-  r.Register(OpId::kFlatten, kAnyDType, &MakeKernel<ViewKernel>);
-  r.Register(OpId::kSqueeze, kAnyDType, &MakeKernel<ViewKernel>);
-  r.Register(OpId::kUnsqueeze, kAnyDType, &MakeKernel<ViewKernel>);
-  r.Register(OpId::kIdentity, kAnyDType, &MakeKernel<ViewKernel>);
-  r.Register(OpId::kDropout, kAnyDType, &MakeKernel<DropoutKernel>);
+  r.Register(OpId::kReshape, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kFlatten, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kSqueeze, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kUnsqueeze, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kIdentity, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
+  r.Register(OpId::kDropout, {DType::kFloat32, DType::kFloat64, DType::kFloat16},
+             &MakeKernel<DropoutKernel>);
 }
 
 }  // namespace tensor

@@ -1,12 +1,11 @@
-#include "backends/cpu/game_resize_taps.h"
+#include "ops/resize.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cpu/game_util.h"
+#include "ops/game.h"
 
 namespace kaiwu {
-namespace cpu {
 namespace {
 
 float Original(CoordMode mode, float x, float scale, float out, float in, float roi_start,
@@ -59,7 +58,7 @@ void CubicCoeffs(float s, float a, float c[4]) {
 }
 
 template <typename E>
-E Pick(const PrepareContext& ctx, const char* attr, const std::string& fallback,
+E Pick(const OpContext& ctx, const char* attr, const std::string& fallback,
        std::initializer_list<std::pair<const char*, E>> values) {
   const std::string v = ctx.node.GetString(attr, fallback);
   for (const auto& [name, e] : values)
@@ -69,7 +68,7 @@ E Pick(const PrepareContext& ctx, const char* attr, const std::string& fallback,
 
 }  // namespace
 
-ResizeOptions ParseResizeOptions(const PrepareContext& ctx) {
+ResizeOptions ParseResizeOptions(const OpContext& ctx) {
   if (ctx.node.GetInt("antialias", 0) != 0) ctx.Error("antialias=1 is not supported");
   ResizeOptions o;
   o.mode = Pick<ResizeMode>(ctx, "mode", "nearest",
@@ -172,7 +171,7 @@ AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float s
   return a;
 }
 
-ResizePlan PlanResize(const PrepareContext& ctx) {
+void PlanResize(const OpContext& ctx, ResizeParams* plan) {
   ResizeOptions opt = ParseResizeOptions(ctx);
   const TensorInfo& x = ctx.in(0);
   const int r = x.rank();
@@ -180,8 +179,7 @@ ResizePlan PlanResize(const PrepareContext& ctx) {
   if (opt.mode != ResizeMode::kNearest && x.dtype != DType::kFloat32 &&
       x.dtype != DType::kFloat64)
     ctx.Error("linear and cubic modes need float32 or float64 input, got ", DTypeName(x.dtype));
-  ResizePlan plan;
-  plan.extrapolation = ctx.node.GetFloat("extrapolation_value", 0.f);
+  plan->extrapolation = ctx.node.GetFloat("extrapolation_value", 0.f);
 
   std::vector<int64_t> axes = ctx.node.GetInts("axes");
   if (axes.empty())
@@ -232,13 +230,18 @@ ResizePlan PlanResize(const PrepareContext& ctx) {
     }
   }
 
-  const std::vector<int64_t> strides = RowMajorStrides(x.shape);
+  const std::vector<int64_t> strides = Strides(x.shape);
+  plan->axes.clear();
   for (int d = 0; d < r; ++d)
-    plan.axes.push_back(MakeAxisTaps(opt, x.shape[d], out[d], scale[d], roi_start[d], roi_end[d],
+    plan->axes.push_back(MakeAxisTaps(opt, x.shape[d], out[d], scale[d], roi_start[d], roi_end[d],
                                      strides[d]));
-  plan.out = std::move(out);
-  return plan;
+  plan->out = std::move(out);
 }
 
-}  // namespace cpu
+void InferResize(OpContext& ctx) {
+  ResizeParams& plan = ctx.SetParams<ResizeParams>();
+  PlanResize(ctx, &plan);
+  ctx.SetOutput(0, ctx.in(0).dtype, plan.out);
+}
+
 }  // namespace kaiwu

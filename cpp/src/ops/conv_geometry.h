@@ -1,16 +1,15 @@
-// Sliding-window geometry shared by Conv and the pooling kernels: strides,
-// pads (explicit or auto_pad), dilations, ceil_mode and the output size.
+// Sliding-window geometry of Conv and the pools: strides, pads (explicit or
+// auto_pad), dilations, ceil_mode and the output size. Computed by the op
+// layer's shape inference (ops/conv.cc) and kept in the params that every
+// backend's kernels read.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "backends/kernel.h"
+#include "ops/op_context.h"
 
 namespace kaiwu {
-namespace cpu {
-
-void RegisterPoolKernels(KernelRegistry& r);  // pool_kernels.cc
 
 /// Geometry of up to 3 spatial dims, stored as (D, H, W): a 1-D op uses only
 /// W and a 2-D op H and W; unused leading dims have size 1 and kernel 1.
@@ -39,8 +38,7 @@ struct SpatialGeometry {
 /// Reads strides/pads/dilations/auto_pad (and ceil_mode when `allow_ceil`)
 /// from the node for input spatial dims `in` and kernel dims `kernel`; fails
 /// naming the node on malformed attributes or an empty output.
-SpatialGeometry MakeGeometry(const PrepareContext& ctx, const Shape& in,
+SpatialGeometry MakeGeometry(const OpContext& ctx, const Shape& in,
                              const std::vector<int64_t>& kernel, bool allow_ceil);
 
-}  // namespace cpu
 }  // namespace kaiwu

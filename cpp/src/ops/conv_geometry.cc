@@ -1,10 +1,9 @@
-#include "backends/cpu/conv_geometry.h"
+#include "ops/conv_geometry.h"
 
 #include <algorithm>
 #include <string>
 
 namespace kaiwu {
-namespace cpu {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) {  // b > 0
@@ -19,14 +18,13 @@ int64_t FloorDiv(int64_t a, int64_t b) {  // b > 0
 
 Shape SpatialGeometry::OutShape() const { return Shape(out + 3 - nd, out + 3); }
 
-
 bool SpatialGeometry::IsPointwise() const {
   for (int d = 0; d < 3; ++d)
     if (kernel[d] != 1 || stride[d] != 1 || pad_begin[d] != 0 || pad_end[d] != 0) return false;
   return true;
 }
 
-SpatialGeometry MakeGeometry(const PrepareContext& ctx, const Shape& in,
+SpatialGeometry MakeGeometry(const OpContext& ctx, const Shape& in,
                              const std::vector<int64_t>& kernel, bool allow_ceil) {
   const Node& node = ctx.node;
   const int nd = static_cast<int>(in.size());
@@ -94,5 +92,4 @@ SpatialGeometry MakeGeometry(const PrepareContext& ctx, const Shape& in,
   return g;
 }
 
-}  // namespace cpu
 }  // namespace kaiwu

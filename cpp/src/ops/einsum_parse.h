@@ -1,13 +1,13 @@
-// Parsing of Einsum equations into per-operand label lists.
+// Parsing of Einsum equations into per-operand label lists (the op layer's
+// shape inference of Einsum, ops/linalg.cc).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "backends/kernel.h"
+#include "ops/op_context.h"
 
 namespace kaiwu {
-namespace cpu {
 
 /// Labels are small ints: a letter is its ASCII code; the j-th dim covered by
 /// an ellipsis (right-aligned across operands) is kEllipsisLabel + j.
@@ -21,8 +21,7 @@ struct EinsumSpec {
 /// Parses `equation` for inputs of the given ranks. Explicit ("...->...") and
 /// implicit output forms are accepted. A label may repeat within an input
 /// operand (a diagonal, or a trace when summed); the output's labels are unique.
-EinsumSpec ParseEinsum(const PrepareContext& ctx, const std::string& equation,
+EinsumSpec ParseEinsum(const OpContext& ctx, const std::string& equation,
                        const std::vector<int>& ranks);
 
-}  // namespace cpu
 }  // namespace kaiwu

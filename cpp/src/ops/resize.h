@@ -1,18 +1,18 @@
-// Resize as separable per-axis taps: for each output coordinate of an axis,
-// the input offsets it reads and their weights (1 tap for nearest, 2 for
-// linear, 4 for cubic). Coordinates are computed in float as onnxruntime does.
-// PlanResize turns a node's attributes and shape operands into the output
-// shape and the taps of every axis; the CPU and CUDA kernels both start from it.
+// Resize's meaning as separable per-axis taps: for each output coordinate of
+// an axis, the input offsets it reads and their weights (1 tap for nearest, 2
+// for linear, 4 for cubic). Coordinates are computed in float as onnxruntime
+// does. Shape inference (InferResize) turns a node's attributes and shape
+// operands into the output shape and the taps of every axis (ResizeParams);
+// the CPU and CUDA kernels both compute from them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "backends/kernel.h"
+#include "ops/op_context.h"
 
 namespace kaiwu {
-namespace cpu {
 
 enum class ResizeMode { kNearest, kLinear, kCubic };
 enum class CoordMode {
@@ -31,7 +31,7 @@ struct ResizeOptions {
 
 /// Reads mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a and
 /// exclude_outside; refuses antialias=1 and unknown values with ctx.Error.
-ResizeOptions ParseResizeOptions(const PrepareContext& ctx);
+ResizeOptions ParseResizeOptions(const OpContext& ctx);
 
 /// Output coordinate o of one axis reads input offsets offset[o * taps + t]
 /// (element offsets: index * the axis stride) weighted by weight[o * taps + t].
@@ -57,9 +57,9 @@ AxisTaps MakeAxisTaps(const ResizeOptions& opt, int64_t in, int64_t out, float s
 /// Most axes X may have.
 constexpr int kMaxResizeRank = 16;
 
-/// What Resize's Prepare derives from X, the attributes and the shape operands
-/// (roi, scales, sizes, all known at plan time).
-struct ResizePlan {
+/// What Resize's shape inference derives from X, the attributes and the shape
+/// operands (roi, scales, sizes, all known at plan time).
+struct ResizeParams : OpParams {
   Shape out;                   // the output shape
   float extrapolation = 0.f;   // tf_crop_and_resize's value outside the roi
   std::vector<AxisTaps> axes;  // per axis of X; offsets in elements of a row-major X
@@ -67,8 +67,10 @@ struct ResizePlan {
 
 /// Checks X (rank 1 to kMaxResizeRank; float32 / float64 for linear and cubic),
 /// the attributes (scales or sizes, axes, keep_aspect_ratio_policy, roi) with
-/// ctx.Error on a model error, and builds the plan. Sets no output.
-ResizePlan PlanResize(const PrepareContext& ctx);
+/// ctx.Error on a model error, and fills *plan. Sets no output.
+void PlanResize(const OpContext& ctx, ResizeParams* plan);
 
-}  // namespace cpu
+/// Shape inference: PlanResize into ctx's params, output 0 of X's dtype.
+void InferResize(OpContext& ctx);
+
 }  // namespace kaiwu

@@ -1,11 +1,10 @@
-#include "backends/cpu/einsum_parse.h"
+#include "ops/einsum_parse.h"
 
 #include <algorithm>
 #include <cctype>
 #include <map>
 
 namespace kaiwu {
-namespace cpu {
 namespace {
 
 struct Term {
@@ -13,7 +12,7 @@ struct Term {
   bool has_ellipsis = false;
 };
 
-Term ParseTerm(const PrepareContext& ctx, const std::string& s) {
+Term ParseTerm(const OpContext& ctx, const std::string& s) {
   Term t;
   for (size_t i = 0; i < s.size(); ++i) {
     char c = s[i];
@@ -39,7 +38,7 @@ std::vector<int> Expand(const Term& t, int ell, int max_ell) {
   return labels;
 }
 
-void CheckUnique(const PrepareContext& ctx, const std::vector<int>& labels, const std::string& s) {
+void CheckUnique(const OpContext& ctx, const std::vector<int>& labels, const std::string& s) {
   std::vector<int> sorted = labels;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
@@ -48,7 +47,7 @@ void CheckUnique(const PrepareContext& ctx, const std::vector<int>& labels, cons
 
 }  // namespace
 
-EinsumSpec ParseEinsum(const PrepareContext& ctx, const std::string& equation,
+EinsumSpec ParseEinsum(const OpContext& ctx, const std::string& equation,
                        const std::vector<int>& ranks) {
   std::string eq;
   for (char c : equation)
@@ -103,5 +102,4 @@ EinsumSpec ParseEinsum(const PrepareContext& ctx, const std::string& equation,
   return spec;
 }
 
-}  // namespace cpu
 }  // namespace kaiwu

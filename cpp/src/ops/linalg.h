@@ -1,0 +1,50 @@
+// The checked attributes of Gemm, MatMul and Einsum (shape inference in
+// ops/linalg.cc), which the kernels of every backend read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "ops/einsum_parse.h"
+#include "ops/fused_activation.h"
+#include "ops/op_context.h"
+
+namespace kaiwu {
+
+/// Gemm: Y = act(alpha * op(A) * op(B) + beta * C), op(A) [m, k], op(B) [k, n].
+struct GemmParams : OpParams {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.f, beta = 1.f;
+  int64_t m = 0, n = 0, k = 0;
+  bool has_c = false;  // input C is present
+  /// C's element strides over [m, n]: 0 along a dim that C broadcasts.
+  int64_t c_row_stride = 0, c_col_stride = 0;
+  FusedActivation act;  // float32 only
+};
+
+/// MatMul with numpy semantics: 1-D operands promoted to matrices (the added
+/// dim is not in the output), leading batch dims broadcast.
+struct MatMulParams : OpParams {
+  int64_t m = 0, k = 0, n = 0;  // one product, after promotion
+  Shape a_batch, b_batch;       // A's and B's batch dims (all but the last two)
+  Shape batch;                  // their broadcast: the output's batch dims
+  FusedActivation act;          // float32 only
+};
+
+/// An Einsum input laid out by label: its distinct labels in memory order and
+/// each label's element stride (0 where the input broadcasts a size-1 dim; a
+/// label repeated within the input, a diagonal, has the sum of its dims' strides).
+struct EinsumOperand {
+  std::vector<int> labels;
+  std::map<int, int64_t> strides;
+  bool strided = false;  // not a dense layout: a broadcast dim or a diagonal
+};
+
+struct EinsumParams : OpParams {
+  EinsumSpec spec;
+  std::map<int, int64_t> sizes;         // label -> extent (size-1 dims broadcast)
+  std::vector<EinsumOperand> operands;  // one per input
+};
+
+}  // namespace kaiwu
