@@ -22,6 +22,7 @@ DType DTypeFromOnnx(int32_t code) {
     case TensorProto::INT32: return DType::kInt32;
     case TensorProto::INT64: return DType::kInt64;
     case TensorProto::BOOL: return DType::kBool;
+    case TensorProto::BFLOAT16: return DType::kBFloat16;
     default: return DType::kUndefined;
   }
 }

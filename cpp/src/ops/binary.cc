@@ -20,7 +20,9 @@ DType DTypeFromOnnxCode(int64_t code) {
     case 6: return DType::kInt32;
     case 7: return DType::kInt64;
     case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
     case 11: return DType::kFloat64;
+    case 16: return DType::kBFloat16;
     default: return DType::kUndefined;
   }
 }
@@ -142,14 +144,15 @@ void InferWhere(OpContext& ctx) {
 }
 
 // Cast (target from the `to` attribute, an ONNX TensorProto code) and CastLike
-// (target dtype of input 1) between float32/64, int8/16/32/64, uint8 and bool.
+// (target dtype of input 1) between float16/32/64, bfloat16, int8/16/32/64,
+// uint8 and bool.
 template <bool kLike>
 void InferCast(OpContext& ctx) {
   if (ctx.num_inputs() != (kLike ? 2 : 1))
     ctx.Error("expected ", kLike ? 2 : 1, " inputs, got ", ctx.num_inputs());
   const std::initializer_list<DType> supported = {
-      DType::kFloat32, DType::kFloat64, DType::kInt8,  DType::kUInt8,
-      DType::kInt16,   DType::kInt32,   DType::kInt64, DType::kBool};
+      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+      DType::kUInt8,   DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kBool};
   ctx.ExpectDType(0, supported);
   DType to = DType::kUndefined;
   if (kLike) {
