@@ -8,10 +8,12 @@
 namespace kaiwu {
 namespace {
 
-// Conv (1-D to 3-D, groups, dilations, auto_pad), float32.
+// Conv (1-D to 3-D, groups, dilations, auto_pad), float32, float16 or bfloat16
+// (X, W and B of one type).
 void InferConv(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32});
-  ctx.ExpectDType(1, {DType::kFloat32});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(1, {dtype});
   const Shape& x = ctx.in(0).shape;
   const Shape& w = ctx.in(1).shape;
   if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
@@ -29,12 +31,12 @@ void InferConv(OpContext& ctx) {
   p.act = FusedActivation::FromNode(ctx.node);
   p.has_bias = ctx.HasInput(2);
   if (p.has_bias) {
-    ctx.ExpectDType(2, {DType::kFloat32});
+    ctx.ExpectDType(2, {dtype});
     if (ctx.in(2).shape != Shape{m}) ctx.Error("B must have shape [", m, "]");
   }
   Shape out = {n, m};
   for (int64_t d : p.geo.OutShape()) out.push_back(d);
-  ctx.SetOutput(0, DType::kFloat32, out);
+  ctx.SetOutput(0, dtype, out);
 }
 
 // MaxPool (with its optional int64 Indices output) and AveragePool (1-D to
