@@ -19,6 +19,11 @@ struct SessionOptions {
   /// Where runs execute: "cpu", or "cuda" / "cuda:N" in a build with the CUDA
   /// backend. Feeds and results stay in host memory either way.
   std::string device = "cpu";
+  /// The most bytes one tensor, the model's weights or one execution plan may
+  /// take; sizes from the model file and plan-time shapes are checked against it
+  /// before allocation (ModelError / InputError naming the place). 0: the
+  /// default, $KAIWU_MEMORY_BUDGET or the machine's physical memory.
+  uint64_t memory_budget = 0;
 };
 
 /// A graph input or output as declared by the model.
