@@ -13,9 +13,11 @@ from ._core import (
     ServerClosedError,
     UnsupportedOpError,
     cuda_available,
+    default_memory_budget,
 )
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
+from .opset import OpsetConversion
 from .session import RefitReport, Session
 
 __version__ = "0.1.0"
@@ -39,4 +41,6 @@ __all__ = [
     "ServerClosedError",
     "QueueFullError",
     "cuda_available",
+    "default_memory_budget",
+    "OpsetConversion",
 ]
