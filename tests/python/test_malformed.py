@@ -281,3 +281,57 @@ def test_server_state_larger_than_budget(engine):
                [X, h], [Y, hn])
     with pytest.raises(engine.InputError, match=r"state input 'h': a batch of 4 rows .* memory budget"):
         engine.InferenceServer(m, max_batch=4, state={"h": "hn"})
+
+
+# ---------------------------------------------------------------- found by the fuzzer (fuzz_models.py)
+def _constant_value_of_wrong_type():
+    n = helper.make_node("Constant", [], ["c"], name="c0",
+                         value=numpy_helper.from_array(np.ones(4, F32), "v"))
+    n.attribute[0].type = onnx.AttributeProto.FLOATS  # still holds the tensor
+    return _model([n, helper.make_node("Add", ["x", "c"], ["y"])], [X], [Y])
+
+
+def _dilated_conv_chain_without_input():
+    """The start of tf2onnx's SpaceToBatch chain, with a Transpose that lost its input."""
+    shape = numpy_helper.from_array(np.array([-1, 1, 4, 4], np.int64), "s2")
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), F32), "w")
+    nodes = [helper.make_node("Transpose", [], ["t"], perm=[3, 5, 0, 1, 2, 4], name="orphan"),
+             helper.make_node("Reshape", ["t", "s2"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    return _model(nodes, [X], [Y], [shape, w])
+
+
+def _squeeze_scalar():
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Squeeze", ["s", "axes"], ["y"], name="squeeze_scalar")]
+    return _model(nodes, [X], [Y], [axes])
+
+
+def _gather_with_two_outputs():
+    idx = numpy_helper.from_array(np.array([0], np.int64), "idx")
+    return _model([helper.make_node("Gather", ["x", "idx"], ["y", "extra"], name="g2")], [X],
+                  [Y], [idx])
+
+
+FUZZ_FOUND = [
+    ("constant_value_of_wrong_type", _constant_value_of_wrong_type, None, "ModelError",
+     ["Constant node 'c0'", "attribute 'value' has the wrong type"]),
+    ("dilated_conv_chain_without_input", _dilated_conv_chain_without_input, None, "ModelError",
+     ["Transpose node 'orphan'", "input 0 is required but missing"]),
+    ("squeeze_of_a_scalar", _squeeze_scalar, {"x": np.ones((2, 4), F32)}, "InputError",
+     ["squeeze_scalar", "axis 0 is out of range for rank 0"]),
+    ("node_with_more_outputs_than_its_op", _gather_with_two_outputs, {"x": np.ones((2, 4), F32)},
+     "InputError", ["Gather node 'g2'", "output 1 is not produced by Gather (the node lists 2"]),
+]
+
+
+@pytest.mark.parametrize("build,feeds,cls,parts", [pytest.param(*c[1:], id=c[0]) for c in FUZZ_FOUND])
+def test_fuzz_findings_raise_typed_errors(engine, build, feeds, cls, parts):
+    """Each crashed the process (SIGSEGV) or raised InternalError before its fix."""
+    with pytest.raises(engine.KaiwuError) as info:
+        engine.Session(build()).run(feeds)
+    assert type(info.value) is getattr(engine, cls), f"{type(info.value).__name__}: {info.value}"
+    for part in parts:
+        assert part in str(info.value), str(info.value)

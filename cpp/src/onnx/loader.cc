@@ -227,6 +227,9 @@ class Importer {
       return;
     }
     for (const auto& a : np.attribute()) n.attrs[a.name()] = ConvertAttribute(a, desc);
+    if (n.domain.empty() && n.op_type == "ConstantOfShape" && n.Has("value") &&
+        n.attrs.at("value").kind != Attribute::Kind::kTensor)
+      Fail(StatusCode::kModel, desc, ": attribute 'value' must be a tensor");
     if (n.domain.empty() && n.op_type == "Constant") {
       ImportConstant(n, np);
       return;
@@ -250,6 +253,15 @@ class Importer {
     auto scalar_or_vector = [&](DType dt, size_t count, bool scalar) {
       t = std::make_shared<Tensor>(dt, scalar ? Shape{} : Shape{static_cast<int64_t>(count)});
     };
+    // Each value_* attribute must be of its kind: a mutated type would leave `t` empty.
+    for (const auto& [name, kind] :
+         {std::pair<const char*, Attribute::Kind>{"value", Attribute::Kind::kTensor},
+          {"value_float", Attribute::Kind::kFloat},
+          {"value_floats", Attribute::Kind::kFloats},
+          {"value_int", Attribute::Kind::kInt},
+          {"value_ints", Attribute::Kind::kInts}})
+      if (n.Has(name) && n.attrs.at(name).kind != kind)
+        Fail(StatusCode::kModel, n.Describe(), ": attribute '", name, "' has the wrong type");
     if (n.Has("value")) {
       t = n.attrs.at("value").t;
     } else if (n.Has("value_float")) {
