@@ -6,7 +6,15 @@ every CPU core, in one run.
         [--batch 1,32,128,256] [--seconds 1]
 
 Rows/s counts the whole call as an actor sees it: numpy feeds in, numpy results out
-(host <-> device copies included, for kaiwu_infer and for PyTorch). Writes <name>.md and
+(host <-> device copies included, for kaiwu_infer and for PyTorch). Two more pairs of
+columns, same run:
+- pinned host path: kaiwu_infer run on page-locked ``io_buffers`` (feeds already written
+  there by the env, results DMA'd into pinned out= arrays) against PyTorch replaying a CUDA
+  graph on static buffers with pinned staging (numpy -> pinned memcpy, H2D, replay, D2H);
+- device-resident: CUDA tensors in and out (kaiwu_infer: torch CUDA feeds,
+  output_device="cuda"; PyTorch: copy into the graph's static inputs on the GPU, replay).
+Every call waits for its results (kaiwu_infer's run returns when done; PyTorch synchronizes
+its stream). Writes <name>.md and
 <name>.json (default cuda) in --out (default bench/results/h100, the GPU machine's folder;
 on another machine pass bench/results/<machine>).
 """
@@ -55,6 +63,63 @@ def torch_step(module, names, dev):
 
 
 
+def torch_graph(module, names, feeds):
+    """A CUDA graph of `module` on static GPU inputs; returns (static inputs, outputs, graph)."""
+    import torch
+
+    static = [torch.from_numpy(feeds[n]).cuda() for n in names]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(s):
+        for _ in range(3):
+            module(*static)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        outs = module(*static)
+    return static, list(outs), g
+
+
+def torch_graph_device_step(module, names, feeds):
+    """Inputs already on the GPU: copy into the static inputs, replay, wait."""
+    import torch
+
+    static, outs, g = torch_graph(module, names, feeds)
+    dev = [torch.from_numpy(feeds[n]).cuda() for n in names]
+    stream = torch.cuda.current_stream()
+
+    def f():
+        for s_, d in zip(static, dev):
+            s_.copy_(d)
+        g.replay()
+        stream.synchronize()
+        return outs
+    return f
+
+
+def torch_graph_pinned_step(module, names, feeds):
+    """numpy in and out through pinned staging: memcpy, H2D, replay, D2H, wait."""
+    import torch
+
+    static, outs, g = torch_graph(module, names, feeds)
+    pin_in = [torch.from_numpy(feeds[n]).pin_memory() for n in names]
+    pin_out = [torch.empty(o.shape, dtype=o.dtype).pin_memory() for o in outs]
+    np_in = [p.numpy() for p in pin_in]
+    stream = torch.cuda.current_stream()
+
+    def f():
+        for n, a in zip(names, np_in):
+            np.copyto(a, feeds[n])
+        for s_, p in zip(static, pin_in):
+            s_.copy_(p, non_blocking=True)
+        g.replay()
+        for p, o in zip(pin_out, outs):
+            p.copy_(o, non_blocking=True)
+        stream.synchronize()
+        return [p.numpy() for p in pin_out]
+    return f
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--policies", default="impala_lstm,mlp,atari_cnn")
@@ -99,6 +164,25 @@ def main():
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
             r["ort_cpu_all_cores"] = rate(lambda: ort_s.run(None, feeds), b, args.seconds)
+            # Pinned host path: the env writes into io_buffers; one DMA each way.
+            bufs = gpu.io_buffers(b)
+            for k, v in feeds.items():
+                bufs.inputs[k][...] = v
+            r["kaiwu_cuda_pinned"] = rate(lambda: gpu.run(bufs.inputs, out=bufs.outputs), b,
+                                          args.seconds)
+            r["torch_graph_pinned"] = rate(torch_graph_pinned_step(tmod, ins, feeds), b, args.seconds)
+            # Device-resident: CUDA tensors in and out.
+            dfeeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+            torch.cuda.synchronize()
+            dev_out = gpu.run(dfeeds, output_device="cuda")
+            r["max_abs_diff_device_vs_host"] = max(
+                float(np.max(np.abs(dev_out[k].numpy() - got[k]))) for k in outs)
+            gpu.io_stats(reset=True)
+            r["kaiwu_cuda_device"] = rate(lambda: gpu.run(dfeeds, output_device="cuda"), b,
+                                          args.seconds)
+            st = gpu.io_stats()
+            r["device_run_h2d_d2h_bytes"] = st["h2d_bytes"] + st["d2h_bytes"]
+            r["torch_graph_device"] = rate(torch_graph_device_step(tmod, ins, feeds), b, args.seconds)
             rows_out.append(r)
             print(json.dumps(r), flush=True)
         # Refit: all weights replaced, new values uploaded; the next run uses them.
@@ -137,6 +221,18 @@ def main():
     lines += ["", "| policy | weight bytes | refit ms (median) | refit ms (min) |", "|---|---:|---:|---:|"]
     for r in refit_out:
         lines.append(f"| {r['policy']} | {r['weight_bytes']} | {r['refit_ms_median']:.2f} | {r['refit_ms_min']:.2f} |")
+    lines += ["", "Pinned host path and device-resident I/O, rows/s (same run); ratio = kaiwu_infer / "
+              "PyTorch CUDA-graph replay.", "",
+              "| policy | batch | kaiwu pinned io_buffers | torch graph, pinned staging | ratio | "
+              "kaiwu device (CUDA tensors in/out) | torch graph replay, inputs on GPU | ratio | "
+              "host bytes moved by device runs |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows_out:
+        lines.append(f"| {r['policy']} | {r['batch']} | {r['kaiwu_cuda_pinned']:.0f} | "
+                     f"{r['torch_graph_pinned']:.0f} | {r['kaiwu_cuda_pinned'] / r['torch_graph_pinned']:.2f} | "
+                     f"{r['kaiwu_cuda_device']:.0f} | {r['torch_graph_device']:.0f} | "
+                     f"{r['kaiwu_cuda_device'] / r['torch_graph_device']:.2f} | "
+                     f"{r['device_run_h2d_d2h_bytes']} |")
     with open(os.path.join(args.out, args.name + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

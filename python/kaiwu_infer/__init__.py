@@ -1,6 +1,7 @@
 """kaiwu_infer: ONNX policy inference for reinforcement learning, with in-place refit."""
 
 from ._core import (
+    DeviceArray,
     ExecutionError,
     InputError,
     InternalError,
@@ -18,13 +19,15 @@ from ._core import (
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
 from .opset import OpsetConversion
-from .session import RefitReport, Session
+from .session import IOBuffers, RefitReport, Session
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Session",
     "RefitReport",
+    "IOBuffers",
+    "DeviceArray",
     "IOInfo",
     "InferenceServer",
     "ServerFuture",

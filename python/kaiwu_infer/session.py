@@ -14,6 +14,20 @@ from .refit_map import REFIT_MAP_KEY, RefitMap, _as_array
 
 
 @dataclass
+class IOBuffers:
+    """Feeds and results of one batch size in memory a run moves with one DMA each way.
+
+    On a device session the arrays are page-locked (pinned) numpy arrays: write
+    observations into ``inputs`` in place, then ``sess.run(bufs.inputs, out=bufs.outputs)``
+    copies each input to the GPU and each result back with one DMA, without the
+    staging memcpy that pageable arrays take. Reuse the same buffers every step.
+    """
+
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+
+@dataclass
 class RefitReport:
     """What a refit did: engine weight names updated, and given names ignored."""
 
@@ -48,9 +62,8 @@ class Session(_core._Session):
         threads: worker threads for one run (default: the physical cores).
         optimize: apply graph rewrites (fusions, folding); False runs the graph as imported.
         device: ``"cpu"`` (default), or ``"cuda"`` / ``"cuda:N"`` in a build with the CUDA
-            backend (``kaiwu_infer.cuda_available()``). Feeds and results are numpy arrays
-            in host memory either way; weights live on the device and refit uploads the
-            weights that changed.
+            backend (``kaiwu_infer.cuda_available()``). Weights live on the device and refit
+            uploads the weights that changed.
         memory_budget: the most bytes one tensor, the model's weights or one execution plan
             may take (default: ``$KAIWU_MEMORY_BUDGET``, else the machine's physical memory;
             see ``kaiwu_infer.default_memory_budget()``). Sizes declared by the model file and
@@ -65,6 +78,23 @@ class Session(_core._Session):
     Inputs must have the model's dtype; C-contiguous arrays are read in place, other
     layouts are copied once. Outputs are numpy arrays over engine memory (no copy).
     The GIL is released while computing, and one session may be used from many threads.
+
+    On a CUDA session:
+
+    - feeds may also be device tensors on the session's GPU (torch CUDA tensors, or any
+      ``__cuda_array_interface__`` / ``__dlpack__`` producer such as CuPy or JAX), read in
+      place (copied device to device into the plan); host and device feeds may be mixed.
+      They must be C-contiguous and have the model's dtype (InputError naming the input).
+    - ``run(feeds, output_device="cuda")`` returns :class:`DeviceArray` results
+      (``torch.from_dlpack``, ``cupy.asarray`` work on them without a copy). Each holds its
+      engine memory until dropped; later runs never overwrite results still referenced.
+    - ``run(..., stream=s)`` (an int ``cudaStream_t``, a ``torch.cuda.Stream`` or anything
+      with ``.cuda_stream`` / ``.ptr``) starts the run after the work already queued on ``s``
+      and makes work queued on ``s`` afterwards wait for the run, with CUDA events; the
+      device is never synchronized as a whole. ``run`` returns when the run is done.
+    - host results come back in page-locked memory with one DMA; ``io_buffers(batch)``
+      gives page-locked feeds and ``out=`` arrays, so inputs also skip the staging copy.
+    - ``io_stats()`` counts the copies each way, staging memcpys and stream events.
     """
 
     def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True,
@@ -96,6 +126,41 @@ class Session(_core._Session):
             head, _, rest = text.partition("\n")
             text = f"{head}\n{self.opset_conversion.describe()}\n{rest}"
         return text
+
+    def io_buffers(self, batch: int, *, shapes: Mapping[str, Any] | None = None) -> IOBuffers:
+        """Input and output arrays for a batch of ``batch`` rows, in page-locked memory.
+
+        Each input's shape is the model's with its first dimension that is not fixed set to
+        ``batch`` (the batch dimension, also of recurrent state shaped [layers, batch, h]);
+        ``shapes`` gives the full shape of inputs with more than one dimension not fixed. Outputs are shaped for those inputs. Inputs start zeroed.
+        On the CPU the arrays are ordinary aligned arrays (no pinning needed there).
+        """
+        shapes = dict(shapes or {})
+        inputs: dict[str, np.ndarray] = {}
+        for io in self.inputs:
+            if io.name in shapes:
+                shape = tuple(int(d) for d in shapes.pop(io.name))
+            else:
+                if io.shape is None:
+                    raise _core.InputError(
+                        f"io_buffers: input '{io.name}' has no declared shape; pass shapes=")
+                dims = list(io.shape)
+                free = [i for i, d in enumerate(dims) if not isinstance(d, int)]
+                if free:
+                    dims[free[0]] = int(batch)
+                if len(free) > 1:
+                    raise _core.InputError(
+                        f"io_buffers: input '{io.name}' has shape {tuple(io.shape)}; "
+                        "pass its full shape in shapes=")
+                shape = tuple(dims)
+            arr = self._host_buffer(list(shape), io.dtype)
+            arr[...] = 0
+            inputs[io.name] = arr
+        if shapes:
+            raise _core.InputError(f"io_buffers: unknown inputs in shapes=: {sorted(shapes)}")
+        outputs = {io.name: self._host_buffer(list(shape), dtype)
+                   for io, (shape, dtype) in zip(self.outputs, self._output_shapes(inputs))}
+        return IOBuffers(inputs, outputs)
 
     def profile(self, feeds: Mapping[str, Any], *, runs: int = 10) -> list[dict]:
         """Per-node timings, like ``trtexec --dumpProfile``.

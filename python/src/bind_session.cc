@@ -101,6 +101,7 @@ class PySession {
       input_index_[session_->inputs()[i].name] = static_cast<int>(i);
     for (size_t i = 0; i < session_->outputs().size(); ++i)
       output_index_[session_->outputs()[i].name] = static_cast<int>(i);
+    device_ = FindDevice(device);
   }
 
   std::vector<PyIOInfo> inputs() const {
@@ -115,17 +116,32 @@ class PySession {
   }
 
   // run(feeds) -> dict; run(output_names, feeds) -> list; out= writes in place.
-  py::object Run(py::object first, py::object second, py::object out) {
+  // On a device session feeds (and out= buffers) may be device tensors;
+  // output_device="cuda" returns DeviceArrays; stream= orders the run on the
+  // caller's CUDA stream.
+  py::object Run(py::object first, py::object second, py::object out, py::object output_device,
+                 py::object stream) {
     bool as_dict = py::isinstance<py::dict>(first) && second.is_none();
     py::object names_obj = as_dict ? py::object(py::none()) : first;
     py::object feeds_obj = as_dict ? first : second;
     if (!py::isinstance<py::dict>(feeds_obj))
       ThrowPython(StatusCode::kInput, "feeds must be a dict mapping input names to arrays");
     py::dict feeds = feeds_obj;
+    const bool on_device = session_->on_device();
+
+    RunOptions options;
+    const bool device_outputs = WantsDeviceOutputs(output_device);
+    options.device_outputs = device_outputs;
+    if (!stream.is_none()) {
+      options.has_stream = true;
+      options.stream = StreamHandle(stream);
+    }
+    // DLPack producers order their work before this stream (legacy default when none given).
+    const uintptr_t consumer = options.has_stream ? options.stream : 1;
 
     const auto& ins = session_->inputs();
     std::vector<TensorView> views(ins.size());
-    std::vector<py::array> keep(ins.size());
+    std::vector<py::object> keep(ins.size());
     std::vector<bool> seen(ins.size(), false);
     for (auto item : feeds) {
       std::string name = TextFromPython(item.first);
@@ -134,7 +150,17 @@ class PySession {
         ThrowPython(StatusCode::kInput, "unknown input '" + name + "'; the model's inputs are: " +
                                             InputNames());
       int i = it->second;
-      views[i] = ArrayView(item.second, "input '" + name + "'", &keep[i]);
+      const std::string what = "input '" + name + "'";
+      DeviceView dv;
+      if (on_device && DeviceFeedView(item.second, what, consumer, false, &dv)) {
+        views[i] = dv.view;
+        keep[i] = dv.keep;
+        if (dv.has_stream) options.wait_streams.push_back(dv.stream);
+      } else {
+        py::array arr;
+        views[i] = ArrayView(item.second, what, &arr);
+        keep[i] = arr;
+      }
       seen[i] = true;
     }
     for (size_t i = 0; i < ins.size(); ++i)
@@ -155,16 +181,17 @@ class PySession {
       }
     }
 
+    const RunOptions* opts = on_device || device_outputs || options.has_stream ? &options : nullptr;
     RunResult result;
-    std::vector<py::array> out_arrays;
+    std::vector<py::object> out_objects;
     if (out.is_none()) {
       py::gil_scoped_release release;
-      result = session_->Run(views);
+      result = session_->Run(views, nullptr, nullptr, false, opts);
     } else {
       if (!py::isinstance<py::dict>(out))
         ThrowPython(StatusCode::kInput, "out must be a dict mapping output names to arrays");
       std::vector<TensorView> shapes = session_->OutputShapes(views);
-      out_arrays.resize(shapes.size());
+      out_objects.resize(shapes.size());
       std::vector<void*> ptrs(shapes.size(), nullptr);
       py::dict out_dict = out;
       for (auto item : out_dict) {
@@ -173,29 +200,56 @@ class PySession {
         if (it == output_index_.end())
           ThrowPython(StatusCode::kInput, "out: unknown output '" + name + "'");
         int k = it->second;
-        py::array arr;
-        TensorView v = ArrayView(item.second, "out['" + name + "']", &arr, StatusCode::kInput, /*writable=*/true);
+        const std::string what = "out['" + name + "']";
+        DeviceView dv;
+        TensorView v;
+        if (on_device && DeviceFeedView(item.second, what, consumer, true, &dv)) {
+          v = dv.view;
+          out_objects[k] = dv.keep;
+          if (dv.has_stream) options.wait_streams.push_back(dv.stream);
+        } else {
+          py::array arr;
+          v = ArrayView(item.second, what, &arr, StatusCode::kInput, /*writable=*/true);
+          out_objects[k] = arr;
+        }
         if (v.dtype != shapes[k].dtype || v.shape != shapes[k].shape)
-          ThrowPython(StatusCode::kInput, "out['" + name + "']: expected " +
+          ThrowPython(StatusCode::kInput, what + ": expected " +
                                               std::string(DTypeName(shapes[k].dtype)) + " " +
                                               ShapeToString(shapes[k].shape) + ", got " +
                                               DTypeName(v.dtype) + " " + ShapeToString(v.shape));
-        out_arrays[k] = arr;
         ptrs[k] = v.data;
       }
       for (size_t k = 0; k < shapes.size(); ++k) {
         if (ptrs[k]) continue;  // given by the caller
-        out_arrays[k] = py::array(ToNumpyDType(shapes[k].dtype),
-                                  std::vector<py::ssize_t>(shapes[k].shape.begin(), shapes[k].shape.end()));
-        ptrs[k] = out_arrays[k].mutable_data();
+        if (device_outputs)
+          ThrowPython(StatusCode::kInput, "out: with output_device='cuda' give a device buffer for "
+                                          "every output (missing '" +
+                                              session_->outputs()[k].name + "')");
+        py::array arr(ToNumpyDType(shapes[k].dtype),
+                      std::vector<py::ssize_t>(shapes[k].shape.begin(), shapes[k].shape.end()));
+        ptrs[k] = arr.mutable_data();
+        out_objects[k] = arr;
       }
+      options.device_outputs = false;  // the caller's buffers, wherever they are
       py::gil_scoped_release release;
-      result = session_->Run(views, ptrs.data());
+      result = session_->Run(views, ptrs.data(), nullptr, false, opts);
     }
 
     auto get = [&](int k) -> py::object {
-      if (!out_arrays.empty()) return out_arrays[k];
-      return WrapOwned(result.outputs[k], result.owner);
+      if (!out_objects.empty()) return out_objects[k];
+      const TensorView& v = result.outputs[k];
+      if (v.memory == MemoryKind::kDevice) {
+        DeviceArrayData d;
+        d.owner = result.owner;
+        d.data = v.data;
+        d.dtype = v.dtype;
+        d.shape = v.shape;
+        d.ordinal = DeviceOrdinal();
+        d.backend = device_;
+        d.add_reader = result.add_reader;
+        return WrapDevice(std::move(d));
+      }
+      return WrapOwned(v, result.owner);
     };
     if (as_dict) {
       py::dict d;
@@ -205,6 +259,77 @@ class PySession {
     py::list l;
     for (int k : wanted) l.append(get(k));
     return l;
+  }
+
+  // output_device: None / "cpu" (numpy results) or this session's CUDA device.
+  bool WantsDeviceOutputs(const py::object& output_device) const {
+    if (output_device.is_none()) return false;
+    const std::string dev = py::str(output_device);
+    if (dev == "cpu") return false;
+    if (dev.rfind("cuda", 0) != 0)
+      ThrowPython(StatusCode::kInput, "output_device: expected 'cpu' or 'cuda', got '" + dev + "'");
+    if (!session_->on_device())
+      ThrowPython(StatusCode::kInput, "output_device='" + dev +
+                                          "' needs a device session (device='cuda'); this session "
+                                          "runs on the CPU");
+    if (dev != "cuda" && dev != "cuda:" + std::to_string(DeviceOrdinal()))
+      ThrowPython(StatusCode::kInput, "output_device='" + dev + "', but this session runs on " +
+                                          session_->device());
+    return true;
+  }
+
+  int DeviceOrdinal() const { return device_ ? device_->ordinal() : -1; }
+
+  py::dict IoStatsDict(bool reset) {
+    IoStats st = session_->io_stats();
+    if (reset) session_->ResetIoStats();
+    py::dict d;
+    d["runs"] = st.runs;
+    d["h2d_copies"] = st.h2d_copies;
+    d["h2d_bytes"] = st.h2d_bytes;
+    d["d2h_copies"] = st.d2h_copies;
+    d["d2h_bytes"] = st.d2h_bytes;
+    d["d2d_copies"] = st.d2d_copies;
+    d["d2d_bytes"] = st.d2d_bytes;
+    d["staging_copies"] = st.staging_copies;
+    d["staging_bytes"] = st.staging_bytes;
+    d["status_reads"] = st.status_reads;
+    d["stream_waits"] = st.stream_waits;
+    d["stream_signals"] = st.stream_signals;
+    return d;
+  }
+
+  // An uninitialised array in memory a run moves with one DMA (page-locked on a device session).
+  py::array HostBuffer(const std::vector<int64_t>& shape, py::dtype dtype) {
+    DType dt = FromNumpyDType(dtype);
+    if (dt == DType::kUndefined)
+      ThrowPython(StatusCode::kInput, "numpy dtype " + py::str(dtype).cast<std::string>() +
+                                          " is not supported");
+    for (int64_t d : shape)
+      if (d < 0) ThrowPython(StatusCode::kInput, "negative dimension in " + ShapeToString(shape));
+    TensorView v{dt, shape, nullptr};
+    std::shared_ptr<void> mem;
+    {
+      py::gil_scoped_release release;
+      mem = session_->AllocHostBuffer(v.bytes());
+    }
+    v.data = mem.get();
+    return WrapOwned(v, mem);
+  }
+
+  // Output (shape, dtype) for feeds of these arrays.
+  py::list OutputShapes(py::dict feeds) {
+    const auto& ins = session_->inputs();
+    std::vector<TensorView> views(ins.size());
+    std::vector<py::array> keep(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!feeds.contains(ins[i].name)) ThrowPython(StatusCode::kInput, "missing input '" + ins[i].name + "'");
+      views[i] = ArrayView(feeds[py::str(ins[i].name)], "input '" + ins[i].name + "'", &keep[i]);
+    }
+    py::list out;
+    for (const TensorView& v : session_->OutputShapes(views))
+      out.append(py::make_tuple(py::tuple(py::cast(v.shape)), ToNumpyDType(v.dtype)));
+    return out;
   }
 
   py::dict WeightsInfo() const {
@@ -293,6 +418,7 @@ class PySession {
 
  private:
   std::unique_ptr<Session> session_;
+  const DeviceBackend* device_ = nullptr;  // null: the CPU
   std::map<std::string, int> input_index_, output_index_;
 };
 
@@ -333,7 +459,13 @@ void BindSession(py::module_& m) {
       .def_property_readonly("threads", [](PySession& s) { return s.session().num_threads(); })
       .def_property_readonly("plans", [](PySession& s) { return s.session().num_plans(); })
       .def("run", &PySession::Run, py::arg("output_names_or_feeds"), py::arg("feeds") = py::none(),
-           py::kw_only(), py::arg("out") = py::none())
+           py::kw_only(), py::arg("out") = py::none(), py::arg("output_device") = py::none(),
+           py::arg("stream") = py::none())
+      .def("io_stats", &PySession::IoStatsDict, py::kw_only(), py::arg("reset") = false,
+           "Counts of host<->device copies and bytes, staging memcpys and caller-stream events "
+           "of this session's runs (all zero on the CPU); reset=True zeroes them after reading.")
+      .def("_host_buffer", &PySession::HostBuffer, py::arg("shape"), py::arg("dtype"))
+      .def("_output_shapes", &PySession::OutputShapes, py::arg("feeds"))
       .def_property_readonly("weights_info", &PySession::WeightsInfo)
       .def_property_readonly("weights_version",
                              [](PySession& s) { return s.session().weights_version(); })

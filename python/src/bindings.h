@@ -2,6 +2,8 @@
 // numpy <-> engine conversions.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,6 +15,9 @@
 #include "kaiwu/tensor.h"
 
 namespace kaiwu {
+
+class DeviceBackend;
+
 namespace python {
 
 namespace py = pybind11;
@@ -21,6 +26,7 @@ void BindErrors(py::module_& m);
 void BindSession(py::module_& m);
 void BindServer(py::module_& m);
 void BindOps(py::module_& m);
+void BindDeviceArray(py::module_& m);
 
 /// numpy dtype for an engine dtype, and back (kUndefined if none).
 py::dtype ToNumpyDType(DType t);
@@ -38,6 +44,40 @@ TensorView ArrayView(const py::handle& obj, const std::string& what, py::array* 
                      StatusCode code = StatusCode::kInput, bool writable = false);
 /// A numpy array over engine memory, kept alive by `owner` (no copy).
 py::array WrapOwned(const TensorView& v, const std::shared_ptr<void>& owner);
+
+/// Device memory handed to Python: the results of run(..., output_device="cuda").
+struct DeviceArrayData {
+  std::shared_ptr<void> owner;  ///< the engine block; reused once every holder lets go
+  void* data = nullptr;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  int ordinal = 0;
+  const DeviceBackend* backend = nullptr;  ///< for numpy(); null: host memory (tests)
+  std::function<void(uintptr_t)> add_reader;  ///< notes a consumer stream (may be empty)
+};
+/// A kaiwu_infer.DeviceArray over `d` (DLPack and __cuda_array_interface__ producer).
+py::object WrapDevice(DeviceArrayData d);
+
+/// A tensor in device memory from a __cuda_array_interface__ or CUDA __dlpack__
+/// producer (torch, CuPy, JAX), read in place.
+struct DeviceView {
+  TensorView view;       ///< memory == kDevice
+  py::object keep;       ///< keeps the producer's memory alive for the run
+  bool has_stream = false;
+  uintptr_t stream = 0;  ///< the producer's stream to wait for (CAI "stream", DLPack consumer)
+};
+/// Fills `out` when `obj` is a CUDA device-array producer and returns true;
+/// returns false for anything else (numpy, CPU tensors). Non-contiguous
+/// layouts, unsupported dtypes and read-only buffers (`writable`) raise
+/// InputError naming `what`. `consumer_stream` is the stream the run orders
+/// itself on (given to __dlpack__(stream=...)).
+bool DeviceFeedView(const py::handle& obj, const std::string& what, uintptr_t consumer_stream,
+                    bool writable, DeviceView* out);
+/// A CUDA stream handle from an int, a torch.cuda.Stream (.cuda_stream) or a
+/// CuPy stream (.ptr); InputError otherwise.
+uintptr_t StreamHandle(const py::handle& stream);
+/// The engine dtype of a numpy-style typestr ("<f4", "|u1"), or kUndefined.
+DType DTypeFromTypestr(const std::string& typestr);
 
 /// Raises the Python exception class for `code` with `message`.
 [[noreturn]] void ThrowPython(StatusCode code, const std::string& message);

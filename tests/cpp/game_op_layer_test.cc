@@ -18,24 +18,9 @@ using testing::FloatAttr;
 using testing::IntAttr;
 using testing::IntsAttr;
 using testing::MakeNode;
+using testing::Info;
+using testing::Infer;
 using testing::StrAttr;
-
-TensorInfo Info(DType dtype, Shape shape, const void* data = nullptr) {
-  TensorInfo t;
-  t.present = true;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data = data;
-  return t;
-}
-
-// Infers `node` on `inputs` through the op layer only.
-PrepareContext Infer(const Node& node, std::vector<TensorInfo> inputs) {
-  PrepareContext ctx(node);
-  ctx.inputs = std::move(inputs);
-  InferOp(ctx);
-  return ctx;
-}
 
 // The message of the kaiwu::Error `fn` throws, after checking its code.
 template <typename F>
@@ -55,7 +40,7 @@ TEST(GameOpLayer, ResizeTapsAndShape) {
                                               {"axes", IntsAttr({2, 3})},
                                               {"extrapolation_value", FloatAttr(1.5f)}});
   const std::vector<float> scales = {2.f, 0.5f};
-  PrepareContext ctx =
+  OpContext ctx =
       Infer(node, {Info(DType::kFloat32, {1, 3, 4, 8}), TensorInfo{},
                    Info(DType::kFloat32, {2}, scales.data())});
   ASSERT_EQ(ctx.outputs.size(), 1u);
@@ -99,7 +84,7 @@ TEST(GameOpLayer, ResizeModelErrors) {
 TEST(GameOpLayer, ScatterParams) {
   const Node elements =
       MakeNode("ScatterElements", 3, 1, {{"axis", IntAttr(-1)}, {"reduction", StrAttr("max")}});
-  PrepareContext ctx = Infer(elements, {Info(DType::kFloat64, {4, 5}), Info(DType::kInt32, {2, 3}),
+  OpContext ctx = Infer(elements, {Info(DType::kFloat64, {4, 5}), Info(DType::kInt32, {2, 3}),
                                         Info(DType::kFloat64, {2, 3})});
   EXPECT_EQ(ShapeToString(ctx.outputs[0].shape), ShapeToString({4, 5}));
   EXPECT_EQ(ctx.outputs[0].dtype, DType::kFloat64);
@@ -108,7 +93,7 @@ TEST(GameOpLayer, ScatterParams) {
   EXPECT_STREQ(ReductionName(Reduction::kMax), "max");
 
   const Node nd = MakeNode("ScatterND", 3, 1, {{"reduction", StrAttr("mul")}});
-  PrepareContext nd_ctx = Infer(nd, {Info(DType::kInt64, {4, 5, 6}), Info(DType::kInt64, {3, 2}),
+  OpContext nd_ctx = Infer(nd, {Info(DType::kInt64, {4, 5, 6}), Info(DType::kInt64, {3, 2}),
                                      Info(DType::kInt64, {3, 6})});
   EXPECT_EQ(ShapeToString(nd_ctx.outputs[0].shape), ShapeToString({4, 5, 6}));
   EXPECT_EQ(nd_ctx.Params<ScatterParams>().reduction, Reduction::kMul);
@@ -129,7 +114,7 @@ TEST(GameOpLayer, ScatterParams) {
 TEST(GameOpLayer, TopKAndCumSumParams) {
   const std::vector<int64_t> k = {3};
   const Node topk = MakeNode("TopK", 2, 2, {{"axis", IntAttr(0)}, {"largest", IntAttr(0)}});
-  PrepareContext ctx =
+  OpContext ctx =
       Infer(topk, {Info(DType::kInt16, {7, 2}), Info(DType::kInt64, {1}, k.data())});
   ASSERT_EQ(ctx.outputs.size(), 2u);
   EXPECT_EQ(ctx.outputs[0].dtype, DType::kInt16);
@@ -145,7 +130,7 @@ TEST(GameOpLayer, TopKAndCumSumParams) {
 
   const std::vector<int32_t> axis = {-2};
   const Node cumsum = MakeNode("CumSum", 2, 1, {{"reverse", IntAttr(1)}});
-  PrepareContext cs =
+  OpContext cs =
       Infer(cumsum, {Info(DType::kInt32, {2, 3, 4}), Info(DType::kInt32, {}, axis.data())});
   EXPECT_EQ(ShapeToString(cs.outputs[0].shape), ShapeToString({2, 3, 4}));
   EXPECT_EQ(cs.Params<CumSumParams>().axis, 1);
@@ -156,8 +141,8 @@ TEST(GameOpLayer, TopKAndCumSumParams) {
 // Shape inference accepts the dtype; the CPU table has no kernel for it.
 TEST(GameOpLayer, CpuTablesRefuseOtherDTypes) {
   const Node node = MakeNode("ScatterND", 3, 1);
-  PrepareContext ctx = Infer(node, {Info(DType::kFloat16, {4}), Info(DType::kInt64, {2, 1}),
-                                    Info(DType::kFloat16, {2})});
+  PrepareContext ctx = Infer<PrepareContext>(
+      node, {Info(DType::kFloat16, {4}), Info(DType::kInt64, {2, 1}), Info(DType::kFloat16, {2})});
   EXPECT_EQ(ErrorOf([&] { PrepareKernel(CpuKernels(), "CPU", ctx); }, StatusCode::kUnsupported),
             node.Describe() + ": dtype float16 of input 0 is not supported by the CPU backend");
   for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8, DType::kInt16,

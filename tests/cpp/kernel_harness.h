@@ -49,6 +49,39 @@ Tensor MakeTensor(Shape shape, const std::vector<T>& values) {
   return t;
 }
 
+/// A present input of `dtype` and `shape`, with plan-time `data` when given.
+inline TensorInfo Info(DType dtype, Shape shape, const void* data = nullptr) {
+  TensorInfo t;
+  t.present = true;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = data;
+  return t;
+}
+
+/// The op layer's shape inference alone (no kernel) on `inputs` (an info with
+/// present = false omits an input). The context refers to `node`, which must outlive it;
+/// Ctx = PrepareContext for a context a kernel can then be prepared on.
+template <typename Ctx = OpContext>
+Ctx Infer(const Node& node, std::vector<TensorInfo> inputs) {
+  Ctx ctx(node);
+  ctx.inputs = std::move(inputs);
+  InferOp(ctx);
+  return ctx;
+}
+
+/// Expects shape inference to fail with kModel and a message holding `text`.
+inline void ExpectModelError(const Node& node, std::vector<TensorInfo> inputs,
+                             const std::string& text) {
+  try {
+    Infer(node, std::move(inputs));
+    ADD_FAILURE() << text << ": no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(StatusCode::kModel)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 /// Infers the node (op layer), prepares and runs its CPU kernel on `inputs` (an undefined-dtype Tensor
 /// marks an omitted optional input). All input data is visible to Prepare.
 inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& inputs,

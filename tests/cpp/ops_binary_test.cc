@@ -13,21 +13,6 @@ namespace kaiwu {
 namespace testing {
 namespace {
 
-TensorInfo Info(DType dtype, Shape shape) {
-  TensorInfo t;
-  t.present = true;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  return t;
-}
-
-OpContext Infer(const Node& node, std::vector<TensorInfo> inputs) {
-  OpContext ctx(node);
-  ctx.inputs = std::move(inputs);
-  InferOp(ctx);
-  return ctx;
-}
-
 std::string ModelError(const Node& node, std::vector<TensorInfo> inputs) {
   try {
     Infer(node, std::move(inputs));

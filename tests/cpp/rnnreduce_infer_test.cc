@@ -14,6 +14,9 @@ namespace {
 using testing::IntAttr;
 using testing::IntsAttr;
 using testing::MakeNode;
+using testing::Info;
+using testing::Infer;
+using testing::ExpectModelError;
 using testing::StrAttr;
 
 Attribute StrsAttr(std::vector<std::string> v) {
@@ -21,34 +24,6 @@ Attribute StrsAttr(std::vector<std::string> v) {
   a.kind = Attribute::Kind::kStrings;
   a.strings = std::move(v);
   return a;
-}
-
-TensorInfo Info(DType dtype, Shape shape, const void* data = nullptr) {
-  TensorInfo t;
-  t.present = true;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data = data;
-  return t;
-}
-
-// Infers `node` on `inputs` (an info with present = false omits an input).
-OpContext Infer(const Node& node, std::vector<TensorInfo> inputs) {
-  OpContext ctx(node);
-  ctx.inputs = std::move(inputs);
-  InferOp(ctx);
-  return ctx;
-}
-
-// Expects inference to fail with kModel and a message holding `text`.
-void ExpectModelError(const Node& node, std::vector<TensorInfo> inputs, const std::string& text) {
-  try {
-    Infer(node, std::move(inputs));
-    ADD_FAILURE() << text << ": no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(StatusCode::kModel)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
 }
 
 TEST(RnnReduceInfer, ReduceAxesInputAndKeepdims) {

@@ -223,3 +223,243 @@ def test_server_versions_on_cuda_match_sessions():
     srv_tests._assert_same(out[0], srv_tests._reference(gpu, 0, 8, 2))
     srv_tests._assert_same(out[1], srv_tests._reference(ref, 1, 8, 2))
     srv_tests._assert_same(out[2], srv_tests._reference(ref, 2, 8, 2))
+
+
+# ---- device-resident and page-locked I/O (counters prove the copies, never timings)
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    return torch
+
+
+def _host_run(name, feeds):
+    sess, _ = _session(name)
+    return {k: np.array(v) for k, v in sess.run(feeds).items()}
+
+
+@pytest.mark.parametrize("name", ["mlp", "impala_lstm", "multi_input"])
+def test_device_feeds_and_device_outputs_make_no_host_round_trip(name):
+    torch = _torch_cuda()
+    sess, _ = _session(name)
+    feeds = policies.make_inputs(name, 33, seed=41)
+    want = _host_run(name, feeds)
+    dev = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+    torch.cuda.synchronize()
+    sess.io_stats(reset=True)
+    got = sess.run(dev, output_device="cuda")
+    st = sess.io_stats()
+    assert st["runs"] == 1
+    assert st["h2d_copies"] == st["h2d_bytes"] == 0
+    assert st["d2h_copies"] == st["d2h_bytes"] == 0
+    assert st["staging_copies"] == st["staging_bytes"] == 0
+    assert st["d2d_copies"] == len(feeds) + len(want)
+    assert st["d2d_bytes"] == sum(v.nbytes for v in feeds.values()) + sum(v.nbytes for v in want.values())
+    assert st["status_reads"] == 1  # the 4-byte error flag, the run's only read back
+    for k, ref in want.items():
+        assert isinstance(got[k], ki.DeviceArray) and got[k].device == sess.device.split(" ")[0]
+        t = torch.from_dlpack(got[k])
+        assert t.is_cuda and tuple(t.shape) == ref.shape
+        np.testing.assert_array_equal(t.cpu().numpy(), ref, err_msg=f"{name} {k}")
+        np.testing.assert_array_equal(got[k].numpy(), ref)
+
+
+def test_host_feeds_count_one_dma_each_and_pinned_buffers_skip_staging():
+    name = "impala_lstm"
+    sess, _ = _session(name)
+    feeds = policies.make_inputs(name, 16, seed=5)
+    want = _host_run(name, feeds)
+    n_in, n_out = len(feeds), len(want)
+    in_bytes = sum(v.nbytes for v in feeds.values())
+    out_bytes = sum(v.nbytes for v in want.values())
+    # Pageable feeds are staged; results come back into page-locked blocks directly.
+    sess.io_stats(reset=True)
+    sess.run(feeds)
+    st = sess.io_stats(reset=True)
+    assert (st["h2d_copies"], st["h2d_bytes"]) == (n_in, in_bytes)
+    assert (st["d2h_copies"], st["d2h_bytes"]) == (n_out, out_bytes)
+    assert (st["staging_copies"], st["staging_bytes"]) == (n_in, in_bytes)
+    assert st["d2d_copies"] == 0
+    # Pageable out= arrays are staged too.
+    out = {k: np.empty_like(v) for k, v in want.items()}
+    sess.run(feeds, out=out)
+    assert sess.io_stats(reset=True)["staging_copies"] == n_in + n_out
+    # io_buffers: one DMA each way, no staging memcpy at all.
+    bufs = sess.io_buffers(16)
+    for k, v in feeds.items():
+        bufs.inputs[k][...] = v
+    for _ in range(3):
+        sess.run(bufs.inputs, out=bufs.outputs)
+    st = sess.io_stats()
+    assert st["staging_copies"] == st["staging_bytes"] == 0
+    assert (st["h2d_copies"], st["h2d_bytes"]) == (3 * n_in, 3 * in_bytes)
+    assert (st["d2h_copies"], st["d2h_bytes"]) == (3 * n_out, 3 * out_bytes)
+    for k, ref in want.items():
+        np.testing.assert_array_equal(bufs.outputs[k], ref)
+
+
+def test_uint8_observations_cross_pcie_as_uint8():
+    sess, _ = _session("atari_cnn")
+    feeds = policies.make_inputs("atari_cnn", 8, seed=1)
+    assert feeds["frames"].dtype == np.uint8
+    sess.io_stats(reset=True)
+    sess.run(feeds)
+    assert sess.io_stats()["h2d_bytes"] == feeds["frames"].nbytes
+
+
+def test_user_stream_orders_the_run_between_the_callers_writes_and_reads():
+    torch = _torch_cuda()
+    name = "mlp"
+    sess, _ = _session(name)
+    (key,) = policies.make_inputs(name, 1).keys()
+    hosts = [policies.make_inputs(name, 64, seed=100 + i)[key] for i in range(40)]
+    wants = [_host_run(name, {key: h}) for h in hosts]
+    srcs = [torch.from_numpy(h).cuda() for h in hosts]
+    x = torch.zeros_like(srcs[0])
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    sess.io_stats(reset=True)
+    results = []
+    for i, src in enumerate(srcs):
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(200_000)  # a slow producer: the run must wait for it
+            x.copy_(src)
+        out = sess.run({key: x}, output_device="cuda", stream=s)
+        with torch.cuda.stream(s):
+            # Read just after, on the caller's stream; then overwrite the input at once.
+            results.append({k: torch.from_dlpack(v) * 1 for k, v in out.items()})
+            x.zero_()
+    s.synchronize()
+    for i, (got, want) in enumerate(zip(results, wants)):
+        for k in want:
+            np.testing.assert_array_equal(got[k].cpu().numpy(), want[k], err_msg=f"iteration {i} {k}")
+    st = sess.io_stats()
+    assert st["stream_signals"] == len(srcs) and st["stream_waits"] >= len(srcs)
+    assert st["h2d_bytes"] == st["d2h_bytes"] == 0
+
+
+def test_torch_stream_object_int_handle_and_default_stream_are_accepted():
+    torch = _torch_cuda()
+    sess, _ = _session("mlp")
+    feeds = policies.make_inputs("mlp", 4, seed=2)
+    want = _host_run("mlp", feeds)
+    dev = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+    s = torch.cuda.Stream()
+    for stream in (s, s.cuda_stream, 0, torch.cuda.current_stream()):
+        got = sess.run(dev, stream=stream)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_device_results_live_until_dropped_then_their_memory_is_reused():
+    torch = _torch_cuda()
+    import gc
+
+    name = "mlp"
+    sess = ki.Session(policies.export_bytes(name), device="cuda")
+    f1, f2 = (policies.make_inputs(name, 8, seed=s) for s in (1, 2))
+    w1, w2 = _host_run(name, f1), _host_run(name, f2)
+    r1 = sess.run(f1, output_device="cuda")
+    r2 = sess.run(f2, output_device="cuda")
+    k = next(iter(w1))
+    p1, p2 = r1[k].data_ptr, r2[k].data_ptr
+    assert p1 != p2  # r1 is still referenced: never reused
+    for _ in range(5):
+        sess.run(f2, output_device="cuda")  # dropped at once: these reuse one block
+    np.testing.assert_array_equal(r1[k].numpy(), w1[k])
+    np.testing.assert_array_equal(r2[k].numpy(), w2[k])
+    # A torch view keeps the memory after the DeviceArray goes.
+    t1 = torch.from_dlpack(r1[k])
+    del r1
+    gc.collect()
+    for _ in range(5):
+        sess.run(f2, output_device="cuda")
+    np.testing.assert_array_equal(t1.cpu().numpy(), w1[k])
+    assert t1.data_ptr() == p1
+    del t1, r2
+    gc.collect()
+    reused = {sess.run(f1, output_device="cuda")[k].data_ptr for _ in range(3)}
+    assert reused & {p1, p2}
+
+
+def test_mixed_host_and_device_feeds_and_device_out_buffers():
+    torch = _torch_cuda()
+    name = "multi_input"
+    sess, _ = _session(name)
+    feeds = policies.make_inputs(name, 9, seed=8)
+    want = _host_run(name, feeds)
+    keys = list(feeds)
+    mixed = {k: (torch.from_numpy(v).cuda() if i % 2 == 0 else v) for i, (k, v) in enumerate(feeds.items())}
+    got = sess.run(mixed)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    out = {k: torch.empty(v.shape, dtype=getattr(torch, str(v.dtype)), device="cuda")
+           for k, v in want.items()}
+    sess.io_stats(reset=True)
+    res = sess.run(mixed, out=out)
+    assert sess.io_stats()["d2h_copies"] == 0
+    torch.cuda.synchronize()
+    for k in want:
+        assert res[k] is out[k]
+        np.testing.assert_array_equal(out[k].cpu().numpy(), want[k])
+    assert len(keys) > 1
+
+
+def test_dlpack_only_producer_feeds_in_place():
+    torch = _torch_cuda()
+
+    class DLPackOnly:  # like a JAX array: no __cuda_array_interface__
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+        def __dlpack__(self, **kw):
+            return self.t.__dlpack__(**{k: v for k, v in kw.items() if k == "stream"})
+
+    sess, _ = _session("mlp")
+    feeds = policies.make_inputs("mlp", 5, seed=3)
+    want = _host_run("mlp", feeds)
+    got = sess.run({k: DLPackOnly(torch.from_numpy(v).cuda()) for k, v in feeds.items()})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_cupy_arrays_feed_in_place():
+    cp = pytest.importorskip("cupy")
+    sess, _ = _session("mlp")
+    feeds = policies.make_inputs("mlp", 5, seed=4)
+    want = _host_run("mlp", feeds)
+    got = sess.run({k: cp.asarray(v) for k, v in feeds.items()}, output_device="cuda")
+    for k in want:
+        np.testing.assert_array_equal(cp.asnumpy(cp.asarray(got[k])), want[k])
+
+
+def test_bad_device_feeds_raise_input_error_naming_the_input_and_corrupt_nothing():
+    torch = _torch_cuda()
+    name = "mlp"
+    sess, _ = _session(name)
+    feeds = policies.make_inputs(name, 6, seed=9)
+    want = _host_run(name, feeds)
+    (key,) = feeds
+    good = torch.from_numpy(feeds[key]).cuda()
+    with pytest.raises(ki.InputError, match=f"input '{key}'.*dtype"):
+        sess.run({key: good.double()})
+    wide = torch.zeros((6, 2 * good.shape[1]), device="cuda")
+    with pytest.raises(ki.InputError, match=f"input '{key}'.*not C-contiguous"):
+        sess.run({key: wide[:, ::2]})
+    with pytest.raises(ki.InputError, match=f"input '{key}'.*not C-contiguous"):
+        sess.run({key: torch.zeros(good.shape[::-1], device="cuda").t()})
+    with pytest.raises(ki.InputError, match="output_device"):
+        sess.run({key: good}, output_device="cuda:7")
+    with pytest.raises(ki.InputError, match="stream"):
+        sess.run({key: good}, stream="nope")
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(ki.InputError, match=f"input '{key}'.*cuda:1"):
+            sess.run({key: good.to("cuda:1")})
+    req = good.clone().requires_grad_(True)  # read through .detach()
+    for got in (sess.run({key: good}), sess.run({key: req}), sess.run(feeds)):
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])

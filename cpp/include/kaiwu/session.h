@@ -17,13 +17,47 @@ struct SessionOptions {
   int threads = 0;        ///< 0: the number of physical cores
   bool optimize = true;   ///< run the graph rewrite passes
   /// Where runs execute: "cpu", or "cuda" / "cuda:N" in a build with the CUDA
-  /// backend. Feeds and results stay in host memory either way.
+  /// backend. Feeds and results are in host memory unless a run says otherwise
+  /// (RunOptions, TensorView::memory).
   std::string device = "cpu";
   /// The most bytes one tensor, the model's weights or one execution plan may
   /// take; sizes from the model file and plan-time shapes are checked against it
   /// before allocation (ModelError / InputError naming the place). 0: the
   /// default, $KAIWU_MEMORY_BUDGET or the machine's physical memory.
   uint64_t memory_budget = 0;
+};
+
+/// How one run on a device session moves its data (ignored on the CPU, where
+/// device_outputs and stream are refused).
+struct RunOptions {
+  /// Results stay in device memory: RunResult::outputs are device pointers in
+  /// a block that is not reused until `owner` is let go.
+  bool device_outputs = false;
+  /// The caller's CUDA stream (a cudaStream_t as an integer; 0 is the legacy
+  /// default stream): the run starts after the work queued on it so far, and
+  /// work the caller queues on it later starts after the run.
+  bool has_stream = false;
+  uintptr_t stream = 0;
+  /// More streams the device feeds were written on (e.g. the "stream" of a
+  /// __cuda_array_interface__): the run waits for their queued work too.
+  std::vector<uintptr_t> wait_streams;
+};
+
+/// Counts of the data a session's runs moved between host and device (since
+/// the session was made or ResetIoStats). Counts, not timings: tests use them
+/// to prove that device feeds and results make no host round trip and that
+/// page-locked buffers skip the staging copy.
+struct IoStats {
+  uint64_t runs = 0;            ///< device runs
+  uint64_t h2d_copies = 0, h2d_bytes = 0;  ///< host -> device DMA (feeds)
+  uint64_t d2h_copies = 0, d2h_bytes = 0;  ///< device -> host DMA (results)
+  uint64_t d2d_copies = 0, d2d_bytes = 0;  ///< device feeds in, device results out
+  /// memcpys between pageable memory and the page-locked staging buffers
+  /// (feeds and results in pageable host memory; none for page-locked ones).
+  uint64_t staging_copies = 0, staging_bytes = 0;
+  uint64_t status_reads = 0;    ///< the 4-byte error-flag read that ends each run
+  uint64_t stream_waits = 0;    ///< caller streams a run waited for (events)
+  uint64_t stream_signals = 0;  ///< caller streams made to wait for a run (events)
 };
 
 /// A graph input or output as declared by the model.
@@ -50,6 +84,11 @@ struct WeightSet;
 struct RunResult {
   std::vector<TensorView> outputs;
   std::shared_ptr<void> owner;
+  /// Device results only: notes a CUDA stream (cudaStream_t as an integer)
+  /// that reads them, so that once `owner` is let go their memory is not
+  /// rewritten before that stream has done the work queued on it by then.
+  /// Valid while `owner` lives.
+  std::function<void(uintptr_t)> add_reader;
 };
 
 class Session {
@@ -81,8 +120,19 @@ class Session {
   /// `weights` selects a weight version (default: the current one).
   /// `single_thread` runs every kernel on the calling thread, for callers that
   /// run several batches side by side themselves (the inference server).
+  /// On a device session feeds may be in device memory (TensorView::memory;
+  /// wrong-device pointers throw kInput naming the input), and `options` say
+  /// where results go and which caller stream orders the run.
   RunResult Run(const std::vector<TensorView>& feeds, void* const* user_outputs = nullptr,
-                const WeightSet* weights = nullptr, bool single_thread = false) const;
+                const WeightSet* weights = nullptr, bool single_thread = false,
+                const RunOptions* options = nullptr) const;
+
+  /// Host <-> device traffic of this session's runs (all zero on the CPU).
+  IoStats io_stats() const;
+  void ResetIoStats();
+  /// Host memory for feeds and results: page-locked on a device session (a run
+  /// moves it with one DMA, no staging copy), 64-byte aligned on the CPU.
+  std::shared_ptr<void> AllocHostBuffer(size_t bytes) const;
 
   // ---- refit
   std::vector<WeightInfo> weights_info() const;
@@ -124,6 +174,8 @@ class Session {
  private:
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
+  RunResult RunOnHost(const std::vector<TensorView>& feeds, void* const* user_outputs,
+                      const WeightSet* weights, bool single_thread, const RunOptions* options) const;
   std::unique_ptr<Impl> impl_;
 };
 

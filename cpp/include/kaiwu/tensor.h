@@ -48,11 +48,16 @@ std::string ShapeToString(const Shape& shape);
 /// Row-major strides in elements.
 std::vector<int64_t> Strides(const Shape& shape);
 
+/// Where a TensorView's memory lives: host memory (pageable or page-locked),
+/// or the memory of the session's device (a CUDA device pointer).
+enum class MemoryKind : uint8_t { kHost = 0, kDevice };
+
 /// Memory the engine does not own: a feed from the caller, or a slot in an arena.
 struct TensorView {
   DType dtype = DType::kUndefined;
   Shape shape;
   void* data = nullptr;
+  MemoryKind memory = MemoryKind::kHost;
 
   int64_t size() const { return NumElements(shape); }
   size_t bytes() const { return static_cast<size_t>(size()) * DTypeSize(dtype); }

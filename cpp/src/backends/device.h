@@ -5,7 +5,9 @@
 // CPU backend is the null device.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +16,49 @@
 #include "backends/kernel.h"
 
 namespace kaiwu {
+
+/// Where the memory of one copy in or out lives.
+enum class MemKind : uint8_t {
+  kHost,    ///< pageable host memory: staged through page-locked buffers
+  kPinned,  ///< page-locked host memory: one DMA, no staging copy
+  kDevice,  ///< the plan's device: a device-to-device copy
+};
+
+/// A session's counts of what its runs moved (IoStats in kaiwu/session.h).
+struct IoCounters {
+  std::atomic<uint64_t> runs{0}, h2d_copies{0}, h2d_bytes{0}, d2h_copies{0}, d2h_bytes{0},
+      d2d_copies{0}, d2d_bytes{0}, staging_copies{0}, staging_bytes{0}, status_reads{0},
+      stream_waits{0}, stream_signals{0};
+  static void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
+};
+
+/// Device memory holding one run's results for the caller (device outputs),
+/// from a ResultPool. Destroying it returns the memory to the pool.
+class ResultBlock {
+ public:
+  virtual ~ResultBlock() = default;
+  virtual void* data() const = 0;
+  /// Notes a stream (cudaStream_t as an integer) that reads the block: when the
+  /// block is let go, the next run that writes it first waits for the work
+  /// queued on that stream by then. Thread-safe.
+  virtual void AddReader(uintptr_t stream) = 0;
+};
+
+/// The I/O of one device run beyond the pointers themselves.
+struct DeviceRunIO {
+  const MemKind* feeds = nullptr;    ///< per graph input; null: all kHost
+  const MemKind* outputs = nullptr;  ///< per graph output; null: all kHost
+  /// Caller streams whose queued work the run waits for.
+  static constexpr int kMaxWaits = 8;
+  uintptr_t wait[kMaxWaits] = {};
+  int num_wait = 0;
+  /// A caller stream that waits for the run's end.
+  bool signal = false;
+  uintptr_t signal_stream = 0;
+  /// The results' block (device outputs): written only after its readers.
+  ResultBlock* result_block = nullptr;
+  IoCounters* counters = nullptr;
+};
 
 class DeviceBackend {
  public:
@@ -30,6 +75,27 @@ class DeviceBackend {
   virtual std::shared_ptr<void> Alloc(size_t bytes) const = 0;
   /// A device copy of host memory (synchronous).
   virtual std::shared_ptr<void> Upload(const void* host, size_t bytes) const = 0;
+  /// Copies device memory to host memory (synchronous; outside any run).
+  virtual void Download(void* host, const void* device_src, size_t bytes) const = 0;
+  /// Page-locked host memory (DMA without staging), freed with the last holder.
+  virtual std::shared_ptr<void> AllocPinned(size_t bytes) const = 0;
+  /// Where `p` points: kDevice with the device's ordinal, kPinned or kHost
+  /// (ordinal -1) for host memory. Cheap enough for every feed of a run.
+  struct Location {
+    MemKind kind;
+    int ordinal;
+  };
+  virtual Location Locate(const void* p) const = 0;
+  /// This device's ordinal (the N of "cuda:N").
+  virtual int ordinal() const = 0;
+
+  /// Pools of equal-sized device blocks for results handed to callers.
+  class ResultPool {
+   public:
+    virtual ~ResultPool() = default;
+    virtual std::shared_ptr<ResultBlock> Acquire() = 0;
+  };
+  virtual std::shared_ptr<ResultPool> NewResultPool(size_t bytes) const = 0;
 
   /// One run at a time: a stream, staging buffers in page-locked host memory
   /// and the kernels' DeviceContext. A plan keeps one per concurrent run.
@@ -40,12 +106,21 @@ class DeviceBackend {
     virtual const void* kernel_context() const = 0;
     /// Names the step about to be launched, for errors kernels report.
     virtual void SetStep(int step) = 0;
-    /// Queues a host -> device copy; `host` may be reused once this returns.
-    virtual void CopyIn(void* device_dst, const void* host, size_t bytes) = 0;
-    /// Queues a device -> host copy; `host` is written when Finish returns.
-    virtual void CopyOut(void* host, const void* device_src, size_t bytes) = 0;
-    /// Waits for everything queued. Throws kRuntime if a launch failed or a
-    /// kernel reported bad data; `describe_step` names the step's node.
+    /// Starts a run: counts its copies in `io.counters` (may be null), waits
+    /// for the caller streams `io.wait` and the readers of `io.result_block`,
+    /// and remembers `io.signal_stream` for Finish. `io` outlives the run.
+    virtual void Begin(const DeviceRunIO* io) = 0;
+    /// Queues a copy into device memory from memory of kind `src_kind`; `src`
+    /// may be reused once this returns when kHost, once Finish returns otherwise.
+    virtual void CopyIn(void* device_dst, const void* src, size_t bytes,
+                        MemKind src_kind = MemKind::kHost) = 0;
+    /// Queues a copy out of device memory; `dst` is written when Finish returns.
+    virtual void CopyOut(void* dst, const void* device_src, size_t bytes,
+                         MemKind dst_kind = MemKind::kHost) = 0;
+    /// Waits (on this stream's own event, never the whole device) for
+    /// everything queued, after making the signal stream wait for it. Throws
+    /// kRuntime if a launch failed or a kernel reported bad data;
+    /// `describe_step` names the step's node. Ends the run Begin started.
     virtual void Finish(const std::function<std::string(int)>& describe_step) = 0;
 
     // Replay of recorded launches (CUDA graphs): one launch instead of one per

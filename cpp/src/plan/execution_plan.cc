@@ -298,7 +298,7 @@ KernelIO ExecutionPlan::BindStep(RunContext& ctx, const Step& s, char* arena, Th
 }
 
 void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
-                        ThreadPool* pool, double* step_seconds) const {
+                        ThreadPool* pool, double* step_seconds, const DeviceRunIO* io) const {
   std::unique_ptr<RunContext> ctx;
   {
     std::lock_guard<std::mutex> lock(contexts_mu_);
@@ -317,7 +317,7 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
     }
   } release{this, &ctx};
   if (device_) {
-    RunOnDevice(*ctx, feeds, outputs, weights, step_seconds);
+    RunOnDevice(*ctx, feeds, outputs, weights, step_seconds, io);
     return;
   }
 
@@ -347,7 +347,8 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
 }
 
 void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void* const* outputs,
-                                const WeightSet& weights, double* step_seconds) const {
+                                const WeightSet& weights, double* step_seconds,
+                                const DeviceRunIO* io) const {
   device_->MakeCurrent();
   DeviceBackend::Stream& stream = *ctx.stream;
   auto describe = [this](int step) {
@@ -376,9 +377,15 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
       }
     }
   };
+  const MemKind* feed_kinds = io ? io->feeds : nullptr;
+  const MemKind* out_kinds = io ? io->outputs : nullptr;
   try {
+    stream.Begin(io);
+    // Feeds into the plan's input buffers: staged, one DMA from page-locked
+    // memory, or device to device. The recorded steps read only these buffers.
     for (size_t i = 0; i < input_values_.size(); ++i)
-      stream.CopyIn(const_cast<void*>(ptr[input_values_[i]]), feeds[i], input_bytes_[i]);
+      stream.CopyIn(const_cast<void*>(ptr[input_values_[i]]), feeds[i], input_bytes_[i],
+                    feed_kinds ? feed_kinds[i] : MemKind::kHost);
     // The steps' launches depend only on this context's buffers and the
     // weights' addresses: replay them as one recorded graph when possible.
     bool ran = false;
@@ -401,7 +408,9 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
     if (!ran) launch_steps();
     for (const auto& [k, v] : output_copies_) {
       const void* src = slot_[v] == Slot::kStatic ? weights.device_pointers[v] : ptr[v];
-      stream.CopyOut(outputs[k], src, static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));
+      stream.CopyOut(outputs[k], src,
+                     static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype),
+                     out_kinds ? out_kinds[k] : MemKind::kHost);
     }
   } catch (...) {
     // Drain the stream so the context is clean for the next run, then report the first error.

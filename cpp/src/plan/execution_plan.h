@@ -46,10 +46,12 @@ class ExecutionPlan {
   size_t num_steps() const { return steps_.size(); }
 
   /// feeds: one pointer per graph input; outputs: one writable pointer per
-  /// graph output, sized per outputs(); both in host memory, also for a
-  /// device plan. Does not allocate once warm.
+  /// graph output, sized per outputs(); in host memory, except on a device
+  /// plan where `io` says where each lives (null: pageable host memory) and
+  /// which caller streams order the run. Does not allocate once warm.
   void Run(const void* const* feeds, void* const* outputs, const WeightSet& weights,
-           ThreadPool* pool, double* step_seconds = nullptr) const;
+           ThreadPool* pool, double* step_seconds = nullptr,
+           const DeviceRunIO* io = nullptr) const;
 
   /// For profiling: the node index and output shape of each step.
   int step_node(size_t i) const { return steps_[i].node; }
@@ -70,7 +72,7 @@ class ExecutionPlan {
   KernelIO BindStep(RunContext& ctx, const Step& s, char* arena, ThreadPool* pool,
                     const void* device) const;
   void RunOnDevice(RunContext& ctx, const void* const* feeds, void* const* outputs,
-                   const WeightSet& weights, double* step_seconds) const;
+                   const WeightSet& weights, double* step_seconds, const DeviceRunIO* io) const;
 
   std::vector<std::unique_ptr<Kernel>> kernels_;
   std::vector<Step> steps_;

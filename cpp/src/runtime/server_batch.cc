@@ -5,16 +5,6 @@
 
 namespace kaiwu {
 
-namespace {
-
-int64_t Prod(const Shape& s, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i) p *= s[i];
-  return p;
-}
-
-}  // namespace
-
 void* BatchScratch::Get(size_t i, size_t bytes) {
   if (bufs_.size() <= i) bufs_.resize(i + 1);
   if (bufs_[i].bytes() < bytes)
@@ -112,8 +102,8 @@ void BatchAssembly::Scatter(const std::vector<int>& axes, const std::vector<RunR
         r.owners[k] = res[s_first].owner;
         continue;
       }
-      const int64_t outer = Prod(o.shape, 0, ax);
-      const size_t inner_bytes = Prod(o.shape, ax + 1, o.shape.size()) * DTypeSize(o.dtype);
+      const int64_t outer = ProdDims(o.shape, 0, ax);
+      const size_t inner_bytes = ProdDims(o.shape, ax + 1, o.shape.size()) * DTypeSize(o.dtype);
       // Rows [a, a + n) of this output into dst laid out [outer, n, inner].
       auto copy_rows = [&](char* dst) {
         for (int64_t sl = s_first; sl <= s_last; ++sl) {

@@ -7,15 +7,11 @@
 
 namespace kaiwu {
 
-namespace {
-
-int64_t Prod(const Shape& s, size_t begin, size_t end) {
+int64_t ProdDims(const Shape& s, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= s[i];
   return p;
 }
-
-}  // namespace
 
 Shape StateSpec::AtRows(int64_t rows) const {
   Shape s = dims;
@@ -94,8 +90,8 @@ ServerLayout ServerLayout::Build(const std::vector<IOInfo>& ins, const std::vect
       Fail(StatusCode::kInput, "state input '", in, "': a batch of ", full[axis], " rows of shape ",
            ShapeToString(full), " does not fit in ", BudgetText(budget));
     full[axis] = 1;
-    s.outer = Prod(full, 0, axis);
-    s.inner = Prod(full, axis + 1, full.size());
+    s.outer = ProdDims(full, 0, axis);
+    s.inner = ProdDims(full, axis + 1, full.size());
     l.out_state[s.out_index] = static_cast<int>(l.state.size());
     l.state.push_back(s);
   }

@@ -12,6 +12,9 @@
 
 namespace kaiwu {
 
+/// The product of dims [begin, end) of `s` (elements before / after a batch axis).
+int64_t ProdDims(const Shape& s, size_t begin, size_t end);
+
 /// One recurrent state: a model input fed from each actor's kept rows, and the
 /// model output that carries its next value.
 struct StateSpec {

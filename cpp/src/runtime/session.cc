@@ -13,6 +13,7 @@
 #include "onnx/loader.h"
 #include "passes/pass_manager.h"
 #include "plan/execution_plan.h"
+#include "runtime/device_io.h"
 #include "runtime/weight_set.h"
 
 namespace kaiwu {
@@ -38,33 +39,33 @@ IOInfo MakeIOInfo(const Value& v) {
 }
 
 // Pool of output blocks for one plan: a run's outputs stay alive as long as
-// the caller holds them, then the block is reused.
+// the caller holds them, then the block is reused. On a device session the
+// blocks are page-locked, so results come back with one DMA and no staging copy.
 struct BlockPool {
   size_t bytes;
+  const DeviceBackend* pinned_on;  // null: 64-byte aligned pageable memory
   std::mutex mu;
-  std::vector<void*> free;
-  explicit BlockPool(size_t b) : bytes(b) {}
-  ~BlockPool() {
-    for (void* p : free) AlignedFree(p);
-  }
+  std::vector<std::shared_ptr<void>> free;
+  BlockPool(size_t b, const DeviceBackend* device) : bytes(b), pinned_on(device) {}
 };
 
 std::shared_ptr<void> AcquireBlock(const std::shared_ptr<BlockPool>& pool) {
-  void* p = nullptr;
+  std::shared_ptr<void> block;
   {
     std::lock_guard<std::mutex> lock(pool->mu);
     if (!pool->free.empty()) {
-      p = pool->free.back();
+      block = std::move(pool->free.back());
       pool->free.pop_back();
     }
   }
-  if (!p) p = AlignedAlloc(pool->bytes);
-  return std::shared_ptr<void>(p, [pool](void* q) {
+  if (!block)
+    block = pool->pinned_on ? pool->pinned_on->AllocPinned(pool->bytes)
+                            : std::shared_ptr<void>(AlignedAlloc(pool->bytes), AlignedFree);
+  void* p = block.get();
+  return std::shared_ptr<void>(p, [pool, block = std::move(block)](void*) mutable {
     std::lock_guard<std::mutex> lock(pool->mu);
-    if (pool->free.size() < 16)
-      pool->free.push_back(q);
-    else
-      AlignedFree(q);
+    if (pool->free.size() < 16) pool->free.push_back(std::move(block));
+    else block.reset();
   });
 }
 
@@ -110,7 +111,9 @@ struct Session::Impl {
   struct CachedPlan {
     std::shared_ptr<const ExecutionPlan> plan;
     std::shared_ptr<BlockPool> blocks;
+    std::shared_ptr<DeviceBackend::ResultPool> device_blocks;  // device results
   };
+  mutable IoCounters io;
   static constexpr size_t kMaxPlans = 64;
   mutable std::mutex plans_mu;
   mutable std::list<std::pair<std::vector<int64_t>, CachedPlan>> plans;  // most recent first
@@ -205,7 +208,8 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
     os << ") do not fit the model: " << e.what();
     throw Error(StatusCode::kInput, os.str());
   }
-  CachedPlan cached{plan, std::make_shared<BlockPool>(plan->output_block_bytes())};
+  CachedPlan cached{plan, std::make_shared<BlockPool>(plan->output_block_bytes(), device),
+                    device ? device->NewResultPool(plan->output_block_bytes()) : nullptr};
   std::lock_guard<std::mutex> lock(plans_mu);
   // A concurrent run of the same shapes may have built and cached it meanwhile:
   // keep one plan per key.
@@ -318,7 +322,97 @@ std::vector<TensorView> Session::OutputShapes(const std::vector<TensorView>& fee
 }
 
 RunResult Session::Run(const std::vector<TensorView>& feeds, void* const* user_outputs,
-                       const WeightSet* weights, bool single_thread) const {
+                       const WeightSet* weights, bool single_thread,
+                       const RunOptions* options) const {
+  const DeviceBackend* device = impl_->device;
+  if (!device) return RunOnHost(feeds, user_outputs, weights, single_thread, options);
+  device->MakeCurrent();
+  // Inputs whose values shape the plan are read on the host: device copies of
+  // them come down first (a few bytes: shape operands).
+  std::vector<Tensor> value_copies;
+  std::vector<TensorView> host_keyed;
+  const std::vector<TensorView>* run_feeds = &feeds;
+  for (size_t i = 0; i < feeds.size() && i < impl_->value_keyed_input.size(); ++i) {
+    if (!impl_->value_keyed_input[i] || feeds[i].memory != MemoryKind::kDevice) continue;
+    if (host_keyed.empty()) {
+      host_keyed = feeds;
+      value_copies.reserve(feeds.size());
+    }
+    value_copies.emplace_back(feeds[i].dtype, feeds[i].shape);
+    MemKind kind = MemKind::kHost;
+    ClassifyFeeds(*device, {impl_->inputs[i]}, {feeds[i]}, &kind);
+    device->Download(value_copies.back().data(), feeds[i].data, feeds[i].bytes());
+    host_keyed[i] = value_copies.back().view();
+    run_feeds = &host_keyed;
+  }
+  auto cached = impl_->GetPlan(*run_feeds);
+  const ExecutionPlan& plan = *cached.plan;
+  for (size_t i = 0; i < feeds.size(); ++i)
+    if (feeds[i].dtype != impl_->inputs[i].dtype)
+      Fail(StatusCode::kInput, "input '", impl_->inputs[i].name, "': expected dtype ",
+           DTypeName(impl_->inputs[i].dtype), ", got ", DTypeName(feeds[i].dtype));
+  const size_t n_in = run_feeds->size(), n_out = plan.outputs().size();
+  std::vector<const void*> fp(n_in);
+  for (size_t i = 0; i < n_in; ++i) fp[i] = (*run_feeds)[i].data;
+  std::vector<MemKind> feed_kinds(n_in), out_kinds(n_out);
+  ClassifyFeeds(*device, impl_->inputs, *run_feeds, feed_kinds.data());
+
+  RunResult result;
+  result.outputs.resize(n_out);
+  std::vector<void*> out_ptrs(n_out);
+  std::shared_ptr<ResultBlock> device_block;
+  const bool device_outputs = options && options->device_outputs;
+  if (user_outputs) {
+    for (size_t k = 0; k < n_out; ++k) {
+      if (!user_outputs[k] && plan.outputs()[k].size() > 0)
+        Fail(StatusCode::kInput, "no buffer given for output '", impl_->outputs[k].name, "'");
+      out_ptrs[k] = user_outputs[k];
+    }
+    ClassifyOutputs(*device, impl_->outputs, user_outputs, n_out, out_kinds.data());
+  } else if (device_outputs) {
+    // Results stay on the device, in a block the caller holds until it lets go.
+    device_block = cached.device_blocks->Acquire();
+    char* base = static_cast<char*>(device_block->data());
+    for (size_t k = 0; k < n_out; ++k) {
+      out_ptrs[k] = base + plan.output_offsets()[k];
+      out_kinds[k] = MemKind::kDevice;
+    }
+    ResultBlock* raw = device_block.get();
+    // The caller's stream reads the results: the block is not rewritten, once
+    // let go, before that stream has done so.
+    if (options->has_stream) raw->AddReader(options->stream);
+    result.owner = std::shared_ptr<void>(device_block, raw->data());
+    result.add_reader = [raw](uintptr_t stream) { raw->AddReader(stream); };
+  } else {
+    result.owner = AcquireBlock(cached.blocks);  // page-locked: one DMA, no staging
+    for (size_t k = 0; k < n_out; ++k) {
+      out_ptrs[k] = static_cast<char*>(result.owner.get()) + plan.output_offsets()[k];
+      out_kinds[k] = MemKind::kPinned;
+    }
+  }
+  for (size_t k = 0; k < n_out; ++k)
+    result.outputs[k] = TensorView{plan.outputs()[k].dtype, plan.outputs()[k].shape, out_ptrs[k],
+                                   out_kinds[k] == MemKind::kDevice ? MemoryKind::kDevice
+                                                                    : MemoryKind::kHost};
+  DeviceRunIO io;
+  io.feeds = feed_kinds.data();
+  io.outputs = out_kinds.data();
+  io.result_block = device_block.get();
+  io.counters = &impl_->io;
+  SetCallerStreams(options, &io);
+  std::shared_ptr<const WeightSet> pinned;
+  if (!weights) {
+    pinned = impl_->Snapshot();
+    weights = pinned.get();
+  }
+  plan.Run(fp.data(), out_ptrs.data(), *weights, impl_->pool.get(), nullptr, &io);
+  return result;
+}
+
+RunResult Session::RunOnHost(const std::vector<TensorView>& feeds, void* const* user_outputs,
+                             const WeightSet* weights, bool single_thread,
+                             const RunOptions* options) const {
+  CheckHostOnly(impl_->inputs, feeds, options);
   auto cached = impl_->GetPlan(feeds);
   const ExecutionPlan& plan = *cached.plan;
   for (size_t i = 0; i < feeds.size(); ++i)
@@ -500,6 +594,39 @@ Session::RefitReport Session::Refit(const std::map<std::string, TensorView>& wei
   std::lock_guard<std::mutex> lock(impl_->weights_mu);
   impl_->weights = std::move(next);
   return report;
+}
+
+IoStats Session::io_stats() const {
+  const IoCounters& c = impl_->io;
+  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  IoStats s;
+  s.runs = v(c.runs);
+  s.h2d_copies = v(c.h2d_copies);
+  s.h2d_bytes = v(c.h2d_bytes);
+  s.d2h_copies = v(c.d2h_copies);
+  s.d2h_bytes = v(c.d2h_bytes);
+  s.d2d_copies = v(c.d2d_copies);
+  s.d2d_bytes = v(c.d2d_bytes);
+  s.staging_copies = v(c.staging_copies);
+  s.staging_bytes = v(c.staging_bytes);
+  s.status_reads = v(c.status_reads);
+  s.stream_waits = v(c.stream_waits);
+  s.stream_signals = v(c.stream_signals);
+  return s;
+}
+
+void Session::ResetIoStats() {
+  IoCounters& c = impl_->io;
+  for (std::atomic<uint64_t>* a :
+       {&c.runs, &c.h2d_copies, &c.h2d_bytes, &c.d2h_copies, &c.d2h_bytes, &c.d2d_copies,
+        &c.d2d_bytes, &c.staging_copies, &c.staging_bytes, &c.status_reads, &c.stream_waits,
+        &c.stream_signals})
+    a->store(0, std::memory_order_relaxed);
+}
+
+std::shared_ptr<void> Session::AllocHostBuffer(size_t bytes) const {
+  if (impl_->device) return impl_->device->AllocPinned(bytes);
+  return std::shared_ptr<void>(AlignedAlloc(bytes ? bytes : 64), AlignedFree);
 }
 
 std::string Session::Describe() const {

@@ -1,5 +1,7 @@
-// The CUDA backend's memory, streams and staging (DeviceBackend for CUDA), and
-// the replay of a plan's launches as CUDA graphs.
+// The CUDA backend's streams and staging (DeviceBackend for CUDA), the copies
+// in and out of a run (pageable, page-locked or device memory; counted), the
+// caller-stream ordering with events, and the replay of a plan's launches as
+// CUDA graphs. Pinned memory and result blocks: memory.cc.
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -7,6 +9,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/dnn.h"
+#include "backends/cuda/memory.h"
 #include "backends/device.h"
 
 namespace kaiwu {
@@ -55,6 +58,7 @@ class CudaStream final : public DeviceBackend::Stream {
   ~CudaStream() override {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(ctx_.stream);
+    for (cudaEvent_t e : wait_events_) cudaEventDestroy(e);
     for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     DestroyDnnHandle(ctx_.dnn);
@@ -67,43 +71,104 @@ class CudaStream final : public DeviceBackend::Stream {
   const void* kernel_context() const override { return &ctx_; }
   void SetStep(int step) override { ctx_.step = step; }
 
-  void CopyIn(void* device_dst, const void* host, size_t bytes) override {
+  void Begin(const DeviceRunIO* io) override {
+    io_ = io;
+    counters_ = io ? io->counters : nullptr;
+    if (counters_) IoCounters::Add(counters_->runs, 1);
+    if (!io) return;
+    // The caller's work queued so far on its streams comes first: an event on
+    // each, waited for on this stream (the host does not wait).
+    while (static_cast<int>(wait_events_.size()) < io->num_wait) {
+      cudaEvent_t e = nullptr;
+      CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      wait_events_.push_back(e);
+    }
+    for (int i = 0; i < io->num_wait; ++i) {
+      auto caller = reinterpret_cast<cudaStream_t>(io->wait[i]);
+      CheckCuda(cudaEventRecord(wait_events_[i], caller), "recording an event on the caller's stream");
+      CheckCuda(cudaStreamWaitEvent(ctx_.stream, wait_events_[i], 0), "waiting for the caller's stream");
+    }
+    if (counters_) IoCounters::Add(counters_->stream_waits, static_cast<uint64_t>(io->num_wait));
+    if (io->result_block) WaitForReaders(io->result_block, ctx_.stream);
+  }
+
+  void CopyIn(void* device_dst, const void* src, size_t bytes, MemKind kind) override {
     if (bytes == 0) return;
+    if (kind == MemKind::kDevice) {
+      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyDefault, ctx_.stream),
+                "device-to-device copy of a feed");
+      Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
+      return;
+    }
+    if (kind == MemKind::kPinned) {
+      // Page-locked already: one DMA straight from the caller's buffer.
+      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream),
+                "copy to device");
+      Count(&IoCounters::h2d_copies, &IoCounters::h2d_bytes, bytes);
+      return;
+    }
     if (in_used_ + bytes > in_.bytes)
       Fail(StatusCode::kInternal, "CUDA staging (in) overflow: ", in_used_ + bytes, " > ", in_.bytes);
     char* stage = static_cast<char*>(in_.ptr) + in_used_;
-    std::memcpy(stage, host, bytes);
+    std::memcpy(stage, src, bytes);
     CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
               "copy to device");
     in_used_ += DeviceBackend::StagingBytes(bytes);
+    Count(&IoCounters::staging_copies, &IoCounters::staging_bytes, bytes);
+    Count(&IoCounters::h2d_copies, &IoCounters::h2d_bytes, bytes);
   }
 
-  void CopyOut(void* host, const void* device_src, size_t bytes) override {
+  void CopyOut(void* dst, const void* device_src, size_t bytes, MemKind kind) override {
     if (bytes == 0) return;
+    if (kind == MemKind::kDevice) {
+      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDefault, ctx_.stream),
+                "device-to-device copy of a result");
+      Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
+      return;
+    }
+    if (kind == MemKind::kPinned) {
+      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
+                "copy to host");
+      Count(&IoCounters::d2h_copies, &IoCounters::d2h_bytes, bytes);
+      return;
+    }
     if (out_used_ + bytes > out_.bytes)
       Fail(StatusCode::kInternal, "CUDA staging (out) overflow: ", out_used_ + bytes, " > ",
            out_.bytes);
     char* stage = static_cast<char*>(out_.ptr) + out_used_;
     CheckCuda(cudaMemcpyAsync(stage, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
               "copy to host");
-    pending_.push_back(Pending{host, stage, bytes});
+    pending_.push_back(Pending{dst, stage, bytes});
     out_used_ += DeviceBackend::StagingBytes(bytes);
+    Count(&IoCounters::d2h_copies, &IoCounters::d2h_bytes, bytes);
   }
 
   void Finish(const std::function<std::string(int)>& describe_step) override {
-    // The error flag travels back with the outputs, in the last staging slot.
+    // The error flag travels back in the last staging slot.
     int* flag_host = reinterpret_cast<int*>(static_cast<char*>(out_.ptr) + out_.bytes - 64);
+    const DeviceRunIO* io = io_;
+    IoCounters* counters = counters_;
+    io_ = nullptr;
+    counters_ = nullptr;
     cudaError_t launch = cudaGetLastError();
     cudaError_t copy = cudaMemcpyAsync(flag_host, flag_, sizeof(int), cudaMemcpyDeviceToHost,
                                        ctx_.stream);
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
+    // The caller's later work on its stream starts after the run (an event
+    // wait on the device, queued before the host waits below).
+    cudaError_t signal = cudaSuccess;
+    if (io && io->signal && rec == cudaSuccess) {
+      signal = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(io->signal_stream), done_, 0);
+      if (counters) IoCounters::Add(counters->stream_signals, 1);
+    }
+    if (counters) IoCounters::Add(counters->status_reads, 1);
     cudaError_t sync = cudaEventSynchronize(done_);
     in_used_ = out_used_ = 0;
     struct Clear {
       std::vector<Pending>& v;
       ~Clear() { v.clear(); }
     } clear{pending_};
-    for (cudaError_t e : {launch, copy, rec, sync})
+    for (cudaError_t e : {launch, copy, rec, signal, sync})
       if (e != cudaSuccess) CheckCuda(e, "running the plan");
     if (int step = *flag_host) {
       cudaMemsetAsync(flag_, 0, sizeof(int), ctx_.stream);
@@ -112,6 +177,12 @@ class CudaStream final : public DeviceBackend::Stream {
            ": found bad data on the device (e.g. an index out of range)");
     }
     for (const Pending& p : pending_) std::memcpy(p.host, p.stage, p.bytes);
+    if (counters && !pending_.empty()) {
+      size_t bytes = 0;
+      for (const Pending& p : pending_) bytes += p.bytes;
+      IoCounters::Add(counters->staging_copies, pending_.size());
+      IoCounters::Add(counters->staging_bytes, bytes);
+    }
   }
 
   bool Replay(const std::vector<const void*>& key) override {
@@ -166,6 +237,12 @@ class CudaStream final : public DeviceBackend::Stream {
     const void* stage;
     size_t bytes;
   };
+  void Count(std::atomic<uint64_t> IoCounters::*copies, std::atomic<uint64_t> IoCounters::*bytes,
+             size_t n) {
+    if (!counters_) return;
+    IoCounters::Add(counters_->*copies, 1);
+    IoCounters::Add(counters_->*bytes, n);
+  }
   struct Graph {
     std::vector<const void*> key;
     cudaGraphExec_t exec;
@@ -181,6 +258,9 @@ class CudaStream final : public DeviceBackend::Stream {
   PinnedBuffer in_, out_;
   size_t in_used_ = 0, out_used_ = 0;
   std::vector<Pending> pending_;
+  const DeviceRunIO* io_ = nullptr;  // the run between Begin and Finish
+  IoCounters* counters_ = nullptr;
+  std::vector<cudaEvent_t> wait_events_;  // one per caller stream waited for
   void* blas_workspace_ = nullptr;
   bool graphs_on_ = true;
   std::vector<Graph> graphs_;
@@ -215,6 +295,19 @@ class Device final : public DeviceBackend {
     std::shared_ptr<void> d = Alloc(bytes);
     if (bytes) CheckCuda(cudaMemcpy(d.get(), host, bytes, cudaMemcpyHostToDevice), "upload");
     return d;
+  }
+
+  void Download(void* host, const void* device_src, size_t bytes) const override {
+    CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
+    if (bytes) CheckCuda(cudaMemcpy(host, device_src, bytes, cudaMemcpyDefault), "download");
+  }
+  std::shared_ptr<void> AllocPinned(size_t bytes) const override {
+    return cuda::AllocPinned(ordinal_, bytes);
+  }
+  Location Locate(const void* p) const override { return cuda::Locate(p); }
+  int ordinal() const override { return ordinal_; }
+  std::shared_ptr<ResultPool> NewResultPool(size_t bytes) const override {
+    return cuda::NewResultPool(ordinal_, bytes);
   }
 
   std::unique_ptr<Stream> NewStream(size_t in_bytes, size_t out_bytes, uint32_t needs) const override {
