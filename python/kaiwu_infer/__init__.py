@@ -14,9 +14,11 @@ from ._core import (
     ServerClosedError,
     UnsupportedOpError,
     cuda_available,
+    default_memory_budget,
 )
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
+from .opset import OpsetConversion
 from .session import IOBuffers, RefitReport, Session
 
 __version__ = "0.1.0"
@@ -42,4 +44,6 @@ __all__ = [
     "ServerClosedError",
     "QueueFullError",
     "cuda_available",
+    "default_memory_budget",
+    "OpsetConversion",
 ]

@@ -200,7 +200,7 @@ class InferenceServer:
         warmup: bool = False,
     ):
         if queue_full not in ("block", "raise"):
-            raise ValueError("queue_full must be 'block' or 'raise'")
+            raise _core.InputError(f"queue_full must be 'block' or 'raise', got {queue_full!r}")
         if isinstance(model_or_session, _core._Session):
             session = model_or_session
         else:

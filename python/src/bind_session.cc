@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "bindings.h"
-
 #include "backends/device.h"
+#include "bindings.h"
+#include "core/memory_budget.h"
 #include "kaiwu/session.h"
 
 namespace kaiwu {
@@ -57,20 +57,38 @@ PyIOInfo MakeInfo(const IOInfo& io) {
   py::tuple shape(io.dims.size());
   for (size_t d = 0; d < io.dims.size(); ++d) {
     if (io.dims[d] >= 0) shape[d] = py::int_(io.dims[d]);
-    else if (!io.symbols[d].empty()) shape[d] = py::str(io.symbols[d]);
+    else if (!io.symbols[d].empty())
+      shape[d] = TextToPython(io.symbols[d]);
     else shape[d] = py::none();
   }
   out.shape = shape;
   return out;
 }
 
+// memory_budget=: a positive int (bytes); larger than 64 bits means no limit.
+uint64_t BudgetFromPython(const py::object& obj) {
+  const bool is_int = py::isinstance<py::int_>(obj) && !py::isinstance<py::bool_>(obj);
+  if (is_int && obj.cast<py::int_>() > py::int_(0)) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj.ptr());
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      return UINT64_MAX;
+    }
+    return v;
+  }
+  ThrowPython(StatusCode::kInput, "memory_budget must be a positive number of bytes, got " +
+                                      TextFromPython(py::repr(obj)));
+}
+
 class PySession {
  public:
-  PySession(py::bytes model, const std::string& base_dir, py::object threads, bool optimize,
-            const std::string& device) {
+  PySession(py::bytes model, py::object base_dir_obj, py::object threads, bool optimize,
+            const std::string& device, py::object memory_budget) {
     SessionOptions opts;
     opts.optimize = optimize;
     opts.device = device;
+    const std::string base_dir = PathFromPython(base_dir_obj);
+    if (!memory_budget.is_none()) opts.memory_budget = BudgetFromPython(memory_budget);
     if (!threads.is_none()) {
       int t = threads.cast<int>();
       if (t < 1) ThrowPython(StatusCode::kInput, "threads must be >= 1, got " + std::to_string(t));
@@ -126,7 +144,7 @@ class PySession {
     std::vector<py::object> keep(ins.size());
     std::vector<bool> seen(ins.size(), false);
     for (auto item : feeds) {
-      std::string name = py::str(item.first);
+      std::string name = TextFromPython(item.first);
       auto it = input_index_.find(name);
       if (it == input_index_.end())
         ThrowPython(StatusCode::kInput, "unknown input '" + name + "'; the model's inputs are: " +
@@ -154,7 +172,7 @@ class PySession {
       for (size_t k = 0; k < session_->outputs().size(); ++k) wanted.push_back(static_cast<int>(k));
     } else {
       for (auto n : names_obj) {
-        std::string name = py::str(n);
+        std::string name = TextFromPython(n);
         auto it = output_index_.find(name);
         if (it == output_index_.end())
           ThrowPython(StatusCode::kInput, "unknown output '" + name + "'; the model's outputs are: " +
@@ -177,7 +195,7 @@ class PySession {
       std::vector<void*> ptrs(shapes.size(), nullptr);
       py::dict out_dict = out;
       for (auto item : out_dict) {
-        std::string name = py::str(item.first);
+        std::string name = TextFromPython(item.first);
         auto it = output_index_.find(name);
         if (it == output_index_.end())
           ThrowPython(StatusCode::kInput, "out: unknown output '" + name + "'");
@@ -324,7 +342,7 @@ class PySession {
   py::dict GetWeights(py::object names) const {
     std::vector<std::string> wanted;
     if (!names.is_none())
-      for (auto n : names) wanted.push_back(py::str(n));
+      for (auto n : names) wanted.push_back(TextFromPython(n));
     std::map<std::string, Tensor> weights;
     {
       py::gil_scoped_release release;
@@ -344,7 +362,7 @@ class PySession {
     std::vector<py::array> keep;
     keep.reserve(weights.size());
     for (auto item : weights) {
-      std::string name = py::str(item.first);
+      std::string name = TextFromPython(item.first);
       keep.emplace_back();
       try {
         views[name] = ArrayView(item.second, "weight '" + name + "'", &keep.back());
@@ -425,13 +443,16 @@ void BindSession(py::module_& m) {
                ", dtype=" + py::str(i.dtype).cast<std::string>() + ")";
       });
 
+  m.def("default_memory_budget", &DefaultMemoryBudget,
+        "The memory budget a Session gets without memory_budget=: $KAIWU_MEMORY_BUDGET "
+        "(bytes, or with a K/M/G/T suffix), else the machine's physical memory.");
   m.def("cuda_available", &CudaAvailable,
         "True when this build has the CUDA backend and a CUDA device is present.");
 
   py::class_<PySession>(m, "_Session")
-      .def(py::init<py::bytes, const std::string&, py::object, bool, const std::string&>(),
+      .def(py::init<py::bytes, py::object, py::object, bool, const std::string&, py::object>(),
            py::arg("model"), py::arg("base_dir"), py::arg("threads"), py::arg("optimize"),
-           py::arg("device") = "cpu")
+           py::arg("device") = "cpu", py::arg("memory_budget") = py::none())
       .def_property_readonly("device", [](PySession& s) { return s.session().device(); })
       .def_property_readonly("inputs", &PySession::inputs)
       .def_property_readonly("outputs", &PySession::outputs)

@@ -20,6 +20,11 @@ struct SessionOptions {
   /// backend. Feeds and results are in host memory unless a run says otherwise
   /// (RunOptions, TensorView::memory).
   std::string device = "cpu";
+  /// The most bytes one tensor, the model's weights or one execution plan may
+  /// take; sizes from the model file and plan-time shapes are checked against it
+  /// before allocation (ModelError / InputError naming the place). 0: the
+  /// default, $KAIWU_MEMORY_BUDGET or the machine's physical memory.
+  uint64_t memory_budget = 0;
 };
 
 /// How one run on a device session moves its data (ignored on the CPU, where

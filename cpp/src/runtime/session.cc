@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/memory_budget.h"
 #include "core/thread_pool.h"
 #include "onnx/loader.h"
 #include "passes/pass_manager.h"
@@ -186,6 +187,7 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
     }
   }
   CheckFeeds(feeds);
+  MemoryBudgetScope budget(options.memory_budget);
   std::vector<Shape> shapes;
   for (const TensorView& f : feeds) shapes.push_back(f.shape);
   auto ws = Snapshot();
@@ -223,6 +225,7 @@ Session::~Session() = default;
 
 std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std::string& base_dir,
                                        const SessionOptions& options) {
+  MemoryBudgetScope budget(options.memory_budget);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->device = FindDevice(options.device);

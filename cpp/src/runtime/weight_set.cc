@@ -68,7 +68,7 @@ void StaticProgram::Run(const Graph& graph, WeightSet* next, const WeightSet* pr
         }
         ctx.inputs.push_back(info);
       }
-      InferOp(ctx);
+      InferNode(ctx);  // shape inference, outputs checked against the memory budget
       kernels_[s] = PrepareHostKernel(ctx);
       output_info_[s] = ctx.outputs;
       scratch_bytes_[s] = ctx.scratch_bytes;
