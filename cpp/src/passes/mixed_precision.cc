@@ -81,6 +81,7 @@ class Rewriter {
     for (size_t i = 0; i < count; ++i) Visit(i);
     for (int& out : g_.outputs)
       if (pending_[out]) Materialize(out);
+    g_.Verify();  // producers and order first: RemoveDeadNodes walks them
     FoldIntegerCasts();
     g_.RemoveDeadNodes();
     g_.Verify();
@@ -152,6 +153,7 @@ class Rewriter {
         const int v = snapshot.outputs[j];
         const int vh = NewHalfValue(v);
         g_.nodes[i].outputs[j] = vh;
+        Mark(v);  // still a float32 value of the model, now made in half
         half_of_[v] = vh;
         produced_half_.insert(v);
         pending_[v] = true;
