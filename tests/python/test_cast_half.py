@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+# numpy warns on the overflow to infinity that these tests exercise on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 from onnx import TensorProto, helper
 
 from helpers import rand, run_kaiwu, run_ort
