@@ -298,39 +298,40 @@ std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
 }  // namespace
 
 void RegisterUnaryKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> numeric = {DType::kFloat32,  DType::kInt32, DType::kInt64,
-                                             DType::kFloat16, DType::kBFloat16};
-  const std::initializer_list<DType> f32 = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64,
+                                                DType::kFloat16, DType::kBFloat16};
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat16,
+                                               DType::kBFloat16};
   r.Register(OpId::kNeg, numeric, &MakeUnary<UnaryOp::kNeg>);
   r.Register(OpId::kAbs, numeric, &MakeUnary<UnaryOp::kAbs>);
   r.Register(OpId::kSign, numeric, &MakeUnary<UnaryOp::kSign>);
   r.Register(OpId::kRelu, numeric, &MakeUnary<UnaryOp::kRelu>);
-  r.Register(OpId::kLeakyRelu, f32, &MakeUnary<UnaryOp::kLeakyRelu>);
-  r.Register(OpId::kElu, f32, &MakeUnary<UnaryOp::kElu>);
-  r.Register(OpId::kSelu, f32, &MakeUnary<UnaryOp::kSelu>);
-  r.Register(OpId::kCelu, f32, &MakeUnary<UnaryOp::kCelu>);
-  r.Register(OpId::kHardSigmoid, f32, &MakeUnary<UnaryOp::kHardSigmoid>);
-  r.Register(OpId::kHardSwish, f32, &MakeUnary<UnaryOp::kHardSwish>);
-  r.Register(OpId::kGelu, f32, &MakeUnary<UnaryOp::kGelu>);
-  r.Register(OpId::kThresholdedRelu, f32, &MakeUnary<UnaryOp::kThresholdedRelu>);
-  r.Register(OpId::kMish, f32, &MakeUnary<UnaryOp::kMish>);
-  r.Register(OpId::kSoftplus, f32, &MakeUnary<UnaryOp::kSoftplus>);
-  r.Register(OpId::kSoftsign, f32, &MakeUnary<UnaryOp::kSoftsign>);
-  r.Register(OpId::kSigmoid, f32, &MakeUnary<UnaryOp::kSigmoid>);
-  r.Register(OpId::kTanh, f32, &MakeUnary<UnaryOp::kTanh>);
-  r.Register(OpId::kSqrt, f32, &MakeUnary<UnaryOp::kSqrt>);
-  r.Register(OpId::kExp, f32, &MakeUnary<UnaryOp::kExp>);
-  r.Register(OpId::kLog, f32, &MakeUnary<UnaryOp::kLog>);
-  r.Register(OpId::kReciprocal, f32, &MakeUnary<UnaryOp::kReciprocal>);
-  r.Register(OpId::kFloor, f32, &MakeUnary<UnaryOp::kFloor>);
-  r.Register(OpId::kCeil, f32, &MakeUnary<UnaryOp::kCeil>);
-  r.Register(OpId::kRound, f32, &MakeUnary<UnaryOp::kRound>);
-  r.Register(OpId::kSin, f32, &MakeUnary<UnaryOp::kSin>);
-  r.Register(OpId::kCos, f32, &MakeUnary<UnaryOp::kCos>);
-  r.Register(OpId::kErf, f32, &MakeUnary<UnaryOp::kErf>);
+  r.Register(OpId::kLeakyRelu, floats, &MakeUnary<UnaryOp::kLeakyRelu>);
+  r.Register(OpId::kElu, floats, &MakeUnary<UnaryOp::kElu>);
+  r.Register(OpId::kSelu, floats, &MakeUnary<UnaryOp::kSelu>);
+  r.Register(OpId::kCelu, floats, &MakeUnary<UnaryOp::kCelu>);
+  r.Register(OpId::kHardSigmoid, floats, &MakeUnary<UnaryOp::kHardSigmoid>);
+  r.Register(OpId::kHardSwish, floats, &MakeUnary<UnaryOp::kHardSwish>);
+  r.Register(OpId::kGelu, floats, &MakeUnary<UnaryOp::kGelu>);
+  r.Register(OpId::kThresholdedRelu, floats, &MakeUnary<UnaryOp::kThresholdedRelu>);
+  r.Register(OpId::kMish, floats, &MakeUnary<UnaryOp::kMish>);
+  r.Register(OpId::kSoftplus, floats, &MakeUnary<UnaryOp::kSoftplus>);
+  r.Register(OpId::kSoftsign, floats, &MakeUnary<UnaryOp::kSoftsign>);
+  r.Register(OpId::kSigmoid, floats, &MakeUnary<UnaryOp::kSigmoid>);
+  r.Register(OpId::kTanh, floats, &MakeUnary<UnaryOp::kTanh>);
+  r.Register(OpId::kSqrt, floats, &MakeUnary<UnaryOp::kSqrt>);
+  r.Register(OpId::kExp, floats, &MakeUnary<UnaryOp::kExp>);
+  r.Register(OpId::kLog, floats, &MakeUnary<UnaryOp::kLog>);
+  r.Register(OpId::kReciprocal, floats, &MakeUnary<UnaryOp::kReciprocal>);
+  r.Register(OpId::kFloor, floats, &MakeUnary<UnaryOp::kFloor>);
+  r.Register(OpId::kCeil, floats, &MakeUnary<UnaryOp::kCeil>);
+  r.Register(OpId::kRound, floats, &MakeUnary<UnaryOp::kRound>);
+  r.Register(OpId::kSin, floats, &MakeUnary<UnaryOp::kSin>);
+  r.Register(OpId::kCos, floats, &MakeUnary<UnaryOp::kCos>);
+  r.Register(OpId::kErf, floats, &MakeUnary<UnaryOp::kErf>);
   r.Register(OpId::kClip, numeric, &MakeKernel<ClipKernel>);
-  r.Register(OpId::kIsNaN, f32, &MakeIsSpecial<true>);
-  r.Register(OpId::kIsInf, f32, &MakeIsSpecial<false>);
+  r.Register(OpId::kIsNaN, floats, &MakeIsSpecial<true>);
+  r.Register(OpId::kIsInf, floats, &MakeIsSpecial<false>);
 }
 
 }  // namespace eltwise
