@@ -45,13 +45,14 @@ template <bool kMax>
 void InferPool(OpContext& ctx) {
   bool indices = false, col_major = false;
   if (kMax) {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
+                        DType::kFloat16, DType::kBFloat16});
     indices = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
     const int64_t order = ctx.node.GetInt("storage_order", 0);
     if (order != 0 && order != 1) ctx.Error("storage_order must be 0 or 1, got ", order);
     col_major = order == 1;
   } else {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   }
   const DType dtype = ctx.in(0).dtype;
   const Shape& x = ctx.in(0).shape;
@@ -72,7 +73,7 @@ void InferPool(OpContext& ctx) {
 // GlobalMaxPool / GlobalAveragePool: one value per (n, c) plane.
 template <bool kMax>
 void InferGlobalPool(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   const Shape& x = ctx.in(0).shape;
   if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
   if (kMax && NumElements(Shape(x.begin() + 2, x.end())) == 0)
