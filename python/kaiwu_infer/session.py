@@ -54,6 +54,11 @@ def _model_bytes(model: Any) -> tuple[bytes, str]:
     )
 
 
+def _names(names: Any) -> Any:
+    # A list for the binding; a str is passed as is so that it is refused by name.
+    return names if names is None or isinstance(names, str) else list(names)
+
+
 class Session(_core._Session):
     """An ONNX model ready to run batches on the CPU or a CUDA GPU.
 
@@ -113,7 +118,7 @@ class Session(_core._Session):
         self.opset_conversion: OpsetConversion | None = None
         try:
             super().__init__(data, base_dir, threads, optimize, str(device), memory_budget,
-                             str(precision), None if keep_fp32 is None else list(keep_fp32))
+                             str(precision), _names(keep_fp32))
         except _core.ModelError as e:
             if isinstance(e, (_core.UnsupportedOpError, _core.ModelFileNotFoundError)):
                 raise
@@ -122,7 +127,7 @@ class Session(_core._Session):
                 raise
             data, self.opset_conversion = converted
             super().__init__(data, base_dir, threads, optimize, str(device), memory_budget,
-                             str(precision), None if keep_fp32 is None else list(keep_fp32))
+                             str(precision), _names(keep_fp32))
         self._weight_names = frozenset(self.weights_info)
         self.refit_map = None
         text = self.metadata.get(REFIT_MAP_KEY)
