@@ -64,6 +64,8 @@ class _Session:
         optimize: bool,
         device: str = "cpu",
         memory_budget: int | None = None,
+        precision: str = "fp32",
+        keep_fp32: list[str] | None = None,
     ) -> None: ...
     @property
     def inputs(self) -> list[IOInfo]: ...

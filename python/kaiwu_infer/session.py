@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,6 +54,11 @@ def _model_bytes(model: Any) -> tuple[bytes, str]:
     )
 
 
+def _names(names: Any) -> Any:
+    # A list for the binding; a str is passed as is so that it is refused by name.
+    return names if names is None or isinstance(names, str) else list(names)
+
+
 class Session(_core._Session):
     """An ONNX model ready to run batches on the CPU or a CUDA GPU.
 
@@ -69,6 +74,14 @@ class Session(_core._Session):
             see ``kaiwu_infer.default_memory_budget()``). Sizes declared by the model file and
             shapes that appear at plan time are checked against it before allocation:
             ``ModelError`` / ``InputError`` naming the tensor, node or input dimension.
+        precision: ``"fp32"`` (default), or on a device session ``"fp16"`` / ``"bf16"``:
+            convolutions, GEMMs, elementwise ops and pooling run on float16 (bfloat16)
+            tensors on tensor cores with float32 accumulation; softmax, normalizations,
+            reductions, LSTM/GRU cells and Exp/Log/Pow stay float32. Weights are converted at
+            load and at every refit (refit still takes float32 arrays or a state_dict); feeds
+            and results keep the model's dtypes. ``describe()`` lists each node's precision.
+        keep_fp32: node names or op types to keep in float32 under fp16/bf16 (e.g. the
+            policy head's ``Gemm``); a name the model does not have is an ``InputError``.
 
     Models below opset 13 (tf2onnx-era policies, opset 7-12) are converted to opset 13 with
     ``onnx.version_converter`` on load; ``opset_conversion`` and ``describe()`` say so.
@@ -98,12 +111,14 @@ class Session(_core._Session):
     """
 
     def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True,
-                 device: str = "cpu", memory_budget: int | None = None):
+                 device: str = "cpu", memory_budget: int | None = None,
+                 precision: str = "fp32", keep_fp32: Sequence[str] | None = None):
         data, base_dir = _model_bytes(model)
         #: The opset conversion done on load (an ``OpsetConversion``), or None.
         self.opset_conversion: OpsetConversion | None = None
         try:
-            super().__init__(data, base_dir, threads, optimize, str(device), memory_budget)
+            super().__init__(data, base_dir, threads, optimize, str(device), memory_budget,
+                             str(precision), _names(keep_fp32))
         except _core.ModelError as e:
             if isinstance(e, (_core.UnsupportedOpError, _core.ModelFileNotFoundError)):
                 raise
@@ -111,7 +126,8 @@ class Session(_core._Session):
             if converted is None:
                 raise
             data, self.opset_conversion = converted
-            super().__init__(data, base_dir, threads, optimize, str(device), memory_budget)
+            super().__init__(data, base_dir, threads, optimize, str(device), memory_budget,
+                             str(precision), _names(keep_fp32))
         self._weight_names = frozenset(self.weights_info)
         self.refit_map = None
         text = self.metadata.get(REFIT_MAP_KEY)

@@ -83,10 +83,22 @@ uint64_t BudgetFromPython(const py::object& obj) {
 class PySession {
  public:
   PySession(py::bytes model, py::object base_dir_obj, py::object threads, bool optimize,
-            const std::string& device, py::object memory_budget) {
+            const std::string& device, py::object memory_budget, const std::string& precision,
+            py::object keep_fp32) {
     SessionOptions opts;
     opts.optimize = optimize;
     opts.device = device;
+    opts.precision = precision;
+    if (!keep_fp32.is_none()) {
+      if (py::isinstance<py::str>(keep_fp32))
+        ThrowPython(StatusCode::kInput, "keep_fp32 must be a list of node names or op types, not a string");
+      for (const py::handle& item : keep_fp32) {
+        if (!py::isinstance<py::str>(item))
+          ThrowPython(StatusCode::kInput, "keep_fp32: expected node names or op types (str), got " +
+                                              TextFromPython(py::repr(item)));
+        opts.keep_fp32.push_back(TextFromPython(item));
+      }
+    }
     const std::string base_dir = PathFromPython(base_dir_obj);
     if (!memory_budget.is_none()) opts.memory_budget = BudgetFromPython(memory_budget);
     if (!threads.is_none()) {
@@ -450,9 +462,11 @@ void BindSession(py::module_& m) {
         "True when this build has the CUDA backend and a CUDA device is present.");
 
   py::class_<PySession>(m, "_Session")
-      .def(py::init<py::bytes, py::object, py::object, bool, const std::string&, py::object>(),
+      .def(py::init<py::bytes, py::object, py::object, bool, const std::string&, py::object,
+                    const std::string&, py::object>(),
            py::arg("model"), py::arg("base_dir"), py::arg("threads"), py::arg("optimize"),
-           py::arg("device") = "cpu", py::arg("memory_budget") = py::none())
+           py::arg("device") = "cpu", py::arg("memory_budget") = py::none(),
+           py::arg("precision") = "fp32", py::arg("keep_fp32") = py::none())
       .def_property_readonly("device", [](PySession& s) { return s.session().device(); })
       .def_property_readonly("inputs", &PySession::inputs)
       .def_property_readonly("outputs", &PySession::outputs)

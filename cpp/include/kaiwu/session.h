@@ -20,6 +20,15 @@ struct SessionOptions {
   /// backend. Feeds and results are in host memory unless a run says otherwise
   /// (RunOptions, TensorView::memory).
   std::string device = "cpu";
+  /// Device sessions: "fp32" (default), "fp16" or "bf16". In half precision the
+  /// nodes whose math tolerates it (convolutions, GEMMs, elementwise ops,
+  /// pooling) run on float16/bfloat16 tensors with float accumulation; softmax,
+  /// normalisations, reductions and recurrent cells stay float32. Weights are
+  /// converted at load and at every refit (refit still takes float32); feeds
+  /// and results keep the model's dtypes. The CPU backend runs float32 only.
+  std::string precision = "fp32";
+  /// Node names or op types kept in float32 under "fp16"/"bf16".
+  std::vector<std::string> keep_fp32;
   /// The most bytes one tensor, the model's weights or one execution plan may
   /// take; sizes from the model file and plan-time shapes are checked against it
   /// before allocation (ModelError / InputError naming the place). 0: the

@@ -11,7 +11,8 @@ namespace {
 // Gemm: Y = alpha * op(A) * op(B) + beta * C, C broadcast unidirectionally to [M, N].
 void InferGemm(OpContext& ctx) {
   const Node& node = ctx.node;
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                     DType::kInt32, DType::kInt64});
   const DType dtype = ctx.in(0).dtype;
   ctx.ExpectDType(1, {dtype});
   const Shape& a = ctx.in(0).shape;
@@ -44,14 +45,15 @@ void InferGemm(OpContext& ctx) {
   }
   ctx.SetOutput(0, dtype, {p.m, p.n});
   p.act = FusedActivation::FromNode(node);
-  if (p.act.active() && dtype != DType::kFloat32)
-    ctx.Error("a fused activation needs float32, got ", DTypeName(dtype));
+  if (p.act.active() && !IsFloat(dtype))
+    ctx.Error("a fused activation needs a float type, got ", DTypeName(dtype));
 }
 
 // MatMul with numpy semantics: 1-D operands are promoted (and the added dim
 // removed again), leading batch dims broadcast.
 void InferMatMul(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                     DType::kInt32, DType::kInt64});
   const DType dtype = ctx.in(0).dtype;
   ctx.ExpectDType(1, {dtype});
   Shape a = ctx.in(0).shape, b = ctx.in(1).shape;
@@ -75,8 +77,8 @@ void InferMatMul(OpContext& ctx) {
   if (!b_vec) out.push_back(p.n);
   ctx.SetOutput(0, dtype, out);
   p.act = FusedActivation::FromNode(ctx.node);
-  if (p.act.active() && dtype != DType::kFloat32)
-    ctx.Error("a fused activation needs float32, got ", DTypeName(dtype));
+  if (p.act.active() && !IsFloat(dtype))
+    ctx.Error("a fused activation needs a float type, got ", DTypeName(dtype));
 }
 
 bool Contains(const std::vector<int>& v, int x) {
