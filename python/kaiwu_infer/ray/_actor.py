@@ -13,6 +13,7 @@ so a server that Ray restarted has the versions and weights of its peers.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 import warnings
@@ -53,7 +54,14 @@ class ServerActor:
     def __init__(self, model: Any, server_kwargs: dict, log: Any, index: int, shm: dict | None,
                  actor_timeout: float):
         self.index = index
-        self.srv = InferenceServer(model, **server_kwargs)
+        self.init_error: BaseException | None = None
+        try:
+            self.srv = InferenceServer(model, **server_kwargs)
+        except (_core.KaiwuError, TypeError, ValueError) as e:
+            # kept, and raised by info(): a constructor that raises kills the actor and
+            # Ray reports it as ActorDiedError, losing the typed error
+            self.init_error = e
+            return
         self.weight_names = frozenset(self.srv.session.weights_info)
         self.incarnation = uuid.uuid4().hex
         ctx = ray.get_runtime_context()
@@ -78,7 +86,10 @@ class ServerActor:
         self._reaper: asyncio.Task | None = None
         if log is not None:
             for e in ray.get(log.entries.remote()):
-                self._apply(e, ray.get(e.box[0]) if e.box else None)
+                try:
+                    self._apply(e, ray.get(e.box[0]) if e.box else None)
+                except _core.KaiwuError as err:  # the driver discards refused entries
+                    warnings.warn(f"server {index}: weight log entry {e.seq} ({e.op}) refused on replay: {err}")
                 self.replayed += 1
 
     # ---- requests
@@ -141,7 +152,9 @@ class ServerActor:
 
     # ---- introspection and lifetime
     async def info(self) -> dict:
-        return {"index": self.index, "node_id": self.node_id, "incarnation": self.incarnation,
+        if self.init_error is not None:
+            raise self.init_error
+        return {"index": self.index, "node_id": self.node_id, "pid": os.getpid(), "incarnation": self.incarnation,
                 "shm_name": self.shm_name, "shm_rows": self.shm_rows, "restarted": self.restarted,
                 "closed": self.srv.closed, "feed_inputs": self.srv.feed_inputs,
                 "state": dict(self.srv.state), "versions": self.srv.versions,
@@ -152,7 +165,7 @@ class ServerActor:
         s.update(server=self.index, node_id=self.node_id, restarted=self.restarted,
                  incarnation=self.incarnation, remote_actors=len(self.seen),
                  dropped_actors=self.dropped, log_entries_replayed=self.replayed,
-                 versions=self.srv.versions, latest=self.srv.latest)
+                 version_tags=self.srv.versions, latest=self.srv.latest)
         return s
 
     async def reset_stats(self) -> None:
