@@ -105,14 +105,17 @@ def export(name):
 class BenchWorker:
     """Steps ``n_envs`` synthetic envs; actions from the mode's inference path."""
 
-    def __init__(self, mode, wid, n_envs, shape, env_us, model_bytes=None, client=None, factory=None):
+    def __init__(self, wid, n_envs, shape, env_us):
         import numpy as np
 
-        self.mode, self.wid, self.n, self.env_us = mode, wid, n_envs, env_us
+        self.wid, self.n, self.env_us = wid, n_envs, env_us
         rng = np.random.default_rng(wid)
         self.pool = [rng.standard_normal((n_envs,) + tuple(shape)).astype(np.float32) for _ in range(4)]
-        self.client = client
-        self.refits = 0
+
+    def setup(self, mode, model_bytes=None, client=None) -> None:
+        """Switches the inference path (the process is reused across modes: Ray worker
+        start-up is seconds per process on a loaded 2-core machine)."""
+        self.mode, self.client, self.sess, self.refits = mode, client, None, 0
         if mode == "local":
             import kaiwu_infer as ki
 
@@ -200,14 +203,22 @@ def torch_factory(name):
 
 # ----------------------------------------------------------------- runs
 
-def run_config(policy, mode, workers, a, net, model):
+def make_workers(policy, workers, a):
+    shape = POLICIES[policy][1]
+    W = ray.remote(num_cpus=max(0.01, (a.cpus - 1) / workers), max_concurrency=2)(BenchWorker)
+    ws = [W.remote(i, a.envs, shape, a.env_us) for i in range(workers)]
+    return ws
+
+
+def run_config(policy, mode, ws, a, net, model):
+    workers = len(ws)
     cpus = a.cpus
     shape = POLICIES[policy][1]
     server = None
     client = None
     model_bytes = model.SerializeToString()
     srv_cpus = 1 if mode in ("kaiwu", "kaiwu_ray", "torchrl") else 0
-    w_cpus = max(0.01, (cpus - srv_cpus) / workers)
+    w_cpus = max(0.01, (cpus - 1) / workers)
     if mode in ("kaiwu", "kaiwu_ray"):
         server = kr.RayInferenceServer(model, num_cpus=srv_cpus, threads=a.server_threads,
                                        max_batch=max(256, a.envs), max_wait_us=a.max_wait_us,
@@ -223,11 +234,8 @@ def run_config(policy, mode, workers, a, net, model):
         from tensordict.nn import TensorDictModule
 
         td_module = TensorDictModule(Folded(net, len(shape)), in_keys=["obs"], out_keys=["logits", "value"])
-    W = ray.remote(num_cpus=w_cpus, max_concurrency=2)(BenchWorker)
-    ws = [W.remote(mode, i, a.envs, shape, a.env_us, model_bytes if mode.startswith("local") else None,
-                   client if mode != "torchrl" else server.client(),
-                   None) for i in range(workers)]
-    ray.get([w.set_weights.remote({}) for w in ws])   # all started
+    ray.get([w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
+                            client if mode != "torchrl" else server.client()) for w in ws])
     refs = [w.run.remote(a.seconds) for w in ws]
     bcast = []
     t_next = time.perf_counter() + a.update_s
@@ -254,8 +262,7 @@ def run_config(policy, mode, workers, a, net, model):
         t_next = time.perf_counter() + a.update_s
     res = ray.get(refs)
     stats = server.stats() if mode.startswith("kaiwu") else None
-    for w in ws:
-        ray.kill(w)
+    ray.get([w.setup.remote(None) for w in ws])   # drop clients and sessions
     if server is not None:
         if mode == "torchrl":
             server.shutdown()
@@ -441,14 +448,17 @@ def main(argv=None):
         costs[pol] = call_costs(pol, a, model)
         print(pol, "costs", {k: round(v) for k, v in costs[pol].items()}, flush=True)
         for w in worker_counts:
+            ws = make_workers(pol, w, a)
             for mode in modes:
                 try:
-                    r = run_config(pol, mode, w, a, net, model)
+                    r = run_config(pol, mode, ws, a, net, model)
                 except Exception as e:  # noqa: BLE001 - reported, the run goes on
                     r = {"policy": pol, "mode": mode, "workers": w, "envs": a.envs, "error": repr(e)[:300]}
                 runs.append(r)
                 print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
                       flush=True)
+            for x in ws:
+                ray.kill(x)
     bc = broadcast(a)
     load1 = os.getloadavg()
     ray.shutdown()

@@ -271,3 +271,56 @@ def test_dead_env_worker_dropped_after_timeout(lstm):
         time.sleep(2.0)
         again = rw.EnvWorker(c, {7: 2}).run([1])[7]
         assert r["reset"] == [False] and again["reset"] == [True]
+
+
+# ------------------------------------------------------------------ weight log
+
+def test_weight_log_compaction_replays_to_the_same_versions():
+    """Random refit / add_version / remove_version sequences on a model of dicts: replaying
+    the compacted log gives the same versions and weights as applying every operation."""
+    from kaiwu_infer.ray._log import WeightLog
+
+    names = ["a", "b", "c"]
+
+    def apply(state, e, w):
+        versions, latest = state
+        if e.op == "remove":
+            del versions[e.tag]
+            return versions, (latest if latest != e.tag else list(versions)[-1])
+        if e.op == "refit":
+            versions[e.tag] = {**versions[e.tag], **w}
+            return versions, latest
+        versions[e.tag] = {**versions[e.base or latest], **w}
+        return versions, e.tag
+
+    rng = np.random.default_rng(0)
+    compacted = 0
+    for trial in range(200):
+        log, state, weights = WeightLog(), ({"base": dict.fromkeys(names, 0)}, "base"), {}
+        for k in range(int(rng.integers(1, 14))):
+            versions, latest = state
+            op = rng.choice(["refit", "refit", "add", "remove"])
+            full = rng.random() < 0.6
+            w = {n: k + 1 for n in (names if full else rng.choice(names, 2, replace=False))}
+            if op == "remove":
+                cands = [v for v in versions if v != "base"]
+                if not cands:
+                    continue
+                e = log.append("remove", str(rng.choice(cands)), None, None)
+            elif op == "add":
+                base = str(rng.choice(list(versions))) if rng.random() < 0.5 else None
+                e = log.append("add", f"v{k}", base, [k])
+            else:
+                tag = str(rng.choice(list(versions))) if rng.random() < 0.5 else None
+                e = log.append("refit", tag, None, [k])
+            weights[k] = w
+            state = apply(state, e, w if e.op != "remove" else None)
+            log.set_latest(state[1])
+            if e.op != "remove" and full:
+                log.mark_full(e.seq)
+        replay = ({"base": dict.fromkeys(names, 0)}, "base")
+        for e in log.entries():
+            replay = apply(replay, e, weights[e.box[0]] if e.box else None)
+        assert replay[0] == state[0], (trial, log)
+        compacted += len(log.entries()) < len(weights)
+    assert compacted > 50  # the log did drop entries

@@ -13,6 +13,7 @@ so a server that Ray restarted has the versions and weights of its peers.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import time
 import uuid
@@ -85,22 +86,27 @@ class ServerActor:
         self.log = log
         self._reaper: asyncio.Task | None = None
         if log is not None:
-            for e in ray.get(log.entries.remote()):
-                try:
-                    self._apply(e, ray.get(e.box[0]) if e.box else None)
-                except _core.KaiwuError as err:  # the driver discards refused entries
-                    warnings.warn(f"server {index}: weight log entry {e.seq} ({e.op}) refused on replay: {err}")
-                self.replayed += 1
+            # in a helper thread: this constructor runs on the actor's event loop
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                ex.submit(self._replay, log).result()
+
+    def _replay(self, log: Any) -> None:
+        for e in ray.get(log.entries.remote()):
+            try:
+                self._apply(e, ray.get(e.box[0]) if e.box else None)
+            except _core.KaiwuError as err:  # the driver discards refused entries
+                warnings.warn(f"server {self.index}: weight log entry {e.seq} ({e.op}) refused on replay: {err}")
+            self.replayed += 1
 
     # ---- requests
     async def infer(self, actor_id: int, feeds: Mapping[str, Any], done: Any, version: str | None):
         """One step of one actor (all its rows): (outputs, fresh). ``fresh`` is True when
-        this server holds no state for the actor (first step here, after a restart,
-        or after the actor was dropped as silent)."""
+        the model is recurrent and this server holds no state for the actor (first step
+        here, after a restart, or after the actor was dropped as silent)."""
         if self._reaper is None and self.actor_timeout > 0:
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
         out = await self.srv.infer_async(int(actor_id), feeds, done=done, version=version)
-        fresh = actor_id not in self.seen
+        fresh = actor_id not in self.seen and bool(self.srv.state)
         self.seen[actor_id] = time.monotonic()
         return out, fresh
 

@@ -256,7 +256,7 @@ class RayClient:
                 if c2 is None:
                     raise
                 self._paths[actor_id] = c2
-                if actor_id in self._stepped:
+                if actor_id in self._stepped and info["state"]:
                     self._pending_reset.add(actor_id)
         reset = actor_id in self._pending_reset
         self._pending_reset.discard(actor_id)

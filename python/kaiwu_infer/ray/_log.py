@@ -59,6 +59,8 @@ class WeightLog:
         for i, e in enumerate(self._entries):
             if e.seq == seq:
                 e.full = True
+                if e.op == "add":
+                    e.base = None  # needs no base: replays even after its base is removed
                 self._compact_before(i)
                 return
 
