@@ -360,52 +360,57 @@ def broadcast(a):
 # ----------------------------------------------------------------- report
 
 def estimate(costs, runs, bc, a):
-    """1,000 env workers x envs on 50 nodes, from the measured per-call costs."""
+    """1,000 env workers x envs on 50 nodes, from the measured per-call costs: the
+    transport overheads from the MLP (whose run is short, so the rest of a call is
+    transport), the compute per row from the conv policy's 1-thread Session."""
     lines = []
-    conv = costs.get("conv") or next(iter(costs.values()))
     envs = a.envs
-    shm_o = conv["shm"] - conv["shm_run_us"]
-    ray_o = conv["ray"] - conv["ray_run_us"]
-    row_us = conv["shm_run_us"] / envs
-    lines.append(f"Measured here (conv policy, {envs} envs per call, one worker alone): a step through "
-                 f"shared memory costs {conv['shm']:.0f} us of which {conv['shm_run_us']:.0f} us is the "
-                 f"server's run ({row_us:.0f} us/row at batch {envs}, 1 thread), so **{shm_o:.0f} us "
-                 f"transport**; through a Ray call {conv['ray']:.0f} us, **{ray_o:.0f} us transport** "
-                 f"(a bare Ray actor call: {conv['ray_ping']:.0f} us). A worker's Session alone: "
-                 f"{conv['session']:.0f} us.")
+    mlp = costs.get("mlp") or next(iter(costs.values()))
+    conv = costs.get("conv") or mlp
+    shm_o = max(0.0, mlp["shm"] - mlp["shm_run_us"])
+    ray_o = max(0.0, mlp["ray"] - mlp["ray_run_us"])
+    row_us = conv["session"] / envs
+    lines.append(f"Measured here (one worker alone, {envs} envs per call): with the MLP, whose run is "
+                 f"short, a step through shared memory costs {mlp['shm']:.0f} us of which "
+                 f"{mlp['shm_run_us']:.0f} us is the server's run, so **~{shm_o:.0f} us transport**; "
+                 f"through a Ray call {mlp['ray']:.0f} us, **~{ray_o:,.0f} us transport** (a bare Ray "
+                 f"actor call: {mlp['ray_ping']:,.0f} us). The conv policy costs {row_us:.0f} us per row "
+                 f"on one core ({conv['session']:,.0f} us per {envs}-row Session run). On this loaded "
+                 "2-core machine these are upper bounds: an idle host's Ray call is a few hundred us.")
     nodes, workers = 50, 1000
     per_node = workers // nodes
     lines.append("")
     lines.append(f"Paper estimate, {workers} env workers x {envs} envs on {nodes} nodes ({per_node} "
-                 f"workers/node), conv policy, batched server compute ~{row_us:.0f} us/row/core "
-                 "(measured above; larger batches are cheaper per row):")
+                 f"workers/node), conv policy at {row_us:.0f} us/row/core:")
     for env_us in (0, 100, 1000):
-        for label, o in (("one server per node, shared memory", shm_o),
+        for label, o in (("a server on every node, shared memory", shm_o),
                          ("servers on other nodes, Ray calls", ray_o)):
-            worker_cycle = envs * env_us + o + conv["shm_run_us"]
-            worker_fps = envs / (worker_cycle * 1e-6)
+            # a worker's cycle: its envs, the transport, and the batch's run (~ its rows' share
+            # when the server's cores keep up)
+            cycle = envs * env_us + o + envs * row_us
+            worker_fps = envs / (cycle * 1e-6)
             demand = worker_fps * workers
             cores = demand * row_us * 1e-6
-            lines.append(f"- env {env_us} us/step, {label}: a worker at most {worker_fps:,.0f} frames/s "
-                         f"(cycle {worker_cycle:,.0f} us), all {demand / 1e6:.2f} M frames/s if "
-                         f"inference keeps up, which takes ~{cores:,.0f} server cores "
-                         f"({cores / nodes:.1f} per node)")
+            lines.append(f"- env {env_us} us/step, {label}: a worker {worker_fps:,.0f} frames/s "
+                         f"(cycle {cycle:,.0f} us); {demand / 1e6:.2f} M frames/s in all if the servers "
+                         f"keep up, which takes ~{cores:,.0f} inference cores ({cores / nodes:.1f} per "
+                         f"node, i.e. servers with that many threads, or GPUs)")
     big = next((r for r in bc if r["servers"] == max(x["servers"] for x in bc)), None)
     if big:
-        lines.append(f"- weight broadcast: {big['mb']:.0f} MB to {big['servers']} servers took "
-                     f"{big['total_ms']:.0f} ms here (one put; every node pulls the object once, "
-                     f"so 50 nodes cost ~50 x {big['mb']:.0f} MB = {50 * big['mb'] / 1e3:.1f} GB through the "
-                     "head's object store per update: at 10 Gb/s ~"
-                     f"{50 * big['mb'] * 8 / 10e3:.1f} s unless Ray's push fans out; updates every "
-                     "few seconds stay under that bound)")
+        lines.append(f"- weight broadcast: {big['mb']:.1f} MB to {big['servers']} servers took "
+                     f"{big['total_ms']:.0f} ms here, almost all of it the servers' refits sharing 2 "
+                     f"cores (the put: {big['put_ms']:.0f} ms). On 50 nodes each node pulls the object "
+                     f"once (~{50 * big['mb'] / 1e3:.1f} GB in all per update; Ray's object transfer "
+                     "fetches from any node holding a copy, so it fans out), and each server's refit "
+                     "runs on its own cores: ~the 1-server time plus the transfer")
     lines.append("")
-    lines.append("What bounds it: with servers on every node (the shared-memory path), inference "
-                 "compute per node (cores x rows/s per core) and the envs; the Ray-call path adds "
-                 f"~{ray_o / 1e3:.1f} ms per worker step on this machine, which caps a worker at "
-                 f"{envs / (ray_o * 1e-6):,.0f} frames/s before any env or inference time and loads the "
-                 "server's event loop with one task per step (Ray-level cost on the server side: "
-                 "roughly one core per ~1-3 k calls/s); broadcast is bounded by the object store "
-                 "transfer to each node, paid once per node, not per server.")
+    lines.append("What bounds it: with a server on every node (shared memory), inference compute per "
+                 "node and the envs; a Ray call costs a worker "
+                 f"~{ray_o / 1e3:.1f} ms per step here (a cap of {envs / max(ray_o, 1) * 1e6:,.0f} "
+                 "frames/s per worker before any env or inference time) and the server's event loop "
+                 "one Ray task per step, so remote workers want larger vectors of envs per call. "
+                 "The broadcast is bounded by the object transfer to each node, paid once per node, "
+                 "not per server.")
     return "\n".join(lines)
 
 
@@ -426,7 +431,17 @@ def main(argv=None):
     p.add_argument("--cpus", type=int, default=os.cpu_count())
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "dev-2core"))
     p.add_argument("--name", default="ray")
+    p.add_argument("--render", help="rewrite the .md from this .json (no runs)")
     a = p.parse_args(argv)
+    if a.render:
+        d = json.load(open(a.render))
+        for k, v in d["args"].items():
+            if k not in ("render",):
+                setattr(a, k, v)
+        a.out_dir, a.name = os.path.dirname(a.render), os.path.basename(a.render)[:-5]
+        load = tuple(d.get("load", (float("nan"),) * 2))
+        write(a, d["runs"], d["costs"], d["broadcast"], (load[0],), (load[1],), d["args"].get("argv"))
+        return
     a.broadcast_servers = [int(x) for x in a.broadcast_servers.split(",") if x]
     worker_counts = [int(x) for x in a.workers.split(",")]
     modes = a.modes.split(",")
@@ -462,16 +477,23 @@ def main(argv=None):
     bc = broadcast(a)
     load1 = os.getloadavg()
     ray.shutdown()
-    write(a, runs, costs, bc, load0, load1, argv)
+    a.argv = argv if argv is not None else sys.argv[1:]
+    a.load = (load0[0], load1[0])
+    write(a, runs, costs, bc, load0, load1, a.argv)
 
 
 def write(a, runs, costs, bc, load0, load1, argv):
     os.makedirs(a.out_dir, exist_ok=True)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=HERE).stdout.strip()
-    except Exception:  # noqa: BLE001
-        commit = "?"
+    if not getattr(a, "date", None):
+        a.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    commit = getattr(a, "commit", None)
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=HERE).stdout.strip()
+        except Exception:  # noqa: BLE001
+            commit = "?"
+        a.commit = commit
     cmd = "PYTHONPATH=python python bench/bench_ray.py " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         import torchrl
@@ -489,7 +511,7 @@ def write(a, runs, costs, bc, load0, load1, argv):
           f"- versions: kaiwu_infer {ki.__version__} ({commit}), ray {ray.__version__}, torch "
           f"{torch.__version__}, torchrl {trl}, python {platform.python_version()}",
           f"- command: `{cmd}`",
-          f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}; load "
+          f"- date: {a.date}; load "
           f"average {load0[0]:.1f} at start, {load1[0]:.1f} at end",
           f"- {a.envs} synthetic envs per worker (observations from a pre-drawn pool, {a.env_us:g} us "
           f"busy work per env step), {a.seconds:g} s per config, a weight broadcast every "
@@ -531,7 +553,8 @@ def write(a, runs, costs, bc, load0, load1, argv):
     with open(path + ".md", "w") as f:
         f.write("\n".join(md))
     with open(path + ".json", "w") as f:
-        json.dump({"runs": runs, "costs": costs, "broadcast": bc, "args": vars(a)}, f, indent=1)
+        json.dump({"runs": runs, "costs": costs, "broadcast": bc, "args": vars(a),
+                   "load": [load0[0], load1[0]]}, f, indent=1)
     print(f"wrote {path}.md and .json")
 
 
