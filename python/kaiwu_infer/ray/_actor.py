@@ -13,7 +13,6 @@ so a server that Ray restarted has the versions and weights of its peers.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import time
 import uuid
@@ -86,9 +85,18 @@ class ServerActor:
         self.log = log
         self._reaper: asyncio.Task | None = None
         if log is not None:
-            # in a helper thread: this constructor runs on the actor's event loop
-            with concurrent.futures.ThreadPoolExecutor(1) as ex:
-                ex.submit(self._replay, log).result()
+            # Blocking on purpose: no request may run before the weights are back. Ray warns
+            # about any blocking get in an asyncio actor; this one is not a mistake.
+            key = "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC"
+            old = os.environ.get(key)
+            os.environ[key] = "0"
+            try:
+                self._replay(log)
+            finally:
+                if old is None:
+                    del os.environ[key]
+                else:
+                    os.environ[key] = old
 
     def _replay(self, log: Any) -> None:
         for e in ray.get(log.entries.remote()):
