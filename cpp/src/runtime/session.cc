@@ -234,6 +234,7 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].kind == ValueKind::kWeight) impl->weight_ids.push_back(static_cast<int>(v));
   if (options.optimize) Optimize(&g, &impl->pass_stats);
+  if (options.optimize && !impl->device) OptimizeForCpu(&g, &impl->pass_stats);
   g.RemoveDeadNodes();
   impl->ops_after = CountOps(g);
   int threads = options.threads > 0 ? options.threads : ThreadPool::PhysicalCores();
