@@ -1,0 +1,110 @@
+"""The CPU prepack rewrite (passes/prepack_gemm.cc): Gemm/MatMul against a static float32
+matrix run as kaiwu PackedGemm on weights packed by static nodes. Against onnxruntime at
+odd sizes (column tails inside a 16-wide panel, k across cache blocks, row tails of every
+tile height), bias and fused activations, 1 and 2 threads (bit-identical), and refit after
+prepacking equal to a fresh session; where it must not fire."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from helpers import assert_outputs_close, make_model, rand, run_ort
+from test_passes import fired, ops_after, refit_matches_fresh
+
+
+def gemm_model(k, n, *, trans_b=True, bias=True, act="Relu", alpha=1.0, beta=1.0, trans_a=False,
+               bias_shape=None):
+    rng = np.random.default_rng(k * 1000 + n)
+    w_shape = (n, k) if trans_b else (k, n)
+    inits = {"W": (rng.standard_normal(w_shape) / np.sqrt(k)).astype(np.float32)}
+    inputs = ["x", "W"]
+    if bias:
+        inits["B"] = rng.standard_normal(bias_shape or (n,)).astype(np.float32)
+        inputs.append("B")
+    nodes = [helper.make_node("Gemm", inputs, ["g"], transB=int(trans_b), transA=int(trans_a),
+                              alpha=alpha, beta=beta)]
+    out = "g"
+    if act:
+        nodes.append(helper.make_node(act, ["g"], ["y"]))
+        out = "y"
+    x_shape = [k, "N"] if trans_a else ["N", k]
+    return make_model(nodes, [("x", np.float32, x_shape)], [out], initializers=inits)
+
+
+def matmul_model(k, n, x_shape):
+    rng = np.random.default_rng(n)
+    inits = {"W": (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])]
+    return make_model(nodes, [("x", np.float32, list(x_shape))], ["y"], initializers=inits)
+
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("k,n,trans_b,act", [(7, 21, True, "Relu"), (300, 16, False, None),
+                                             (600, 130, True, "Tanh"), (64, 1, False, "Relu"),
+                                             (257, 47, True, None)])
+@pytest.mark.parametrize("batch", [1, 5, 13, 64])
+def test_gemm_prepacked_matches_onnxruntime(engine, rng, k, n, trans_b, act, batch):
+    model = gemm_model(k, n, trans_b=trans_b, act=act)
+    feeds = {"x": rand(rng, (batch, k))}
+    ref = run_ort(model, feeds)
+    outs = []
+    for threads in (1, 2):
+        sess = engine.Session(model, threads=threads, optimize=True)
+        assert fired(sess).get("prepack_gemm_weights") == 1
+        ops = ops_after(sess)
+        assert ops.get("PackedGemm") == 1 and "Gemm" not in ops, ops
+        out = sess.run(dict(feeds))
+        assert_outputs_close(out, ref, context=f"threads={threads}", **TOL)
+        outs.append(out)
+    for a, b in zip(outs[0], outs[1]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # same summation order
+
+
+@pytest.mark.parametrize("bias_shape", [(21,), (1, 21)])
+def test_gemm_prepacked_refit_equals_fresh(engine, rng, bias_shape):
+    model = gemm_model(33, 21, bias_shape=bias_shape)
+    feeds = {"x": rand(rng, (9, 33))}
+    refit_matches_fresh(engine, model, feeds, {"W"}, rng)
+    refit_matches_fresh(engine, model, feeds, {"W", "B"}, rng)
+
+
+def test_refit_repacks_weights(engine, rng):
+    """After a refit the session computes with the new weights (onnxruntime on the new model)."""
+    model = gemm_model(40, 19)
+    feeds = {"x": rand(rng, (6, 40))}
+    sess = engine.Session(model, threads=2, optimize=True)
+    sess.run(dict(feeds))  # packed once
+    new_w = rand(rng, (19, 40))
+    sess.refit({"W": new_w}, strict=False)
+    for init in model.graph.initializer:
+        if init.name == "W":
+            from onnx import numpy_helper
+            init.CopyFrom(numpy_helper.from_array(new_w, "W"))
+    assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), context="refit", **TOL)
+
+
+@pytest.mark.parametrize("x_shape", [("N", 3, 24), ("N", 24)])
+def test_matmul_prepacked(engine, rng, x_shape):
+    model = matmul_model(24, 17, x_shape)
+    shape = tuple(4 if isinstance(d, str) else d for d in x_shape)
+    feeds = {"x": rand(rng, shape)}
+    sess = engine.Session(model, threads=1, optimize=True)
+    assert fired(sess).get("prepack_gemm_weights") == 1
+    assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
+    refit_matches_fresh(engine, model, feeds, {"W"}, rng)
+
+
+@pytest.mark.parametrize("case", ["trans_a", "alpha", "beta", "bias_per_row"])
+def test_prepack_must_not_fire(engine, rng, case):
+    k, n = 12, 10
+    kwargs = {"trans_a": dict(trans_a=True), "alpha": dict(alpha=0.5), "beta": dict(beta=2.0),
+              "bias_per_row": dict(bias_shape=(6, n))}[case]
+    model = gemm_model(k, n, **kwargs)
+    feeds = {"x": rand(rng, (k, 6) if case == "trans_a" else (6, k))}
+    sess = engine.Session(model, threads=1, optimize=True)
+    assert "prepack_gemm_weights" not in fired(sess)
+    assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
