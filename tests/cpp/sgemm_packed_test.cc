@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
 
 #include "backends/cpu/sgemm_packed.h"
+#include "backends/cpu/sgemm_packed_isa.h"
 #include "kernel_harness.h"
 
 namespace kaiwu {
@@ -35,7 +37,18 @@ double Act(FusedActivation::Kind kind, double x) {
   }
 }
 
+std::vector<cpu::PackedIsa> AvailableIsas() {
+  std::vector<cpu::PackedIsa> isas;
+  for (auto isa : {cpu::PackedIsa::kScalar, cpu::PackedIsa::kAvx2, cpu::PackedIsa::kAvx512})
+    if (cpu::PackedIsaAvailable(isa)) isas.push_back(isa);
+  return isas;
+}
+
+// Every variant this CPU runs (scalar, AVX2, AVX-512), whatever the build
+// targets: the variants are compiled with their own flags and chosen by cpuid.
 TEST(SgemmPacked, MatchesFloat64Reference) {
+  for (cpu::PackedIsa isa : AvailableIsas()) {
+  SCOPED_TRACE(cpu::PackedIsaName(isa));
   std::mt19937 rng(14);
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 18, 512}, {2, 33, 7},
@@ -57,8 +70,10 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
           std::vector<float> c1(m * ldc, kNaN), c2(m * ldc, kNaN);
           ThreadPool one(1), two(2);
           const float* bp = with_bias ? bias.data() : nullptr;
-          cpu::SgemmPackedB(m, n, k, a.data(), lda, packed.data(), bp, act, c1.data(), ldc, &one);
-          cpu::SgemmPackedB(m, n, k, a.data(), lda, packed.data(), bp, act, c2.data(), ldc, &two);
+          cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c1.data(), ldc,
+                            &one);
+          cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c2.data(), ldc,
+                            &two);
           for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < n; ++j) {
               double s = with_bias ? bias[j] : 0.0;
@@ -74,6 +89,28 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
           }
         }
   }
+  }
+}
+
+// KAIWU_CPU_ISA caps the variant: "avx2" forces the AVX2 path on an AVX-512
+// machine (so CI covers it), "scalar" the portable one.
+TEST(SgemmPacked, EnvironmentCapsTheInstructionSet) {
+  const char* old = std::getenv("KAIWU_CPU_ISA");
+  const std::string saved = old ? old : "";
+  setenv("KAIWU_CPU_ISA", "avx2", 1);
+  EXPECT_EQ(cpu::DetectPackedIsa(), cpu::PackedIsaAvailable(cpu::PackedIsa::kAvx2)
+                                        ? cpu::PackedIsa::kAvx2
+                                        : cpu::PackedIsa::kScalar);
+  setenv("KAIWU_CPU_ISA", "scalar", 1);
+  EXPECT_EQ(cpu::DetectPackedIsa(), cpu::PackedIsa::kScalar);
+  unsetenv("KAIWU_CPU_ISA");
+  const cpu::PackedIsa widest = cpu::PackedIsaAvailable(cpu::PackedIsa::kAvx512)
+                                    ? cpu::PackedIsa::kAvx512
+                                    : cpu::PackedIsaAvailable(cpu::PackedIsa::kAvx2)
+                                          ? cpu::PackedIsa::kAvx2
+                                          : cpu::PackedIsa::kScalar;
+  EXPECT_EQ(cpu::DetectPackedIsa(), widest);
+  if (old) setenv("KAIWU_CPU_ISA", saved.c_str(), 1);
 }
 
 // The op: A of rank 3 (leading dims fold into M), bias [1, n], fused Relu,

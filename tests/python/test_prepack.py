@@ -108,3 +108,31 @@ def test_prepack_must_not_fire(engine, rng, case):
     sess = engine.Session(model, threads=1, optimize=True)
     assert "prepack_gemm_weights" not in fired(sess)
     assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+def test_forced_instruction_set_matches_onnxruntime(engine, tmp_path, isa):
+    """KAIWU_CPU_ISA caps the packed GEMM's variant (read once per process): a child process
+    with the cap runs a policy with prepacked Gemms and matches onnxruntime."""
+    import os
+    import subprocess
+    import sys
+    code = f"""
+import sys, numpy as np, onnxruntime as ort
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import policies, kaiwu_infer
+policies.export_onnx("mlp", {str(tmp_path / 'mlp.onnx')!r})
+feeds = policies.make_inputs("mlp", 37, 5)
+sess = kaiwu_infer.Session({str(tmp_path / 'mlp.onnx')!r}, threads=2)
+assert "PackedGemm" in sess.describe()
+got = sess.run(feeds)
+got = list(got.values()) if isinstance(got, dict) else got
+ref = ort.InferenceSession({str(tmp_path / 'mlp.onnx')!r}).run(None, feeds)
+for g, r in zip(got, ref):
+    np.testing.assert_allclose(np.asarray(g), r, rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+    env = dict(os.environ, KAIWU_CPU_ISA=isa)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]

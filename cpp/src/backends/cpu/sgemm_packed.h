@@ -24,9 +24,16 @@ constexpr int64_t kPackedPanel = 16;
 void PackB(bool trans_b, int64_t k, int64_t n, const float* b, float* packed);
 
 /// C (ldc) = act(A (lda) * unpack(packed) + bias); bias has n floats or is
-/// null. Splits row blocks and column panels across the pool; every element is
+/// null. Runs the widest instruction-set variant the CPU has (capped by
+/// KAIWU_CPU_ISA: sgemm_packed_isa.h). Splits row blocks and column panels across the pool; every element is
 /// summed in the same order whatever the split, so 1 and N threads agree.
 void SgemmPackedB(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* packed, const float* bias, const Activation& act, float* c,
+                  int64_t ldc, ThreadPool* pool);
+
+enum class PackedIsa;  // sgemm_packed_isa.h
+/// The same with a given instruction-set variant (tests; it must be available).
+void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* packed, const float* bias, const Activation& act, float* c,
                   int64_t ldc, ThreadPool* pool);
 
