@@ -43,6 +43,14 @@ def matmul_model(k, n, x_shape):
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
+def assert_same(a, b):
+    a = list(a.values()) if isinstance(a, dict) else list(a)
+    b = list(b.values()) if isinstance(b, dict) else list(b)
+    assert len(a) == len(b) and a
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 @pytest.mark.parametrize("k,n,trans_b,act", [(7, 21, True, "Relu"), (300, 16, False, None),
                                              (600, 130, True, "Tanh"), (64, 1, False, "Relu"),
                                              (257, 47, True, None)])
@@ -60,8 +68,7 @@ def test_gemm_prepacked_matches_onnxruntime(engine, rng, k, n, trans_b, act, bat
         out = sess.run(dict(feeds))
         assert_outputs_close(out, ref, context=f"threads={threads}", **TOL)
         outs.append(out)
-    for a, b in zip(outs[0], outs[1]):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # same summation order
+    assert_same(outs[0], outs[1])  # the same summation order with any split
 
 
 @pytest.mark.parametrize("bias_shape", [(21,), (1, 21)])
@@ -136,3 +143,39 @@ print("ok")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+
+
+def lstm_model(seq, inp, hidden, direction):
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(hidden)
+    inits = {"W": (rng.standard_normal((dirs, 4 * hidden, inp)) * 0.3).astype(np.float32),
+             "R": (rng.standard_normal((dirs, 4 * hidden, hidden)) * 0.3).astype(np.float32),
+             "B": (rng.standard_normal((dirs, 8 * hidden)) * 0.3).astype(np.float32)}
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"],
+                            hidden_size=hidden, direction=direction)
+    return make_model([node], [("x", np.float32, [seq, "N", inp]),
+                               ("h0", np.float32, [dirs, "N", hidden]),
+                               ("c0", np.float32, [dirs, "N", hidden])],
+                      ["y", "yh", "yc"], initializers=inits)
+
+
+@pytest.mark.parametrize("seq,inp,hidden,direction", [(1, 24, 16, "forward"),
+                                                      (5, 7, 5, "bidirectional"),
+                                                      (3, 33, 9, "reverse")])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_lstm_prepacked(engine, rng, seq, inp, hidden, direction, batch):
+    """LSTM W and R packed by static nodes (4 * hidden not a multiple of 16 pads the panels)."""
+    model = lstm_model(seq, inp, hidden, direction)
+    dirs = 2 if direction == "bidirectional" else 1
+    feeds = {"x": rand(rng, (seq, batch, inp)), "h0": rand(rng, (dirs, batch, hidden)),
+             "c0": rand(rng, (dirs, batch, hidden))}
+    ref = run_ort(model, feeds)
+    outs = []
+    for threads in (1, 2):
+        sess = engine.Session(model, threads=threads, optimize=True)
+        assert fired(sess).get("prepack_gemm_weights") == 1
+        out = sess.run(dict(feeds))
+        assert_outputs_close(out, ref, context=f"threads={threads}", **TOL)
+        outs.append(out)
+    assert_same(outs[0], outs[1])  # the same summation order with any split
+    refit_matches_fresh(engine, model, feeds, {"W", "R"}, rng)

@@ -1,5 +1,7 @@
 // CPU sessions only (run by the session after Optimize, not in kRules): Gemm
-// and MatMul against a static float32 matrix become kaiwu PackedGemm, whose B
+// and MatMul against a static float32 matrix become kaiwu PackedGemm (and an
+// LSTM with static W and R gets their packed forms as inputs 8 and 9,
+// "_kaiwu_packed"), whose B
 // is the matrix in column panels of 16 ([ceil(N / 16), K, 16], zero-padded
 // columns: backends/cpu/sgemm_packed.h). The packing is ordinary nodes over
 // the original weight (Pad, Reshape, Transpose), so the static program
@@ -56,6 +58,50 @@ int PackNodes(Graph* g, int w, bool trans_b, int64_t k, int64_t n, const std::st
   return x;
 }
 
+// Nodes packing static W [dirs, G, K] (an LSTM's W or R) into per-direction
+// panels of W^T: [dirs, ceil(G / 16), K, 16].
+int PackRnnNodes(Graph* g, int w, int64_t dirs, int64_t gates, int64_t k, const std::string& base) {
+  const int64_t panels = (gates + kPanel - 1) / kPanel, gp = panels * kPanel;
+  int x = w;
+  if (gp != gates)
+    x = AddOp(g, "Pad", {x, AddInts(g, {0, 0, 0, 0, gp - gates, 0}, base + "_pads")},
+              base + "_padded");
+  x = AddOp(g, "Reshape", {x, AddInts(g, {dirs, panels, kPanel, k}, base + "_split")},
+            base + "_split");
+  x = AddOp(g, "Transpose", {x}, base + "_packed");
+  Attribute perm;
+  perm.kind = Attribute::Kind::kInts;
+  perm.ints = {0, 1, 3, 2};
+  g->nodes.back().attrs["perm"] = perm;
+  return x;
+}
+
+// LSTM with static W and R: their packed forms as inputs 8 and 9.
+bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
+  const Node& node = g->nodes[i];
+  if (node.num_inputs() < 3 || node.Has("_kaiwu_packed")) return false;
+  const int w = node.inputs[1], r = node.inputs[2];
+  if (w < 0 || r < 0 || !is_static[w] || !is_static[r]) return false;
+  if (g->values[w].dtype != DType::kFloat32 || g->values[r].dtype != DType::kFloat32) return false;
+  std::vector<int64_t> wd, rd;
+  if (!ShapeOf(*g, w, &wd) || !ShapeOf(*g, r, &rd) || wd.size() != 3 || rd.size() != 3) return false;
+  const int64_t dirs = wd[0], gates = wd[1], h = rd[2];
+  if (gates == 0 || gates != 4 * h || rd[0] != dirs || rd[1] != gates || wd[2] == 0 || h == 0)
+    return false;
+  const std::string base = node.name + "_prepack";
+  const int pw = PackRnnNodes(g, w, dirs, gates, wd[2], base + "_w");
+  const int pr = PackRnnNodes(g, r, dirs, gates, h, base + "_r");
+  Node& nd = g->nodes[i];  // AddOp may have moved the node vector
+  nd.inputs.resize(8, -1);
+  nd.inputs.push_back(pw);
+  nd.inputs.push_back(pr);
+  Attribute flag;
+  flag.kind = Attribute::Kind::kInt;
+  flag.i = 1;
+  nd.attrs["_kaiwu_packed"] = flag;
+  return true;
+}
+
 }  // namespace
 
 int PrepackGemmWeights(Graph* g) {
@@ -65,6 +111,10 @@ int PrepackGemmWeights(Graph* g) {
   for (size_t i = 0; i < original; ++i) {
     const Node& node = g->nodes[i];
     if (!node.domain.empty()) continue;
+    if (node.op_type == "LSTM") {
+      fired += PrepackLstm(g, i, is_static) ? 1 : 0;
+      continue;
+    }
     const bool gemm = node.op_type == "Gemm", matmul = node.op_type == "MatMul";
     if (!(gemm || matmul) || node.num_inputs() < 2) continue;
     const int a = node.inputs[0], w = node.inputs[1];

@@ -34,7 +34,8 @@ int FoldTransposeIntoGemm(Graph* g);
 int FuseElementwise(Graph* g);
 /// CPU sessions only (Session::Load runs it after Optimize, not a kRules entry):
 /// Gemm/MatMul against a static float32 matrix become kaiwu PackedGemm with the
-/// matrix packed into column panels by static nodes (re-packed on refit).
+/// matrix packed into column panels by static nodes (re-packed on refit); an
+/// LSTM with static W and R reads their packed forms too.
 int PrepackGemmWeights(Graph* g);
 
 }  // namespace kaiwu
