@@ -51,11 +51,13 @@ void Fill(memory& m) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(rand() % 200 - 100) / 100.f;
 }
 
-void BenchConv(engine& eng, stream& s, const ConvShape& c, int n, bool blocked) {
+// layout: 0 all nchw, 1 all chosen by oneDNN (blocked), 2 nchw in, blocked out.
+void BenchConv(engine& eng, stream& s, const ConvShape& c, int n, int layout) {
+  const bool blocked = layout != 0;
   const int oh = (c.h + 2 * c.p - c.k) / c.s + 1, ow = (c.w + 2 * c.p - c.k) / c.s + 1;
   memory::dims src{n, c.c, c.h, c.w}, wei{c.m, c.c, c.k, c.k}, bia{c.m}, dst{n, c.m, oh, ow};
   const tag act = blocked ? tag::any : tag::nchw;
-  auto src_md = memory::desc(src, dt::f32, act);
+  auto src_md = memory::desc(src, dt::f32, layout == 2 ? tag::nchw : act);
   auto dst_md = memory::desc(dst, dt::f32, act);
   auto wei_md = memory::desc(wei, dt::f32, tag::any);
   auto bia_md = memory::desc(bia, dt::f32, tag::x);
@@ -79,8 +81,9 @@ void BenchConv(engine& eng, stream& s, const ConvShape& c, int n, bool blocked) 
     s.wait();
   });
   const double flop = 2.0 * n * c.m * oh * ow * c.c * c.k * c.k;
-  printf("%-12s b%-4d %-7s %9.3f ms %7.1f GFLOP/s  %s\n", c.name, n, blocked ? "blocked" : "nchw",
-         sec * 1e3, flop / sec * 1e-9, pd.impl_info_str());
+  printf("%-12s b%-4d %-8s %9.3f ms %7.1f GFLOP/s  %s wei %s\n", c.name, n, layout == 0 ? "nchw" : layout == 1 ? "blocked" : "nchw>blk",
+         sec * 1e3, flop / sec * 1e-9, pd.impl_info_str(),
+         pd.weights_desc().data.format_kind == dnnl_blocked ? "blocked" : "?");
 }
 
 void BenchFc(engine& eng, stream& s, const char* name, int n, int k, int m) {
@@ -121,7 +124,7 @@ int main(int argc, char** argv) {
   };
   for (int n : batches) {
     for (const auto& c : shapes)
-      for (bool blocked : {false, true}) BenchConv(eng, s, c, n, blocked);
+      for (int layout : {0, 1, 2}) BenchConv(eng, s, c, n, layout);
     BenchFc(eng, s, "atari_fc", n, 3136, 512);
     BenchFc(eng, s, "impala_fc", n, 2048, 256);
     BenchFc(eng, s, "mlp_fc", n, 256, 256);
