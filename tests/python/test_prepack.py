@@ -179,3 +179,20 @@ def test_lstm_prepacked(engine, rng, seq, inp, hidden, direction, batch):
         outs.append(out)
     assert_same(outs[0], outs[1])  # the same summation order with any split
     refit_matches_fresh(engine, model, feeds, {"W", "R"}, rng)
+
+
+def test_shared_weight_packed_once(engine, rng):
+    """Two Gemms reading one weight the same way share one packed copy."""
+    rng0 = np.random.default_rng(4)
+    inits = {"W": rng0.standard_normal((20, 12)).astype(np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "W"], ["a"], transB=1),
+             helper.make_node("Gemm", ["y", "W"], ["b"], transB=1)]
+    model = make_model(nodes, [("x", np.float32, ["N", 12]), ("y", np.float32, ["N", 12])],
+                       ["a", "b"], initializers=inits)
+    feeds = {"x": rand(rng, (3, 12)), "y": rand(rng, (3, 12))}
+    sess = engine.Session(model, threads=1, optimize=True)
+    assert fired(sess).get("prepack_gemm_weights") == 2
+    ops = ops_after(sess)
+    assert ops.get("PackedGemm") == 2 and ops.get("Transpose") == 1, ops
+    assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
+    refit_matches_fresh(engine, model, feeds, {"W"}, rng)

@@ -6,6 +6,9 @@
 // columns: backends/cpu/sgemm_packed.h). The packing is ordinary nodes over
 // the original weight (Pad, Reshape, Transpose), so the static program
 // computes it at load and again after each refit; the kernel never repacks.
+#include <map>
+#include <utility>
+
 #include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 #include "passes/rules.h"
@@ -108,6 +111,8 @@ int PrepackGemmWeights(Graph* g) {
   int fired = 0;
   const std::vector<bool> is_static = StaticValues(*g);
   const size_t original = g->nodes.size();  // nodes are appended below: index, never iterate
+  // A weight read by several Gemm/MatMul nodes the same way is packed once.
+  std::map<std::pair<int, bool>, int> packed_of;
   for (size_t i = 0; i < original; ++i) {
     const Node& node = g->nodes[i];
     if (!node.domain.empty()) continue;
@@ -144,7 +149,11 @@ int PrepackGemmWeights(Graph* g) {
     }
     const int64_t k = trans_b ? wd[1] : wd[0], n = trans_b ? wd[0] : wd[1];
     if (k == 0 || n == 0) continue;
-    const int packed = PackNodes(g, w, trans_b, k, n, g->nodes[i].name + "_prepack");
+    auto known = packed_of.find({w, trans_b});
+    const int packed = known != packed_of.end()
+                           ? known->second
+                           : PackNodes(g, w, trans_b, k, n, g->nodes[i].name + "_prepack");
+    packed_of[{w, trans_b}] = packed;
     Node& nd = g->nodes[i];  // AddOp may have moved the node vector
     nd.op_type = "PackedGemm";
     nd.domain = "kaiwu";
