@@ -42,4 +42,9 @@ void Optimize(Graph* graph, PassStats* stats) {
   graph->RemoveDeadNodes();
 }
 
+void OptimizeForCpu(Graph* graph, PassStats* stats) {
+  if (int n = PrepackGemmWeights(graph)) stats->fired["prepack_gemm_weights"] += n;
+  graph->RemoveDeadNodes();
+}
+
 }  // namespace kaiwu

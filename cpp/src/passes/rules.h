@@ -32,5 +32,10 @@ int HoistActivationAboveReshape(Graph* g);
 int FoldTransposeIntoGemm(Graph* g);
 /// Chains of float elementwise ops become one kaiwu FusedElementwise node.
 int FuseElementwise(Graph* g);
+/// CPU sessions only (Session::Load runs it after Optimize, not a kRules entry):
+/// Gemm/MatMul against a static float32 matrix become kaiwu PackedGemm with the
+/// matrix packed into column panels by static nodes (re-packed on refit); an
+/// LSTM with static W and R reads their packed forms too.
+int PrepackGemmWeights(Graph* g);
 
 }  // namespace kaiwu

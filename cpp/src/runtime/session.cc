@@ -276,6 +276,7 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   std::set<std::string> names_before;
   for (const Node& n : g.nodes) names_before.insert(n.name);
   if (options.optimize) Optimize(&g, &impl->pass_stats);
+  if (options.optimize && !impl->device) OptimizeForCpu(&g, &impl->pass_stats);
   g.RemoveDeadNodes();
   ApplyPrecision(g, impl->device, options, names_before, &impl->precision,
                  &impl->precision_report);
