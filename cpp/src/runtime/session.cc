@@ -273,8 +273,11 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   for (int v : g.outputs) impl->outputs.push_back(MakeIOInfo(g.values[v]));
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].kind == ValueKind::kWeight) impl->weight_ids.push_back(static_cast<int>(v));
-  std::set<std::string> names_before;
-  for (const Node& n : g.nodes) names_before.insert(n.name);
+  std::set<std::string> names_before;  // node names and op types as imported (keep_fp32)
+  for (const Node& n : g.nodes) {
+    names_before.insert(n.name);
+    names_before.insert(n.op_type);
+  }
   if (options.optimize) Optimize(&g, &impl->pass_stats);
   if (options.optimize && !impl->device) OptimizeForCpu(&g, &impl->pass_stats);
   g.RemoveDeadNodes();
