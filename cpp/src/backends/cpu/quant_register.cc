@@ -1,0 +1,13 @@
+#include "backends/cpu/quant_kernels.h"
+
+namespace kaiwu {
+namespace cpu {
+
+void RegisterQuantKernels(KernelRegistry& r) {
+  RegisterQuantLinearKernels(r);
+  RegisterQuantMatMulKernels(r);
+  RegisterQuantConvKernels(r);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu
