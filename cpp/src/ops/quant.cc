@@ -30,7 +30,7 @@ void InferScaleLayout(OpContext& ctx, const Shape& x, QuantAxisParams* p) {
   ctx.ExpectDType(1, {DType::kFloat32});
   const Shape& s = ctx.in(1).shape;
   p->has_zero_point = ctx.HasInput(2);
-  if (p->has_zero_point && ctx.in(2).shape != s)
+  if (p->has_zero_point && ctx.in(2).size() != NumElements(s))
     ctx.Error("the zero point ", ShapeToString(ctx.in(2).shape), " must have the scale's shape ",
               ShapeToString(s));
   const int64_t block = ctx.node.GetInt("block_size", 0);

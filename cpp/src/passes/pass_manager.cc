@@ -25,6 +25,7 @@ constexpr Rule kRules[] = {
     {"hoist_activation_above_reshape", HoistActivationAboveReshape},
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},
+    {"fuse_qdq", FuseQdq},
 };
 }  // namespace
 

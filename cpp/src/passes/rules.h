@@ -32,5 +32,8 @@ int HoistActivationAboveReshape(Graph* g);
 int FoldTransposeIntoGemm(Graph* g);
 /// Chains of float elementwise ops become one kaiwu FusedElementwise node.
 int FuseElementwise(Graph* g);
+/// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
+/// QLinearFused node over weights packed by a static QPackWeights node.
+int FuseQdq(Graph* g);
 
 }  // namespace kaiwu

@@ -17,7 +17,8 @@ void RegisterQuantKernels(KernelRegistry& r);        // quant_register.cc: all b
 void RegisterQuantLinearKernels(KernelRegistry& r);  // quant_linear.cc: Q, DQ, DynamicQ
 void RegisterQuantMatMulKernels(KernelRegistry& r);  // quant_matmul.cc: MatMulInteger, QLinearMatMul
 void RegisterQuantConvKernels(KernelRegistry& r);    // quant_conv.cc: ConvInteger, QLinearConv
-void RegisterQuantFusedKernels(KernelRegistry& r);   // quant_fused.cc: QPackWeights, QLinearFused
+void RegisterQuantPackKernel(KernelRegistry& r);      // quant_pack.cc: QPackWeights
+void RegisterQuantFusedKernels(KernelRegistry& r);   // quant_fused.cc: QLinearFused
 
 /// acc[i * n + j] = sum_p (a[i * lda + p] - a_zp[i]) * (b[p * ldb + j] - b_zp[j]),
 /// int32 accumulation (exact for 8-bit operands and k < 2^15).

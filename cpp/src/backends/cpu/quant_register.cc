@@ -7,6 +7,8 @@ void RegisterQuantKernels(KernelRegistry& r) {
   RegisterQuantLinearKernels(r);
   RegisterQuantMatMulKernels(r);
   RegisterQuantConvKernels(r);
+  RegisterQuantPackKernel(r);
+  RegisterQuantFusedKernels(r);
 }
 
 }  // namespace cpu

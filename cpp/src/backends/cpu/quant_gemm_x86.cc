@@ -1,0 +1,124 @@
+// The x86 micro tiles of quant_gemm.h, each compiled for its own ISA through
+// target attributes (the rest of the build may target any x86-64).
+#include "backends/cpu/quant_gemm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+inline int32_t Load4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ---- AVX-512 VNNI: MR rows x NB blocks of 16 lanes, vpdpbusd (u8 x s8, 4 k per lane).
+template <int MR, int NB, bool kLanesU8>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnni(
+    int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes, int64_t q_stride,
+    int64_t blk_stride, int32_t* acc) {
+  __m512i c[MR][NB];
+  for (int r = 0; r < MR; ++r)
+    for (int b = 0; b < NB; ++b) c[r][b] = _mm512_setzero_si512();
+  for (int64_t q = 0; q < kq; ++q) {
+    __m512i l[NB];
+    for (int b = 0; b < NB; ++b) l[b] = _mm512_loadu_si512(lanes + b * blk_stride + q * q_stride);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(Load4(bcast + r * ldb + 4 * q));
+      for (int b = 0; b < NB; ++b)
+        c[r][b] = kLanesU8 ? _mm512_dpbusd_epi32(c[r][b], l[b], a) : _mm512_dpbusd_epi32(c[r][b], a, l[b]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int b = 0; b < NB; ++b) _mm512_storeu_si512(acc + r * kQTileLanes + b * 16, c[r][b]);
+}
+
+// ---- AVX2: MR rows x 16 lanes. Both operands widen to int16 and vpmaddwd sums
+// pairs into int32 (exact); each lane keeps two partial sums until the end.
+template <bool kU8>
+__attribute__((target("avx2"))) inline __m256i Widen16(__m128i v) {
+  return kU8 ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v);
+}
+
+template <int MR, bool kLanesU8>
+__attribute__((target("avx2"))) void TileAvx2(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                              const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  // c[r][g][h]: rows r, 8-lane group g (lanes 8g..8g+7), half h (lanes 0-3 / 4-7 of the group).
+  __m256i c[MR][2][2];
+  for (int r = 0; r < MR; ++r)
+    for (int g = 0; g < 2; ++g) c[r][g][0] = c[r][g][1] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < kq; ++q) {
+    __m256i w[2][2];
+    for (int g = 0; g < 2; ++g) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32 * g));
+      w[g][0] = Widen16<kLanesU8>(_mm256_castsi256_si128(raw));
+      w[g][1] = Widen16<kLanesU8>(_mm256_extracti128_si256(raw, 1));
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m128i four = _mm_cvtsi32_si128(Load4(bcast + r * ldb + 4 * q));
+      const __m128i wide = kLanesU8 ? _mm_cvtepi8_epi16(four) : _mm_cvtepu8_epi16(four);
+      const __m256i a = _mm256_broadcastq_epi64(wide);
+      for (int g = 0; g < 2; ++g)
+        for (int h = 0; h < 2; ++h) c[r][g][h] = _mm256_add_epi32(c[r][g][h], _mm256_madd_epi16(w[g][h], a));
+    }
+  }
+  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  for (int r = 0; r < MR; ++r)
+    for (int g = 0; g < 2; ++g) {
+      const __m256i sum = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(c[r][g][0], c[r][g][1]), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes + 8 * g), sum);
+    }
+}
+
+template <bool kLanesU8>
+void Avx2Rows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+              int64_t q_stride, int32_t* acc) {
+  int r = 0;
+  for (; r + 2 <= mr; r += 2) TileAvx2<2, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (r < mr) TileAvx2<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+}
+
+template <int NB, bool kLanesU8>
+void VnniRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+              int64_t q_stride, int64_t blk_stride, int32_t* acc) {
+  switch (mr) {
+    case 1: return TileVnni<1, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 2: return TileVnni<2, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 3: return TileVnni<3, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 4: return TileVnni<4, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 5: return TileVnni<5, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    default: return TileVnni<6, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+  }
+}
+
+}  // namespace
+
+void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                    const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                    int32_t* acc) {
+  for (int b = 0; b < nb; ++b) {
+    if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+    else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+  }
+}
+
+void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                    const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                    int32_t* acc) {
+  if (nb == 2) {
+    if (lanes_u8) VnniRows<2, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    else VnniRows<2, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+  } else {
+    if (lanes_u8) VnniRows<1, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    else VnniRows<1, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+  }
+}
+
+}  // namespace cpu
+}  // namespace kaiwu
+#endif
