@@ -18,6 +18,7 @@ from ._core import (
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
 from .session import IOBuffers, RefitReport, Session
+from .quantize import QuantizationUnavailableError, quantize
 
 __version__ = "0.1.0"
 
@@ -42,4 +43,6 @@ __all__ = [
     "ServerClosedError",
     "QueueFullError",
     "cuda_available",
+    "quantize",
+    "QuantizationUnavailableError",
 ]
