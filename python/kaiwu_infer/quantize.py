@@ -129,7 +129,8 @@ def _node_names(model, keep: Iterable[str]) -> list[str]:
 def quantize(model, calibration_feeds: Any = None, output_path: str | os.PathLike | None = None, *,
              per_channel: bool = True, keep_fp32: Iterable[str] = (), dynamic: bool = False,
              batch_size: int = 32, num_batches: int | None = None, activation_type: str = "uint8",
-             weight_type: str = "int8", method: str = "minmax", progress: bool = True,
+             weight_type: str = "int8", method: str = "minmax", reduce_range: bool = False,
+             progress: bool = True,
              extra_options: Mapping[str, Any] | None = None):
     """Quantize ``model`` (ModelProto, bytes or path) to int8 QDQ.
 
@@ -145,6 +146,9 @@ def quantize(model, calibration_feeds: Any = None, output_path: str | os.PathLik
     dynamic: onnxruntime's quantize_dynamic instead (int8 weights, activations quantized at run
         time by DynamicQuantizeLinear; MatMulInteger/ConvInteger operator form).
     activation_type / weight_type: "uint8" or "int8". method: "minmax", "entropy", "percentile".
+    reduce_range: 7-bit weights ([-64, 63]). On CPUs without AVX-512 VNNI kaiwu_infer's exact
+        int8 kernels then use vpmaddubsw (about 3x the int16-widening path they need for
+        full-range weights, whose pair sums could saturate it); costs a bit of weight precision.
     """
     q = _require()
     import onnx
@@ -159,6 +163,7 @@ def quantize(model, calibration_feeds: Any = None, output_path: str | os.PathLik
         onnx.save(proto, src)
         if dynamic:
             q.quantize_dynamic(src, dst, per_channel=per_channel, weight_type=qtype[weight_type],
+                               reduce_range=reduce_range,
                                nodes_to_exclude=exclude, extra_options=dict(extra_options or {}))
         else:
             if calibration_feeds is None:
@@ -185,7 +190,8 @@ def quantize(model, calibration_feeds: Any = None, output_path: str | os.PathLik
                 raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
             try:
                 q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ,
-                                  per_channel=per_channel, activation_type=qtype[activation_type],
+                                  per_channel=per_channel, reduce_range=reduce_range,
+                                  activation_type=qtype[activation_type],
                                   weight_type=qtype[weight_type], nodes_to_exclude=exclude,
                                   calibrate_method=methods[method],
                                   extra_options=dict(extra_options or {}))

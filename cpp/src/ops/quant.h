@@ -88,7 +88,8 @@ struct QPackParams : OpParams {
 /// channels padded to np (a multiple of 16), k padded to kp (a multiple of 4):
 ///   [0, 64)        header: int32 any_w_zero_point, int32 x_zero_point (in the
 ///                  uint8 domain: an int8 x is read as x + 128), float
-///                  1 / y_scale, int32 y_zero_point
+///                  1 / y_scale, int32 y_zero_point, int32 pairs_fit_int16
+///                  (|w[k]| + |w[k+1]| <= 128 for all even k: quant_gemm.h)
 ///   weights        int8, np * kp bytes: Gemm: blocks of 16 channels, each
 ///                  [kp / 4][16][4] (4 consecutive k of one channel per int32
 ///                  lane); Conv: row-major [np][kp]

@@ -21,6 +21,7 @@ struct Header {
   int32_t any_wzp, x_zp;
   float inv_y_scale;
   int32_t y_zp;
+  int32_t pairs_fit_int16;  // see QMicroTile
 };
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -41,7 +42,7 @@ class QFusedKernel : public Kernel {
       chunk_ = std::max<int64_t>(1, std::min<int64_t>(images_, (256 << 10) / std::max<int64_t>(1, kp_ * P_)));
       chunks_ = (images_ + chunk_ - 1) / chunk_;
       lanes_ = RoundUp(chunk_ * P_, 32);
-      slot_bytes_ = RoundUp(kp_ * lanes_ + 4 * lanes_, 64);
+      slot_bytes_ = RoundUp(kp_ * lanes_ + 8 * lanes_, 64);  // quads, column sums, 4 rows
       ctx.scratch_bytes = static_cast<size_t>(slot_bytes_ * threads_);
     } else {
       copy_x_ = x_int8_ || kp_ != p_.k;
@@ -55,48 +56,31 @@ class QFusedKernel : public Kernel {
   }
 
  private:
-  // One output value from the int32 sum of channel c (f before the activation).
-  template <typename Store>
-  void Epilogue(const uint8_t* packed, int64_t count, const int32_t* acc, const int32_t* c_of,
-                bool per_lane_channel, int64_t c0, const int32_t* xsum, bool per_lane_xsum,
-                int32_t xsum0, const float* residual, const int64_t* out_index, Store store) const {
-    const QPackedLayout L(p_.k, p_.n);
-    const int32_t* corr = reinterpret_cast<const int32_t*>(packed + L.corr());
-    const float* mult = reinterpret_cast<const float*>(packed + L.mult());
-    const float* bias = reinterpret_cast<const float*>(packed + L.bias());
-    const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + L.wzp());
-    float f[kQTileLanes];
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t c = per_lane_channel ? c_of[j] : c0;
-      const int32_t xs = per_lane_xsum ? xsum[j] : xsum0;
-      f[j] = static_cast<float>(acc[j] + corr[c] - wzp[c] * xs) * mult[c] + bias[c];
-      if (residual) f[j] += residual[out_index[j]];
+  // Writes f[0, count) (the values before residual and activation) to the
+  // output at element offset `off`: + residual, activation, quantize, store.
+  void EmitRun(const KernelIO& io, const Header& h, float* f, int64_t count, int64_t off) const {
+    if (p_.has_residual) {
+      const float* res = static_cast<const float*>(io.inputs[2]) + off;
+      for (int64_t j = 0; j < count; ++j) f[j] += res[j];
     }
-    act_.Apply(f, count);
-    store(f, count);
-  }
-
-  template <typename Y>
-  void StoreValues(const float* f, int64_t count, const int64_t* out_index, float inv, float zp,
-                   Y* y) const {
-    for (int64_t j = 0; j < count; ++j) {
-      if constexpr (std::is_same_v<Y, float>) {
-        y[out_index[j]] = f[j];
-      } else {
-        float v = std::min(std::max(f[j] * inv + zp, lo_), hi_);
-        v = (v + 12582912.f) - 12582912.f;  // round half to even (|v| < 2^22)
-        y[out_index[j]] = static_cast<Y>(static_cast<int32_t>(v));
-      }
-    }
-  }
-
-  void StoreTile(const KernelIO& io, const Header& h, const float* f, int64_t count,
-                 const int64_t* out_index) const {
-    const float zp = static_cast<float>(h.y_zp);
+    if (act_.active()) act_.Apply(f, count);
+    const float inv = h.inv_y_scale, zp = static_cast<float>(h.y_zp);
     switch (p_.y_dtype) {
-      case DType::kFloat32: StoreValues(f, count, out_index, 0.f, 0.f, static_cast<float*>(io.outputs[0])); break;
-      case DType::kInt8: StoreValues(f, count, out_index, h.inv_y_scale, zp, static_cast<int8_t*>(io.outputs[0])); break;
-      default: StoreValues(f, count, out_index, h.inv_y_scale, zp, static_cast<uint8_t*>(io.outputs[0])); break;
+      case DType::kFloat32:
+        std::memcpy(static_cast<float*>(io.outputs[0]) + off, f, sizeof(float) * count);
+        break;
+      case DType::kInt8: {
+        int8_t* y = static_cast<int8_t*>(io.outputs[0]) + off;
+        for (int64_t j = 0; j < count; ++j)
+          y[j] = static_cast<int8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+        break;
+      }
+      default: {
+        uint8_t* y = static_cast<uint8_t*>(io.outputs[0]) + off;
+        for (int64_t j = 0; j < count; ++j)
+          y[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+        break;
+      }
     }
   }
 
@@ -148,26 +132,30 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
   const uint8_t* w = packed + L.weights();
   const int64_t blocks = L.np / 16, col_tiles = (blocks + 1) / 2;
   const int64_t row_tiles = (rows + kQTileRows - 1) / kQTileRows;
-  const float* residual = p_.has_residual ? static_cast<const float*>(io.inputs[2]) : nullptr;
   const QIsa isa = QGemmIsa();
   const double cost = 2.0 * kQTileRows * kQTileLanes * static_cast<double>(kp_);
   io.pool->ParallelFor(col_tiles * row_tiles, cost, [&](int64_t t0, int64_t t1) {
     alignas(64) int32_t acc[kQTileRows * kQTileLanes];
-    int64_t index[kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ct = t / row_tiles, rt = t % row_tiles;
       const int64_t b0 = 2 * ct, nb = std::min<int64_t>(2, blocks - b0);
       const int64_t r0 = rt * kQTileRows, mr = std::min<int64_t>(kQTileRows, rows - r0);
       QMicroTile(isa, static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
-                 w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_u8=*/false, acc);
+                 w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_u8=*/false, acc,
+                 h.pairs_fit_int16 != 0);
       const int64_t c0 = b0 * 16, count = std::min<int64_t>(16 * nb, p_.n - c0);
-      int32_t chans[kQTileLanes];
-      for (int64_t j = 0; j < count; ++j) chans[j] = static_cast<int32_t>(c0 + j);
+      const QPackedLayout PL(p_.k, p_.n);
+      const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr()) + c0;
+      const float* mult = reinterpret_cast<const float*>(packed + PL.mult()) + c0;
+      const float* bias = reinterpret_cast<const float*>(packed + PL.bias()) + c0;
+      const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp()) + c0;
+      float f[kQTileLanes];
       for (int64_t r = 0; r < mr; ++r) {
-        for (int64_t j = 0; j < count; ++j) index[j] = (r0 + r) * p_.n + c0 + j;
-        Epilogue(packed, count, acc + r * kQTileLanes, chans, true, 0, nullptr, false,
-                 need_sums ? rowsum[r0 + r] : 0, residual, index,
-                 [&](const float* f, int64_t n) { StoreTile(io, h, f, n, index); });
+        const int32_t* a = acc + r * kQTileLanes;
+        const int32_t xs = need_sums ? rowsum[r0 + r] : 0;
+        for (int64_t j = 0; j < count; ++j)
+          f[j] = static_cast<float>(a[j] + corr[j] - wzp[j] * xs) * mult[j] + bias[j];
+        EmitRun(io, h, f, count, (r0 + r) * p_.n + c0);
       }
     }
   });
@@ -184,35 +172,48 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
   int32_t* colsum = reinterpret_cast<int32_t*>(slot + kp_ * lanes_);
   const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]) + img0 * C * g.in_size();
   const uint8_t flip = x_int8_ ? 0x80 : 0, pad = static_cast<uint8_t>(h.x_zp);
-  for (int64_t k = 0; k < kp_; ++k) {
-    uint8_t* dst = col + (k / 4) * lanes_ * 4 + (k % 4);
-    if (k >= p_.k) {
-      for (int64_t l = 0; l < lanes_; ++l) dst[l * 4] = 0;
-      continue;
-    }
-    const int64_t c = k / KK, t = k % KK;
-    const int64_t kd = t / (g.kernel[1] * g.kernel[2]), kh = (t / g.kernel[2]) % g.kernel[1], kw = t % g.kernel[2];
-    int64_t lo[3], hi[3];
-    g.ValidRange(0, kd, &lo[0], &hi[0]);
-    g.ValidRange(1, kh, &lo[1], &hi[1]);
-    g.ValidRange(2, kw, &lo[2], &hi[2]);
-    int64_t l = 0;
-    for (int64_t im = 0; im < imgs; ++im) {
-      const uint8_t* xc = x + (im * C + c) * g.in_size();
-      for (int64_t od = 0; od < g.out[0]; ++od) {
-        const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
-        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-          const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
-          const bool row_ok = od >= lo[0] && od < hi[0] && oh >= lo[1] && oh < hi[1];
-          const uint8_t* src = xc + (id * g.in[1] + ih) * g.in[2] + kw * g.dilation[2] - g.pad_begin[2];
-          for (int64_t ow = 0; ow < g.out[2]; ++ow, ++l) {
-            const bool ok = row_ok && ow >= lo[2] && ow < hi[2];
-            dst[l * 4] = ok ? static_cast<uint8_t>(src[ow * g.stride[2]] ^ flip) : pad;
+  // Per quad of k: four plain rows of lanes (contiguous copies), then
+  // interleaved into the quad layout.
+  uint8_t* rows = slot + kp_ * lanes_ + 4 * lanes_;  // 4 * lanes_ bytes
+  for (int64_t q = 0; q < kp_ / 4; ++q) {
+    for (int t4 = 0; t4 < 4; ++t4) {
+      const int64_t k = 4 * q + t4;
+      uint8_t* dst = rows + t4 * lanes_;
+      if (k >= p_.k) {
+        std::memset(dst, 0, lanes_);
+        continue;
+      }
+      const int64_t c = k / KK, t = k % KK;
+      const int64_t kd = t / (g.kernel[1] * g.kernel[2]), kh = (t / g.kernel[2]) % g.kernel[1], kw = t % g.kernel[2];
+      int64_t lo[3], hi[3];
+      g.ValidRange(0, kd, &lo[0], &hi[0]);
+      g.ValidRange(1, kh, &lo[1], &hi[1]);
+      g.ValidRange(2, kw, &lo[2], &hi[2]);
+      const int64_t OW = g.out[2], sw = g.stride[2];
+      int64_t l = 0;
+      for (int64_t im = 0; im < imgs; ++im) {
+        const uint8_t* xc = x + (im * C + c) * g.in_size();
+        for (int64_t od = 0; od < g.out[0]; ++od) {
+          const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
+          for (int64_t oh = 0; oh < g.out[1]; ++oh, l += OW) {
+            const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
+            const bool row_ok = od >= lo[0] && od < hi[0] && oh >= lo[1] && oh < hi[1];
+            const uint8_t* src = xc + (id * g.in[1] + ih) * g.in[2] + kw * g.dilation[2] - g.pad_begin[2];
+            const int64_t a = row_ok ? lo[2] : OW, b = row_ok ? std::max(hi[2], a) : OW;
+            uint8_t* d = dst + l;
+            std::memset(d, pad, a);
+            if (sw == 1 && !flip) std::memcpy(d + a, src + a, b - a);
+            else for (int64_t ow = a; ow < b; ++ow) d[ow] = static_cast<uint8_t>(src[ow * sw] ^ flip);
+            std::memset(d + b, pad, OW - b);
           }
         }
       }
+      std::memset(dst + l, 0, lanes_ - l);
     }
-    for (; l < lanes_; ++l) dst[l * 4] = 0;
+    const uint8_t *r0 = rows, *r1 = rows + lanes_, *r2 = rows + 2 * lanes_, *r3 = rows + 3 * lanes_;
+    uint32_t* out = reinterpret_cast<uint32_t*>(col + q * lanes_ * 4);
+    for (int64_t l = 0; l < lanes_; ++l)
+      out[l] = uint32_t(r0[l]) | uint32_t(r1[l]) << 8 | uint32_t(r2[l]) << 16 | uint32_t(r3[l]) << 24;
   }
   const bool need_sums = h.any_wzp != 0;
   if (need_sums) {
@@ -224,28 +225,43 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
   }
   const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
   const uint8_t* w = packed + QPackedLayout(p_.k, p_.n).weights();
-  const float* residual = p_.has_residual ? static_cast<const float*>(io.inputs[2]) : nullptr;
+  const QPackedLayout PL(p_.k, p_.n);
+  const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr());
+  const float* mult = reinterpret_cast<const float*>(packed + PL.mult());
+  const float* bias = reinterpret_cast<const float*>(packed + PL.bias());
+  const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp());
   const QIsa isa = QGemmIsa();
   const int64_t lane_tiles = (L + kQTileLanes - 1) / kQTileLanes;
   const int64_t row_tiles = (p_.n + kQTileRows - 1) / kQTileRows;
   auto tiles = [&](int64_t t0, int64_t t1) {
     alignas(64) int32_t acc[kQTileRows * kQTileLanes];
-    int64_t index[kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t lt = t / row_tiles, rt = t % row_tiles;
       const int64_t l0 = lt * kQTileLanes, count = std::min<int64_t>(kQTileLanes, L - l0);
       const int nb = count > 16 ? 2 : 1;
       const int64_t c0 = rt * kQTileRows, mr = std::min<int64_t>(kQTileRows, p_.n - c0);
       QMicroTile(isa, static_cast<int>(mr), nb, kp_ / 4, w + c0 * kp_, kp_, col + l0 * 4, lanes_ * 4,
-                 64, /*lanes_u8=*/true, acc);
+                 64, /*lanes_u8=*/true, acc, h.pairs_fit_int16 != 0);
+      float f[kQTileLanes];
       for (int64_t r = 0; r < mr; ++r) {
         const int64_t c = c0 + r;
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t l = l0 + j, im = l / P_, px = l % P_;
-          index[j] = ((img0 + im) * p_.n + c) * P_ + px;
+        const int32_t* a = acc + r * kQTileLanes;
+        const int32_t cc = corr[c], wz = wzp[c];
+        const float m = mult[c], bb = bias[c];
+        if (need_sums) {
+          for (int64_t j = 0; j < count; ++j) f[j] = static_cast<float>(a[j] + cc - wz * colsum[l0 + j]) * m + bb;
+        } else {
+          for (int64_t j = 0; j < count; ++j) f[j] = static_cast<float>(a[j] + cc) * m + bb;
         }
-        Epilogue(packed, count, acc + r * kQTileLanes, nullptr, false, c, colsum + l0, need_sums, 0,
-                 residual, index, [&](const float* f, int64_t n) { StoreTile(io, h, f, n, index); });
+        // Runs of lanes within one image are contiguous in the output.
+        int64_t j = 0, im = l0 / P_, px = l0 % P_;
+        while (j < count) {
+          const int64_t run = std::min(count - j, P_ - px);
+          EmitRun(io, h, f + j, run, ((img0 + im) * p_.n + c) * P_ + px);
+          j += run;
+          px = 0;
+          ++im;
+        }
       }
     }
   };

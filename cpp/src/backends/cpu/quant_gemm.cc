@@ -78,12 +78,13 @@ const char* QIsaName(QIsa isa) {
 
 void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                int32_t* acc) {
+                int32_t* acc, bool pairs_fit_int16) {
 #if defined(__x86_64__) || defined(__i386__)
   if (isa == QIsa::kAvx512Vnni)
     return QMicroTileVnni(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
   if (isa == QIsa::kAvx2)
-    return QMicroTileAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
+    return QMicroTileAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc,
+                          pairs_fit_int16);
 #endif
   TileScalar(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
 }

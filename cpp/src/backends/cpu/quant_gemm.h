@@ -29,15 +29,18 @@ constexpr int kQTileLanes = 32; // lanes of one micro tile (two blocks of 16)
 /// One tile: acc[r * 32 + j] = sum over q < kq, t < 4 of
 ///   bcast[r * ldb + 4 q + t] * lanes[(j / 16) * blk_stride + q * q_stride + (j % 16) * 4 + t]
 /// for r < mr (<= 6) and j < 16 * nb (nb 1 or 2). With lanes_u8 the lanes are
-/// uint8 and the broadcast rows int8; otherwise the reverse.
+/// uint8 and the broadcast rows int8; otherwise the reverse. pairs_fit_int16:
+/// every two consecutive int8 values (k = 2i, 2i + 1) of the int8 operand
+/// have |w0| + |w1| <= 128, so that u8 x s8 pair sums fit int16 (the AVX2
+/// path then uses vpmaddubsw, exact under that bound).
 void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                int32_t* acc);
+                int32_t* acc, bool pairs_fit_int16 = false);
 
 // The ISA-specific tiles (quant_gemm_x86.cc).
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                    int32_t* acc);
+                    int32_t* acc, bool pairs_fit_int16);
 void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                     int32_t* acc);

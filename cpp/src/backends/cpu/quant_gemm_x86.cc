@@ -75,6 +75,42 @@ __attribute__((target("avx2"))) void TileAvx2(int64_t kq, const uint8_t* bcast, 
     }
 }
 
+// ---- AVX2 with vpmaddubsw: MR rows x 16 lanes. vpmaddubsw sums two u8 x s8
+// products into int16, which saturates unless |w0| + |w1| <= 128 for every
+// pair of consecutive int8 values (QPackWeights checks that at pack time);
+// vpmaddwd with ones then sums the two pairs of a lane into int32.
+template <int MR, bool kLanesU8>
+__attribute__((target("avx2"))) void TileAvx2Ubs(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                                 const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  __m256i c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t q = 0; q < kq; ++q) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
+    for (int r = 0; r < MR; ++r) {
+      const __m256i a = _mm256_set1_epi32(Load4(bcast + r * ldb + 4 * q));
+      const __m256i p0 = kLanesU8 ? _mm256_maddubs_epi16(l0, a) : _mm256_maddubs_epi16(a, l0);
+      const __m256i p1 = kLanesU8 ? _mm256_maddubs_epi16(l1, a) : _mm256_maddubs_epi16(a, l1);
+      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
+      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes), c[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes + 8), c[r][1]);
+  }
+}
+
+template <bool kLanesU8>
+void Avx2UbsRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+                 int64_t q_stride, int32_t* acc) {
+  int r = 0;
+  for (; r + 3 <= mr; r += 3) TileAvx2Ubs<3, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (mr - r == 2) TileAvx2Ubs<2, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (mr - r == 1) TileAvx2Ubs<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+}
+
 template <bool kLanesU8>
 void Avx2Rows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
               int64_t q_stride, int32_t* acc) {
@@ -100,8 +136,13 @@ void VnniRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8
 
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                    int32_t* acc) {
+                    int32_t* acc, bool pairs_fit_int16) {
   for (int b = 0; b < nb; ++b) {
+    if (pairs_fit_int16) {
+      if (lanes_u8) Avx2UbsRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+      else Avx2UbsRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+      continue;
+    }
     if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
     else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
   }

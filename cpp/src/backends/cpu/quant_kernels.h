@@ -47,6 +47,17 @@ inline Q Requantize(int32_t acc, float multiplier, int32_t zp) {
   return static_cast<Q>(std::min(std::max(v, lo), hi));
 }
 
+/// saturate(round_half_even(v) + zp) into [lo, hi], as a float holding an
+/// integer; NaN gives lo. Branch-free so that loops over it vectorize.
+inline float QuantizeValue(float v, float zp, float lo, float hi) {
+  v = v > -4194304.f ? v : -4194304.f;  // beyond +-2^22 saturates anyway (NaN -> -2^22)
+  v = v < 4194304.f ? v : 4194304.f;
+  v = (v + 12582912.f) - 12582912.f;  // round half to even for |v| <= 2^22
+  v += zp;
+  v = v > lo ? v : lo;
+  return v < hi ? v : hi;
+}
+
 /// Reads element i (or element 0 when `per` is false) of a zero point of
 /// dtype `dt` (int8/uint8; null: 0) as int32.
 inline int32_t ZeroPoint(const void* zp, DType dt, bool per, int64_t i) {

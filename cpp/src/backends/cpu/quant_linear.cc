@@ -5,17 +5,14 @@
 #include <limits>
 
 #include "backends/cpu/quant_kernels.h"
-#include "ops/quant.h"
 
 namespace kaiwu {
 namespace cpu {
 namespace {
 
 template <typename Q>
-inline Q QuantizeOne(float x, float inv_or_scale, float zp, float lo, float hi) {
-  float v = RoundHalfEven(x / inv_or_scale) + zp;
-  v = std::min(std::max(v, lo), hi);  // NaN stays NaN: mapped below
-  return v == v ? static_cast<Q>(v) : static_cast<Q>(zp);
+inline Q QuantizeOne(float x, float scale, float zp, float lo, float hi) {
+  return static_cast<Q>(static_cast<int32_t>(QuantizeValue(x / scale, zp, lo, hi)));
 }
 
 // Walks [outer, axis_len, inner] calling fn(begin, end, scale_index_of_begin,

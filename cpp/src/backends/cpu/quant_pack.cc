@@ -39,7 +39,7 @@ class QPackKernel : public Kernel {
     float* mult = reinterpret_cast<float*>(out + L.mult());
     float* fb = reinterpret_cast<float*>(out + L.bias());
     int32_t* wzp = reinterpret_cast<int32_t*>(out + L.wzp());
-    int32_t any_wzp = 0;
+    int32_t any_wzp = 0, pairs_fit = 1;
     for (int64_t c = 0; c < p_.n; ++c) {
       const int64_t si = p_.w_per_channel ? c : 0;
       const int32_t z = wz ? wz[si] : 0;
@@ -50,18 +50,24 @@ class QPackKernel : public Kernel {
         if (conv_) wp[c * L.kp + k] = v;
         else wp[(c / 16) * L.kp * 16 + (k / 4) * 64 + (c % 16) * 4 + k % 4] = v;
       }
+      for (int64_t k = 0; k < p_.k; k += 2) {
+        const int v0 = p_.trans ? w[c * p_.k + k] : w[k * p_.n + c];
+        const int v1 = k + 1 < p_.k ? (p_.trans ? w[c * p_.k + k + 1] : w[(k + 1) * p_.n + c]) : 0;
+        pairs_fit &= (v0 < 0 ? -v0 : v0) + (v1 < 0 ? -v1 : v1) <= 128;
+      }
       corr[c] = -xz * sum + static_cast<int32_t>(p_.k) * xz * z;
       mult[c] = xs * ws[si];
       fb[c] = bias ? bias[c] : 0.f;
       wzp[c] = z;
       any_wzp |= z != 0;
     }
-    int32_t header[4];
+    int32_t header[5];
     const float inv = 1.f / ys;
     header[0] = any_wzp;
     header[1] = xz;
     std::memcpy(&header[2], &inv, 4);
     header[3] = yz;
+    header[4] = pairs_fit;
     std::memcpy(out, header, sizeof(header));
   }
 
