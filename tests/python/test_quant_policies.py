@@ -119,6 +119,8 @@ def test_qdq_policy_within_one_step(engine, qmodels, name, batch):
         if optimize:
             d = sess.describe()
             assert "fuse_qdq" in d and "QLinearFused" in d, d
+            if name == "mlp":  # DQ -> Tanh -> Q became a table lookup
+                assert "fuse_qdq_lookup: 2" in d and "QLookup" in d, d
 
 
 def test_conv_bn_and_head_kept_fp32(engine, tmp_path):

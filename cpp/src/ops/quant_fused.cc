@@ -116,9 +116,19 @@ void InferQLinearFused(OpContext& ctx) {
   ctx.SetOutput(0, p.y_dtype, out);
 }
 
+// QLookup(x uint8/int8, table [256] uint8/int8): y = table[raw byte of x].
+void InferQLookup(OpContext& ctx) {
+  ctx.ExpectInputs(2, 2);
+  ctx.ExpectDType(0, {DType::kUInt8, DType::kInt8});
+  ctx.ExpectDType(1, {DType::kUInt8, DType::kInt8});
+  if (ctx.in(1).size() != 256) ctx.Error("the table must have 256 entries, got ", ctx.in(1).size());
+  ctx.SetOutput(0, ctx.in(1).dtype, ctx.in(0).shape);
+}
+
 }  // namespace
 
 void RegisterQuantFusedOps(OpRegistry& r) {
+  r.Define(OpId::kQLookup, &InferQLookup);
   r.Define(OpId::kQPackWeights, &InferQPackWeights);
   r.Define(OpId::kQLinearFused, &InferQLinearFused);
 }

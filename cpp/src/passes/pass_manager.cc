@@ -26,6 +26,7 @@ constexpr Rule kRules[] = {
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},
     {"fuse_qdq", FuseQdq},
+    {"fuse_qdq_lookup", FuseQdqLookup},
 };
 }  // namespace
 

@@ -19,6 +19,7 @@ void RegisterQuantMatMulKernels(KernelRegistry& r);  // quant_matmul.cc: MatMulI
 void RegisterQuantConvKernels(KernelRegistry& r);    // quant_conv.cc: ConvInteger, QLinearConv
 void RegisterQuantPackKernel(KernelRegistry& r);      // quant_pack.cc: QPackWeights
 void RegisterQuantFusedKernels(KernelRegistry& r);   // quant_fused.cc: QLinearFused
+void RegisterQuantLookupKernel(KernelRegistry& r);   // quant_lookup.cc: QLookup
 
 /// acc[i * n + j] = sum_p (a[i * lda + p] - a_zp[i]) * (b[p * ldb + j] - b_zp[j]),
 /// int32 accumulation (exact for 8-bit operands and k < 2^15).

@@ -9,6 +9,7 @@ void RegisterQuantKernels(KernelRegistry& r) {
   RegisterQuantConvKernels(r);
   RegisterQuantPackKernel(r);
   RegisterQuantFusedKernels(r);
+  RegisterQuantLookupKernel(r);
 }
 
 }  // namespace cpu

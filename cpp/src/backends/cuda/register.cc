@@ -24,7 +24,7 @@ std::vector<std::pair<OpId, std::string>> CudaKernelGaps() {
           {OpId::kDynamicQuantizeLinear, int8}, {OpId::kMatMulInteger, int8},
           {OpId::kQLinearMatMul, int8},    {OpId::kConvInteger, int8},
           {OpId::kQLinearConv, int8},      {OpId::kQPackWeights, "static: the weights are packed on the host at load and refit"},
-          {OpId::kQLinearFused, int8}};
+          {OpId::kQLinearFused, int8},     {OpId::kQLookup, int8}};
 }
 
 namespace cuda {
