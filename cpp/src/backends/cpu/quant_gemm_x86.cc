@@ -38,41 +38,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnni(
     for (int b = 0; b < NB; ++b) _mm512_storeu_si512(acc + r * kQTileLanes + b * 16, c[r][b]);
 }
 
-// ---- AVX2: MR rows x 16 lanes. Both operands widen to int16 and vpmaddwd sums
-// pairs into int32 (exact); each lane keeps two partial sums until the end.
+// ---- AVX2: both operands widen to int16 and vpmaddwd sums pairs into int32
+// (exact); each lane keeps two partial sums until the end (TileAvx2x8).
 template <bool kU8>
 __attribute__((target("avx2"))) inline __m256i Widen16(__m128i v) {
   return kU8 ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v);
-}
-
-template <int MR, bool kLanesU8>
-__attribute__((target("avx2"))) void TileAvx2(int64_t kq, const uint8_t* bcast, int64_t ldb,
-                                              const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
-  // c[r][g][h]: rows r, 8-lane group g (lanes 8g..8g+7), half h (lanes 0-3 / 4-7 of the group).
-  __m256i c[MR][2][2];
-  for (int r = 0; r < MR; ++r)
-    for (int g = 0; g < 2; ++g) c[r][g][0] = c[r][g][1] = _mm256_setzero_si256();
-  for (int64_t q = 0; q < kq; ++q) {
-    __m256i w[2][2];
-    for (int g = 0; g < 2; ++g) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32 * g));
-      w[g][0] = Widen16<kLanesU8>(_mm256_castsi256_si128(raw));
-      w[g][1] = Widen16<kLanesU8>(_mm256_extracti128_si256(raw, 1));
-    }
-    for (int r = 0; r < MR; ++r) {
-      const __m128i four = _mm_cvtsi32_si128(Load4(bcast + r * ldb + 4 * q));
-      const __m128i wide = kLanesU8 ? _mm_cvtepi8_epi16(four) : _mm_cvtepu8_epi16(four);
-      const __m256i a = _mm256_broadcastq_epi64(wide);
-      for (int g = 0; g < 2; ++g)
-        for (int h = 0; h < 2; ++h) c[r][g][h] = _mm256_add_epi32(c[r][g][h], _mm256_madd_epi16(w[g][h], a));
-    }
-  }
-  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-  for (int r = 0; r < MR; ++r)
-    for (int g = 0; g < 2; ++g) {
-      const __m256i sum = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(c[r][g][0], c[r][g][1]), order);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes + 8 * g), sum);
-    }
 }
 
 // ---- AVX2 with vpmaddubsw: MR rows x 16 lanes. vpmaddubsw sums two u8 x s8
@@ -111,12 +81,42 @@ void Avx2UbsRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const ui
   if (mr - r == 1) TileAvx2Ubs<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
 }
 
+// MR rows x 8 lanes (one group of the 16-lane block at `lanes`), the lane
+// bytes widened straight from memory.
+template <int MR, bool kLanesU8>
+__attribute__((target("avx2"))) void TileAvx2x8(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                                const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  __m256i c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < kq; ++q) {
+    const uint8_t* l = lanes + q * q_stride;
+    const __m256i w0 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l)));
+    const __m256i w1 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 16)));
+    for (int r = 0; r < MR; ++r) {
+      const __m128i four = _mm_cvtsi32_si128(Load4(bcast + r * ldb + 4 * q));
+      const __m256i a = _mm256_broadcastq_epi64(kLanesU8 ? _mm_cvtepi8_epi16(four) : _mm_cvtepu8_epi16(four));
+      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(w0, a));
+      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(w1, a));
+    }
+  }
+  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  for (int r = 0; r < MR; ++r)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes),
+                        _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(c[r][0], c[r][1]), order));
+}
+
 template <bool kLanesU8>
 void Avx2Rows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
               int64_t q_stride, int32_t* acc) {
-  int r = 0;
-  for (; r + 2 <= mr; r += 2) TileAvx2<2, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
-  if (r < mr) TileAvx2<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  for (int g = 0; g < 2; ++g) {
+    const uint8_t* lg = lanes + 32 * g;
+    int32_t* ag = acc + 8 * g;
+    int r = 0;
+    for (; r + 4 <= mr; r += 4) TileAvx2x8<4, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    if (mr - r == 3) TileAvx2x8<3, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    if (mr - r == 2) TileAvx2x8<2, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    if (mr - r == 1) TileAvx2x8<1, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+  }
 }
 
 template <int NB, bool kLanesU8>
