@@ -20,6 +20,7 @@ from .client import Client, connect
 from .server import InferenceServer, ServerFuture
 from .opset import OpsetConversion
 from .session import IOBuffers, RefitReport, Session
+from .quantize import QuantizationUnavailableError, quantize
 
 __version__ = "0.1.0"
 
@@ -46,4 +47,6 @@ __all__ = [
     "cuda_available",
     "default_memory_budget",
     "OpsetConversion",
+    "quantize",
+    "QuantizationUnavailableError",
 ]

@@ -54,6 +54,10 @@ SUPPORTED_OPS = {
     "Range", "Einsum",
     "Resize", "OneHot", "GatherND", "ScatterND", "ScatterElements", "TopK", "CumSum",
 }
+# Quantization ops: their cases may also use int8 and int16 tensors.
+QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+             "ConvInteger", "QLinearMatMul", "QLinearConv"}
+SUPPORTED_OPS |= QUANT_OPS
 
 ALLOWED_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_)}
 ALLOWED_TP = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64,
@@ -162,22 +166,26 @@ def _exclusion_reason(model: onnx.ModelProto, ins, outs) -> str | None:
     unsupported = sorted(ops - SUPPORTED_OPS)
     if unsupported:
         return "op not in supported list"
+    allowed_np, allowed_tp = ALLOWED_DTYPES, ALLOWED_TP
+    if ops & QUANT_OPS:
+        allowed_np = ALLOWED_DTYPES | {np.dtype(np.int8), np.dtype(np.int16)}
+        allowed_tp = ALLOWED_TP | {TensorProto.INT8, TensorProto.INT16}
     for v in list(ins) + list(outs):
         if not isinstance(v, np.ndarray):
             return "non-tensor input/output (sequence/optional)"
-        if v.dtype not in ALLOWED_DTYPES:
+        if v.dtype not in allowed_np:
             return f"dtype {v.dtype}"
     for vi in list(g.input) + list(g.output):
         if not vi.type.HasField("tensor_type"):
             return "non-tensor graph input/output"
-        if vi.type.tensor_type.elem_type not in ALLOWED_TP:
+        if vi.type.tensor_type.elem_type not in allowed_tp:
             return f"dtype {TensorProto.DataType.Name(vi.type.tensor_type.elem_type)}"
     for init in g.initializer:
-        if init.data_type not in ALLOWED_TP:
+        if init.data_type not in allowed_tp:
             return f"dtype {TensorProto.DataType.Name(init.data_type)}"
     for n in g.node:
         for t in _attr_dtypes(n):
-            if t not in ALLOWED_TP:
+            if t not in allowed_tp:
                 return f"attribute dtype {TensorProto.DataType.Name(t) if t >= 0 else 'string/sparse'}"
     return None
 

@@ -294,17 +294,23 @@ class Importer {
   }
 
   // Float initializers are refittable weights unless a node reads them as a
-  // shape operand; everything else is a structural constant.
+  // shape operand; so are the quantized tensors and zero points that a
+  // DequantizeLinear reads (int8 weights refit by name). Everything else is a
+  // structural constant.
   void ClassifyInitializers() {
-    std::set<int> shape_operands;
-    for (const Node& n : graph_.nodes)
+    std::set<int> shape_operands, quantized;
+    for (const Node& n : graph_.nodes) {
       for (int i = 0; i < n.num_inputs(); ++i)
         if (n.inputs[i] >= 0 && IsShapeOperand(n.op_type, i)) shape_operands.insert(n.inputs[i]);
+      if (n.op_type == "DequantizeLinear" && n.domain.empty())
+        for (int i : {0, 2})
+          if (n.HasInput(i)) quantized.insert(n.inputs[i]);
+    }
     for (size_t id = 0; id < graph_.values.size(); ++id) {
       Value& v = graph_.values[id];
       if (v.kind != ValueKind::kWeight) continue;
-      if (!IsFloat(v.dtype) || shape_operands.count(static_cast<int>(id)))
-        v.kind = ValueKind::kConstant;
+      const bool refittable = IsFloat(v.dtype) || quantized.count(static_cast<int>(id));
+      if (!refittable || shape_operands.count(static_cast<int>(id))) v.kind = ValueKind::kConstant;
     }
   }
 

@@ -25,6 +25,8 @@ constexpr Rule kRules[] = {
     {"hoist_activation_above_reshape", HoistActivationAboveReshape},
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},
+    {"fuse_qdq", FuseQdq},
+    {"fuse_qdq_lookup", FuseQdqLookup},
 };
 }  // namespace
 
