@@ -31,70 +31,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, HERE)
-from bench_cuda import rate  # noqa: E402
+from bench_cuda import rate, torch_graph_device_step, torch_graph_pinned_step  # noqa: E402
 from bench_server import env_prefix  # noqa: E402
-
-
-def torch_graph(module, names, feeds, half):
-    import torch
-
-    static = [torch.from_numpy(feeds[n]).cuda() for n in names]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    ctx = (lambda: torch.autocast("cuda", dtype=torch.float16)) if half else None
-    with torch.no_grad(), torch.cuda.stream(s):
-        for _ in range(3):
-            if ctx:
-                with ctx():
-                    module(*static)
-            else:
-                module(*static)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(g):
-        if ctx:
-            with ctx():
-                outs = module(*static)
-        else:
-            outs = module(*static)
-    return static, list(outs), g
-
-
-def torch_device_step(module, names, feeds, half):
-    import torch
-
-    static, outs, g = torch_graph(module, names, feeds, half)
-    dev = [torch.from_numpy(feeds[n]).cuda() for n in names]
-    stream = torch.cuda.current_stream()
-
-    def f():
-        for s_, d in zip(static, dev):
-            s_.copy_(d)
-        g.replay()
-        stream.synchronize()
-    return f
-
-
-def torch_pinned_step(module, names, feeds, half):
-    import torch
-
-    static, outs, g = torch_graph(module, names, feeds, half)
-    pin_in = [torch.from_numpy(feeds[n]).pin_memory() for n in names]
-    pin_out = [torch.empty(o.shape, dtype=torch.float32 if o.is_floating_point() else o.dtype).pin_memory()
-               for o in outs]
-    np_in = [p.numpy() for p in pin_in]
-    stream = torch.cuda.current_stream()
-
-    def f():
-        for n, a in zip(names, np_in):
-            np.copyto(a, feeds[n])
-        for s_, p in zip(static, pin_in):
-            s_.copy_(p, non_blocking=True)
-        g.replay()
-        for p, o in zip(pin_out, outs):
-            p.copy_(o, non_blocking=True)
-        stream.synchronize()
-    return f
 
 
 def pcie_bandwidth():
@@ -171,8 +109,8 @@ def main():
             for half in (False, True):
                 tag = "fp16" if half else "fp32"
                 try:
-                    r[f"torch_graph_{tag}_device"] = rate(torch_device_step(tmod, ins, feeds, half), b, args.seconds)
-                    r[f"torch_graph_{tag}_pinned"] = rate(torch_pinned_step(tmod, ins, feeds, half), b, args.seconds)
+                    r[f"torch_graph_{tag}_device"] = rate(torch_graph_device_step(tmod, ins, feeds, half), b, args.seconds)
+                    r[f"torch_graph_{tag}_pinned"] = rate(torch_graph_pinned_step(tmod, ins, feeds, half), b, args.seconds)
                 except Exception as e:  # a module autocast cannot capture
                     r[f"torch_graph_{tag}_error"] = repr(e)[:200]
             r["torch_best_device"] = max(r.get("torch_graph_fp32_device", 0), r.get("torch_graph_fp16_device", 0))
