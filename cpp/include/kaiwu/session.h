@@ -64,7 +64,7 @@ struct IoStats {
   /// memcpys between pageable memory and the page-locked staging buffers
   /// (feeds and results in pageable host memory; none for page-locked ones).
   uint64_t staging_copies = 0, staging_bytes = 0;
-  uint64_t status_reads = 0;    ///< the 4-byte error-flag read that ends each run
+  uint64_t status_reads = 0;    ///< error-flag reads that end each run (mapped memory: no copy)
   uint64_t stream_waits = 0;    ///< caller streams a run waited for (events)
   uint64_t stream_signals = 0;  ///< caller streams made to wait for a run (events)
 };
