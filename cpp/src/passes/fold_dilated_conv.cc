@@ -219,13 +219,6 @@ bool MatchAt(const Matcher& m, int conv_index, Match* out) {
   return true;
 }
 
-Attribute IntsAttr(Ints v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
 }  // namespace
 
 int FoldDilatedConv(Graph* g) {

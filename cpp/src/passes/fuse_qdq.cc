@@ -66,20 +66,6 @@ bool AsDq(const Graph& g, const std::vector<int>& producer, const std::vector<bo
   return g.values[dq->scale].dtype == DType::kFloat32 || g.values[dq->scale].dtype == DType::kUndefined;
 }
 
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
-Attribute IntsAttr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
 }  // namespace
 
 int FuseQdq(Graph* g) {

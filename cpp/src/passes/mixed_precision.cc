@@ -205,10 +205,7 @@ class Rewriter {
     c.opset = g_.opset;
     c.inputs = {from};
     c.outputs = {to_value};
-    Attribute a;
-    a.kind = Attribute::Kind::kInt;
-    a.i = OnnxCode(to);
-    c.attrs["to"] = a;
+    c.attrs["to"] = IntAttr(OnnxCode(to));
     ++report_.casts;
     return g_.AddNode(std::move(c));
   }

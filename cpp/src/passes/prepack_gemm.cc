@@ -98,10 +98,7 @@ bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
   nd.inputs.resize(8, -1);
   nd.inputs.push_back(pw);
   nd.inputs.push_back(pr);
-  Attribute flag;
-  flag.kind = Attribute::Kind::kInt;
-  flag.i = 1;
-  nd.attrs["_kaiwu_packed"] = flag;
+  nd.attrs["_kaiwu_packed"] = IntAttr(1);
   return true;
 }
 
@@ -162,10 +159,7 @@ int PrepackGemmWeights(Graph* g) {
     std::map<std::string, Attribute> attrs;
     for (const char* keep : {"_kaiwu_act", "_kaiwu_act_params"})
       if (nd.Has(keep)) attrs[keep] = nd.attrs[keep];
-    Attribute nattr;
-    nattr.kind = Attribute::Kind::kInt;
-    nattr.i = n;
-    attrs["n"] = nattr;
+    attrs["n"] = IntAttr(n);
     nd.attrs = std::move(attrs);
     ++fired;
   }
