@@ -12,7 +12,6 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 
 SCRIPT = r"""
 import sys
@@ -36,7 +35,11 @@ print("ok")
 
 def test_session_runs_when_torch_was_imported_first():
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-c", SCRIPT, os.path.join(ROOT, "python"), HERE],
+    import kaiwu_infer
+    # The child imports kaiwu_infer from where this process found it: the installed
+    # package on a clean clone (whose python/ has no built module), python/ in a dev tree.
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(kaiwu_infer.__file__)))
+    r = subprocess.run([sys.executable, "-c", SCRIPT, pkg_root, HERE],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith("ok")
