@@ -63,28 +63,34 @@ def torch_step(module, names, dev):
 
 
 
-def torch_graph(module, names, feeds):
-    """A CUDA graph of `module` on static GPU inputs; returns (static inputs, outputs, graph)."""
+def torch_graph(module, names, feeds, half=False):
+    """A CUDA graph of `module` on static GPU inputs (under torch.autocast to float16 when
+    `half`); returns (static inputs, outputs, graph)."""
+    import contextlib
+
     import torch
+
+    def mode():
+        return torch.autocast("cuda", dtype=torch.float16) if half else contextlib.nullcontext()
 
     static = [torch.from_numpy(feeds[n]).cuda() for n in names]
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(s):
+    with torch.no_grad(), torch.cuda.stream(s), mode():
         for _ in range(3):
             module(*static)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(g):
+    with torch.no_grad(), torch.cuda.graph(g), mode():
         outs = module(*static)
     return static, list(outs), g
 
 
-def torch_graph_device_step(module, names, feeds):
+def torch_graph_device_step(module, names, feeds, half=False):
     """Inputs already on the GPU: copy into the static inputs, replay, wait."""
     import torch
 
-    static, outs, g = torch_graph(module, names, feeds)
+    static, outs, g = torch_graph(module, names, feeds, half)
     dev = [torch.from_numpy(feeds[n]).cuda() for n in names]
     stream = torch.cuda.current_stream()
 
@@ -97,13 +103,15 @@ def torch_graph_device_step(module, names, feeds):
     return f
 
 
-def torch_graph_pinned_step(module, names, feeds):
-    """numpy in and out through pinned staging: memcpy, H2D, replay, D2H, wait."""
+def torch_graph_pinned_step(module, names, feeds, half=False):
+    """numpy in and out through pinned staging: memcpy, H2D, replay, D2H, wait (float
+    results come back as float32, as the model's outputs are declared)."""
     import torch
 
-    static, outs, g = torch_graph(module, names, feeds)
+    static, outs, g = torch_graph(module, names, feeds, half)
     pin_in = [torch.from_numpy(feeds[n]).pin_memory() for n in names]
-    pin_out = [torch.empty(o.shape, dtype=o.dtype).pin_memory() for o in outs]
+    pin_out = [torch.empty(o.shape, dtype=torch.float32 if o.is_floating_point() else o.dtype).pin_memory()
+               for o in outs]
     np_in = [p.numpy() for p in pin_in]
     stream = torch.cuda.current_stream()
 

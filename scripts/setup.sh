@@ -13,7 +13,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install -q --upgrade pip
-# torch is pinned to the CPU build; the test/demo extras pull onnxruntime, gymnasium, ...
+# torch is pinned to the CPU build; the test/demo extras pull onnxruntime, gymnasium, ray, ...
 python3 -m pip install -q "torch==2.13.0"
 # The C++ tests are built in the same (kept) build tree, so the test script need not compile twice.
 python3 -m pip install -q ".[test]" -Ccmake.define.KAIWU_BUILD_TESTS=ON

@@ -5,7 +5,7 @@
 # each op against the CPU kernel; Conv on both its paths), the whole C++ suite,
 # and the CUDA pytest module (policies against onnxruntime, refit, the server on
 # the GPU, device-resident and page-locked I/O with their counters, user streams)
-# with the host-side DLPack tests, then that module again with cuDNN
+# with the host-side DLPack tests, half precision (test_precision.py), then that module again with cuDNN
 # convolutions (KAIWU_CUDNN=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ echo "== C++ tests (CUDA kernels first)"
 ./build/cuda/kaiwu_tests --gtest_filter='Cuda*' --gtest_brief=1
 ./build/cuda/kaiwu_tests --gtest_filter='-Cuda*' --gtest_brief=1
 echo "== pytest (CUDA)"
-PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py tests/python/test_device_io.py -q -p no:cacheprovider "$@"
+PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py tests/python/test_precision.py \
+  tests/python/test_cast_half.py tests/python/test_device_io.py -q -p no:cacheprovider "$@"
 echo "== pytest (CUDA, KAIWU_CUDNN=1: convolutions on cuDNN when the build found it)"
-KAIWU_CUDNN=1 PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider "$@"
+KAIWU_CUDNN=1 PYTHONPATH=python python3 -m pytest tests/python/test_cuda.py tests/python/test_precision.py -q -p no:cacheprovider "$@"

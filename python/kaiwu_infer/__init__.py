@@ -14,10 +14,13 @@ from ._core import (
     ServerClosedError,
     UnsupportedOpError,
     cuda_available,
+    default_memory_budget,
 )
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
+from .opset import OpsetConversion
 from .session import IOBuffers, RefitReport, Session
+from .quantize import QuantizationUnavailableError, quantize
 
 __version__ = "0.1.0"
 
@@ -42,4 +45,8 @@ __all__ = [
     "ServerClosedError",
     "QueueFullError",
     "cuda_available",
+    "default_memory_budget",
+    "OpsetConversion",
+    "quantize",
+    "QuantizationUnavailableError",
 ]

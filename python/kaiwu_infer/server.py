@@ -12,7 +12,7 @@ import concurrent.futures
 import os
 import threading
 import weakref
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from . import _core
 from .refit_map import _as_array
@@ -162,6 +162,8 @@ class InferenceServer:
             another's compute.
         warmup: run every padded batch size once at start (see :meth:`warmup`), so
             that the first requests do not wait for plans to be built.
+        precision, keep_fp32: as for ``Session`` (``"fp16"`` / ``"bf16"`` on a device);
+            ignored when a ``Session`` is passed.
         base_version: tag of the session's own weights in the version pool (the
             weights it holds when the server starts; a later ``Session.refit`` does not
             change the server's versions: use ``server.refit``).
@@ -198,13 +200,16 @@ class InferenceServer:
         min_slice_us: float = 30.0,
         device: str = "cpu",
         warmup: bool = False,
+        precision: str = "fp32",
+        keep_fp32: Sequence[str] | None = None,
     ):
         if queue_full not in ("block", "raise"):
-            raise ValueError("queue_full must be 'block' or 'raise'")
+            raise _core.InputError(f"queue_full must be 'block' or 'raise', got {queue_full!r}")
         if isinstance(model_or_session, _core._Session):
             session = model_or_session
         else:
-            session = Session(model_or_session, threads=threads, device=device)
+            session = Session(model_or_session, threads=threads, device=device,
+                              precision=precision, keep_fp32=keep_fp32)
         self.session = session
         pairs, axes = _state_pairs(state)
         self._server = _core._InferenceServer(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from . import _core
+from .opset import OpsetConversion, convert_old_opset
 from .refit_map import REFIT_MAP_KEY, RefitMap, _as_array, _engine_entries
 
 
@@ -45,12 +46,17 @@ def _model_bytes(model: Any) -> tuple[bytes, str]:
             raise _core.ModelFileNotFoundError(f"model file '{path}' does not exist")
         with open(path, "rb") as f:
             data = f.read()
-        return data, os.path.dirname(os.path.abspath(path))
+        return data, os.fsencode(os.path.dirname(os.path.abspath(path)))
     if hasattr(model, "SerializeToString"):  # onnx.ModelProto
         return model.SerializeToString(), ""
     raise TypeError(
         f"model must be a file path, bytes or onnx.ModelProto, got {type(model).__name__}"
     )
+
+
+def _names(names: Any) -> Any:
+    # A list for the binding; a str is passed as is so that it is refused by name.
+    return names if names is None or isinstance(names, str) else list(names)
 
 
 class Session(_core._Session):
@@ -63,6 +69,22 @@ class Session(_core._Session):
         device: ``"cpu"`` (default), or ``"cuda"`` / ``"cuda:N"`` in a build with the CUDA
             backend (``kaiwu_infer.cuda_available()``). Weights live on the device and refit
             uploads the weights that changed.
+        memory_budget: the most bytes one tensor, the model's weights or one execution plan
+            may take (default: ``$KAIWU_MEMORY_BUDGET``, else the machine's physical memory;
+            see ``kaiwu_infer.default_memory_budget()``). Sizes declared by the model file and
+            shapes that appear at plan time are checked against it before allocation:
+            ``ModelError`` / ``InputError`` naming the tensor, node or input dimension.
+        precision: ``"fp32"`` (default), or on a device session ``"fp16"`` / ``"bf16"``:
+            convolutions, GEMMs, elementwise ops and pooling run on float16 (bfloat16)
+            tensors on tensor cores with float32 accumulation; softmax, normalizations,
+            reductions, LSTM/GRU cells and Exp/Log/Pow stay float32. Weights are converted at
+            load and at every refit (refit still takes float32 arrays or a state_dict); feeds
+            and results keep the model's dtypes. ``describe()`` lists each node's precision.
+        keep_fp32: node names or op types to keep in float32 under fp16/bf16 (e.g. the
+            policy head's ``Gemm``); a name the model does not have is an ``InputError``.
+
+    Models below opset 13 (tf2onnx-era policies, opset 7-12) are converted to opset 13 with
+    ``onnx.version_converter`` on load; ``opset_conversion`` and ``describe()`` say so.
 
     ``run(feeds)`` returns a dict; ``run(output_names, feeds)`` returns a list as in
     onnxruntime; ``run(feeds, out={name: array})`` writes into preallocated arrays.
@@ -89,9 +111,23 @@ class Session(_core._Session):
     """
 
     def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True,
-                 device: str = "cpu"):
+                 device: str = "cpu", memory_budget: int | None = None,
+                 precision: str = "fp32", keep_fp32: Sequence[str] | None = None):
         data, base_dir = _model_bytes(model)
-        super().__init__(data, base_dir, threads, optimize, str(device))
+        #: The opset conversion done on load (an ``OpsetConversion``), or None.
+        self.opset_conversion: OpsetConversion | None = None
+        try:
+            super().__init__(data, base_dir, threads, optimize, str(device), memory_budget,
+                             str(precision), _names(keep_fp32))
+        except _core.ModelError as e:
+            if isinstance(e, (_core.UnsupportedOpError, _core.ModelFileNotFoundError)):
+                raise
+            converted = convert_old_opset(data, e)
+            if converted is None:
+                raise
+            data, self.opset_conversion = converted
+            super().__init__(data, base_dir, threads, optimize, str(device), memory_budget,
+                             str(precision), _names(keep_fp32))
         self._weight_names = frozenset(self.weights_info)
         self.refit_map = None
         text = self.metadata.get(REFIT_MAP_KEY)
@@ -100,6 +136,15 @@ class Session(_core._Session):
             # The engine applies the map itself: a refit from a state_dict is one call.
             self._set_refit_map({k: (v["shape"], v["dtype"]) for k, v in m.keys.items()},
                                 m.aliases, m.ignorable, _engine_entries(m))
+
+    def describe(self) -> str:
+        """Op counts before and after optimization, rewrite rules fired, threads, device,
+        and the opset conversion done on load, if any."""
+        text = super().describe()
+        if self.opset_conversion is not None:
+            head, _, rest = text.partition("\n")
+            text = f"{head}\n{self.opset_conversion.describe()}\n{rest}"
+        return text
 
     def io_buffers(self, batch: int, *, shapes: Mapping[str, Any] | None = None) -> IOBuffers:
         """Input and output arrays for a batch of ``batch`` rows, in page-locked memory.

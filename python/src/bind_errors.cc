@@ -1,4 +1,5 @@
 #include <map>
+#include <stdexcept>
 
 #include "bindings.h"
 
@@ -30,7 +31,7 @@ py::tuple Bases(std::initializer_list<PyObject*> bases) {
 void ThrowPython(StatusCode code, const std::string& message) {
   auto it = Classes().find(code);
   PyObject* cls = it == Classes().end() ? Classes()[StatusCode::kInternal] : it->second;
-  PyErr_SetString(cls, message.c_str());
+  SetPythonError(cls, message);
   throw py::error_already_set();
 }
 
@@ -67,7 +68,13 @@ void BindErrors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyErr_SetString(Classes()[e.code()], e.what());
+      SetPythonError(Classes()[e.code()], e.what());
+    } catch (const std::logic_error& e) {
+      // std::invalid_argument, out_of_range, length_error from the standard
+      // library: every bad input is checked before these can happen, so one
+      // reaching Python is a bug, reported as such rather than a plain ValueError.
+      SetPythonError(Classes()[StatusCode::kInternal],
+                     std::string("unexpected C++ exception (please report it): ") + e.what());
     }
   });
 }

@@ -50,7 +50,7 @@ std::map<std::string, TensorView> WeightViews(const py::dict& weights, std::vect
   std::map<std::string, TensorView> views;
   keep->reserve(weights.size());
   for (auto item : weights) {
-    std::string name = py::str(item.first);
+    std::string name = TextFromPython(item.first);
     keep->emplace_back();
     views[name] = ArrayView(item.second, "weight '" + name + "'", &keep->back(), StatusCode::kRefit);
   }
@@ -152,7 +152,7 @@ class PyServer {
     keep->resize(n);
     std::vector<bool> seen(n, false);
     for (auto item : feeds) {
-      std::string name = py::str(item.first);
+      std::string name = TextFromPython(item.first);
       auto it = feed_index_.find(name);
       if (it == feed_index_.end()) {
         if (state_names_.count(name))
@@ -166,7 +166,7 @@ class PyServer {
     for (size_t i = 0; i < n; ++i)
       if (!seen[i]) ThrowPython(StatusCode::kInput, "missing input '" + server_->feed_inputs()[i].name + "'");
     req->done = DoneFlags(done);
-    if (!version.is_none()) req->version = py::str(version);
+    if (!version.is_none()) req->version = TextFromPython(version);
     return req;
   }
 
@@ -447,7 +447,7 @@ class PyShmClient {
     int64_t rows = -1;
     std::vector<bool> seen(ins.size(), false);
     for (auto item : feeds) {
-      std::string name = py::str(item.first);
+      std::string name = TextFromPython(item.first);
       size_t i = 0;
       while (i < ins.size() && ins[i].name != name) ++i;
       if (i == ins.size()) ThrowPython(StatusCode::kInput, "unknown input '" + name + "'");
@@ -479,7 +479,7 @@ class PyShmClient {
   }
   py::dict Step(py::object self, int64_t rows, py::object done, py::object version, bool copy) {
     std::vector<uint8_t> d = DoneFlags(done);
-    std::string ver = version.is_none() ? "" : py::str(version).cast<std::string>();
+    std::string ver = version.is_none() ? "" : TextFromPython(version);
     std::vector<TensorView> outs;
     {
       py::gil_scoped_release release;
@@ -527,7 +527,8 @@ void BindServer(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ServerError& e) {
-      PyErr_SetString(e.kind() == ServerError::kClosed ? g_closed_error : g_queue_full_error, e.what());
+      SetPythonError(e.kind() == ServerError::kClosed ? g_closed_error : g_queue_full_error,
+                     e.what());
     }
   });
 

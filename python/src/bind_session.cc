@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "bindings.h"
-
 #include "backends/device.h"
+#include "bindings.h"
+#include "core/memory_budget.h"
 #include "kaiwu/session.h"
 
 namespace kaiwu {
@@ -58,20 +58,50 @@ PyIOInfo MakeInfo(const IOInfo& io) {
   py::tuple shape(io.dims.size());
   for (size_t d = 0; d < io.dims.size(); ++d) {
     if (io.dims[d] >= 0) shape[d] = py::int_(io.dims[d]);
-    else if (!io.symbols[d].empty()) shape[d] = py::str(io.symbols[d]);
+    else if (!io.symbols[d].empty())
+      shape[d] = TextToPython(io.symbols[d]);
     else shape[d] = py::none();
   }
   out.shape = shape;
   return out;
 }
 
+// memory_budget=: a positive int (bytes); larger than 64 bits means no limit.
+uint64_t BudgetFromPython(const py::object& obj) {
+  const bool is_int = py::isinstance<py::int_>(obj) && !py::isinstance<py::bool_>(obj);
+  if (is_int && obj.cast<py::int_>() > py::int_(0)) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj.ptr());
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      return UINT64_MAX;
+    }
+    return v;
+  }
+  ThrowPython(StatusCode::kInput, "memory_budget must be a positive number of bytes, got " +
+                                      TextFromPython(py::repr(obj)));
+}
+
 class PySession {
  public:
-  PySession(py::bytes model, const std::string& base_dir, py::object threads, bool optimize,
-            const std::string& device) {
+  PySession(py::bytes model, py::object base_dir_obj, py::object threads, bool optimize,
+            const std::string& device, py::object memory_budget, const std::string& precision,
+            py::object keep_fp32) {
     SessionOptions opts;
     opts.optimize = optimize;
     opts.device = device;
+    opts.precision = precision;
+    if (!keep_fp32.is_none()) {
+      if (py::isinstance<py::str>(keep_fp32))
+        ThrowPython(StatusCode::kInput, "keep_fp32 must be a list of node names or op types, not a string");
+      for (const py::handle& item : keep_fp32) {
+        if (!py::isinstance<py::str>(item))
+          ThrowPython(StatusCode::kInput, "keep_fp32: expected node names or op types (str), got " +
+                                              TextFromPython(py::repr(item)));
+        opts.keep_fp32.push_back(TextFromPython(item));
+      }
+    }
+    const std::string base_dir = PathFromPython(base_dir_obj);
+    if (!memory_budget.is_none()) opts.memory_budget = BudgetFromPython(memory_budget);
     if (!threads.is_none()) {
       int t = threads.cast<int>();
       if (t < 1) ThrowPython(StatusCode::kInput, "threads must be >= 1, got " + std::to_string(t));
@@ -127,7 +157,7 @@ class PySession {
     std::vector<py::object> keep(ins.size());
     std::vector<bool> seen(ins.size(), false);
     for (auto item : feeds) {
-      std::string name = py::str(item.first);
+      std::string name = TextFromPython(item.first);
       auto it = input_index_.find(name);
       if (it == input_index_.end())
         ThrowPython(StatusCode::kInput, "unknown input '" + name + "'; the model's inputs are: " +
@@ -155,7 +185,7 @@ class PySession {
       for (size_t k = 0; k < session_->outputs().size(); ++k) wanted.push_back(static_cast<int>(k));
     } else {
       for (auto n : names_obj) {
-        std::string name = py::str(n);
+        std::string name = TextFromPython(n);
         auto it = output_index_.find(name);
         if (it == output_index_.end())
           ThrowPython(StatusCode::kInput, "unknown output '" + name + "'; the model's outputs are: " +
@@ -178,7 +208,7 @@ class PySession {
       std::vector<void*> ptrs(shapes.size(), nullptr);
       py::dict out_dict = out;
       for (auto item : out_dict) {
-        std::string name = py::str(item.first);
+        std::string name = TextFromPython(item.first);
         auto it = output_index_.find(name);
         if (it == output_index_.end())
           ThrowPython(StatusCode::kInput, "out: unknown output '" + name + "'");
@@ -325,7 +355,7 @@ class PySession {
   py::dict GetWeights(py::object names) const {
     std::vector<std::string> wanted;
     if (!names.is_none())
-      for (auto n : names) wanted.push_back(py::str(n));
+      for (auto n : names) wanted.push_back(TextFromPython(n));
     std::map<std::string, Tensor> weights;
     {
       py::gil_scoped_release release;
@@ -383,19 +413,19 @@ class PySession {
     for (auto item : keys) {
       py::tuple t = py::reinterpret_borrow<py::tuple>(item.second);
       RefitMapSpec::Key k;
-      k.name = py::str(item.first);
+      k.name = TextFromPython(item.first);
       k.shape = t[0].cast<std::vector<int64_t>>();
       k.dtype = FromNumpyDType(py::dtype::from_args(t[1]));
       spec.keys.push_back(std::move(k));
     }
     for (auto item : aliases)
-      spec.aliases.emplace_back(py::str(item.first), py::str(item.second));
-    for (auto n : ignorable) spec.ignorable.push_back(py::str(n));
+      spec.aliases.emplace_back(TextFromPython(item.first), TextFromPython(item.second));
+    for (auto n : ignorable) spec.ignorable.push_back(TextFromPython(n));
     for (auto e : entries) {
       py::tuple t = py::reinterpret_borrow<py::tuple>(e);
       RefitMapSpec::Entry entry;
-      entry.weight = py::str(t[0]);
-      const std::string op = py::str(t[1]);
+      entry.weight = TextFromPython(t[0]);
+      const std::string op = TextFromPython(t[1]);
       using Op = RefitMapSpec::Entry::Op;
       entry.op = op == "transpose" ? Op::kTranspose : op == "runs" ? Op::kRuns
                : op == "gather" ? Op::kGather : Op::kCopy;
@@ -403,7 +433,7 @@ class PySession {
       entry.perm = t[3].cast<std::vector<int64_t>>();
       for (auto r : t[4]) {
         py::tuple rt = py::reinterpret_borrow<py::tuple>(r);
-        entry.runs.push_back({py::str(rt[0]), rt[1].cast<int64_t>(), rt[2].cast<int64_t>()});
+        entry.runs.push_back({TextFromPython(rt[0]), rt[1].cast<int64_t>(), rt[2].cast<int64_t>()});
       }
       if (!t[5].is_none()) {
         auto index = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(t[5]);
@@ -480,13 +510,18 @@ void BindSession(py::module_& m) {
                ", dtype=" + py::str(i.dtype).cast<std::string>() + ")";
       });
 
+  m.def("default_memory_budget", &DefaultMemoryBudget,
+        "The memory budget a Session gets without memory_budget=: $KAIWU_MEMORY_BUDGET "
+        "(bytes, or with a K/M/G/T suffix), else the machine's physical memory.");
   m.def("cuda_available", &CudaAvailable,
         "True when this build has the CUDA backend and a CUDA device is present.");
 
   py::class_<PySession>(m, "_Session")
-      .def(py::init<py::bytes, const std::string&, py::object, bool, const std::string&>(),
+      .def(py::init<py::bytes, py::object, py::object, bool, const std::string&, py::object,
+                    const std::string&, py::object>(),
            py::arg("model"), py::arg("base_dir"), py::arg("threads"), py::arg("optimize"),
-           py::arg("device") = "cpu")
+           py::arg("device") = "cpu", py::arg("memory_budget") = py::none(),
+           py::arg("precision") = "fp32", py::arg("keep_fp32") = py::none())
       .def_property_readonly("device", [](PySession& s) { return s.session().device(); })
       .def_property_readonly("inputs", &PySession::inputs)
       .def_property_readonly("outputs", &PySession::outputs)

@@ -92,5 +92,15 @@ DType DTypeFromTypestr(const std::string& typestr);
 /// Raises the Python exception class for `code` with `message`.
 [[noreturn]] void ThrowPython(StatusCode code, const std::string& message);
 
+/// A Python str (or anything str() accepts) as UTF-8; characters UTF-8 cannot
+/// hold (lone surrogates) are written as escapes instead of raising.
+std::string TextFromPython(const py::handle& obj);
+/// A file system path (str or bytes) as the OS's bytes (os.fsencode).
+std::string PathFromPython(const py::handle& obj);
+/// UTF-8 text as a Python str; malformed bytes are written as \xNN escapes.
+py::str TextToPython(const std::string& text);
+/// PyErr_SetObject(cls, message) with the message decoded as TextToPython does.
+void SetPythonError(PyObject* cls, const std::string& message);
+
 }  // namespace python
 }  // namespace kaiwu

@@ -130,7 +130,11 @@ void ReadRefitSources(const py::handle& weights, int device_ordinal,
     if (!PyUnicode_Check(key)) ThrowPython(StatusCode::kRefit, "weight names must be strings");
     Py_ssize_t len = 0;
     const char* chars = PyUnicode_AsUTF8AndSize(key, &len);  // cached in the key, which `dict` keeps
-    if (!chars) throw py::error_already_set();
+    if (!chars) {  // a lone surrogate: no model name can match it
+      PyErr_Clear();
+      ThrowPython(StatusCode::kRefit, "refit refused, weights unchanged: weight name " +
+                                          TextFromPython(py::repr(key)) + " is not valid UTF-8");
+    }
     s.name = std::string_view(chars, static_cast<size_t>(len));
     py::handle obj(value);
     if (py::isinstance<py::array>(obj)) {

@@ -112,7 +112,8 @@ TEST(OpsBinary, ModelErrorsComeFromTheOpLayer) {
             prelu.Describe() + ": input shape (3, 5) does not broadcast to (5,)");
   Node sum = MakeNode("Sum", 2, 1);
   EXPECT_EQ(ModelError(sum, {Info(DType::kInt32, {2}), Info(DType::kInt32, {2})}),
-            sum.Describe() + ": input 0 has dtype int32, expected one of: float32, float64");
+            sum.Describe() +
+                ": input 0 has dtype int32, expected one of: float32, float64, float16, bfloat16");
   Node mod = MakeNode("Mod", 2, 1);
   EXPECT_EQ(ModelError(mod, {Info(DType::kFloat32, {2}), Info(DType::kFloat32, {2})}),
             mod.Describe() + ": fmod must be 1 for floating-point inputs");

@@ -62,9 +62,10 @@ TEST(RnnReduceInfer, ReduceErrors) {
   Node range = MakeNode("ReduceSum", 1, 1, {{"axes", IntsAttr({2})}});
   ExpectModelError(range, {Info(DType::kFloat32, {2, 3})}, "axis 2 is out of range for rank 2");
   ExpectModelError(MakeNode("ReduceSum", 1, 1), {Info(DType::kBool, {2})},
-                   "input 0 has dtype bool, expected one of: float32, float64, int32, int64");
+                   "input 0 has dtype bool, expected one of: float32, float64, int32, int64, float16, "
+                   "bfloat16");
   ExpectModelError(MakeNode("ReduceLogSumExp", 1, 1), {Info(DType::kInt32, {2})},
-                   "expected one of: float32, float64");
+                   "expected one of: float32, float64, float16, bfloat16");
   ExpectModelError(MakeNode("ReduceProd", 1, 1), {Info(DType::kFloat32, Shape(17, 1))},
                    "rank 17 exceeds 16");
 }

@@ -62,7 +62,7 @@ TEST(TensorInfer, ViewsAliasTheirInput) {
   EXPECT_EQ(d.outputs[1].dtype, DType::kBool);
   EXPECT_EQ(d.outputs[1].shape, (Shape{4, 2}));
   ExpectModelError(MakeNode("Dropout", 1, 1), {Info(DType::kInt32, {2})},
-                   "input 0 has dtype int32, expected one of: float32, float64, float16");
+                   "input 0 has dtype int32, expected one of: float32, float64, float16, bfloat16");
 }
 
 TEST(TensorInfer, TransposeSliceExpandTileViews) {

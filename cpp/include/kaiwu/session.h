@@ -22,6 +22,20 @@ struct SessionOptions {
   /// backend. Feeds and results are in host memory unless a run says otherwise
   /// (RunOptions, TensorView::memory).
   std::string device = "cpu";
+  /// Device sessions: "fp32" (default), "fp16" or "bf16". In half precision the
+  /// nodes whose math tolerates it (convolutions, GEMMs, elementwise ops,
+  /// pooling) run on float16/bfloat16 tensors with float accumulation; softmax,
+  /// normalisations, reductions and recurrent cells stay float32. Weights are
+  /// converted at load and at every refit (refit still takes float32); feeds
+  /// and results keep the model's dtypes. The CPU backend runs float32 only.
+  std::string precision = "fp32";
+  /// Node names or op types kept in float32 under "fp16"/"bf16".
+  std::vector<std::string> keep_fp32;
+  /// The most bytes one tensor, the model's weights or one execution plan may
+  /// take; sizes from the model file and plan-time shapes are checked against it
+  /// before allocation (ModelError / InputError naming the place). 0: the
+  /// default, $KAIWU_MEMORY_BUDGET or the machine's physical memory.
+  uint64_t memory_budget = 0;
 };
 
 /// How one run on a device session moves its data (ignored on the CPU, where
@@ -52,7 +66,7 @@ struct IoStats {
   /// memcpys between pageable memory and the page-locked staging buffers
   /// (feeds and results in pageable host memory; none for page-locked ones).
   uint64_t staging_copies = 0, staging_bytes = 0;
-  uint64_t status_reads = 0;    ///< the 4-byte error-flag read that ends each run
+  uint64_t status_reads = 0;    ///< error-flag reads that end each run (mapped memory: no copy)
   uint64_t stream_waits = 0;    ///< caller streams a run waited for (events)
   uint64_t stream_signals = 0;  ///< caller streams made to wait for a run (events)
 };

@@ -23,12 +23,14 @@ enum class DType : uint8_t {
   kInt32,
   kInt64,
   kBool,
+  kBFloat16,  ///< bfloat16: the engine's half precision on devices (precision="bf16")
 };
 
 size_t DTypeSize(DType t);
 const char* DTypeName(DType t);
 inline bool IsFloat(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16;
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
+         t == DType::kBFloat16;
 }
 
 template <typename T> struct DTypeOf;

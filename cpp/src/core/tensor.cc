@@ -17,6 +17,7 @@ size_t DTypeSize(DType t) {
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
     case DType::kBool: return 1;
+    case DType::kBFloat16: return 2;
     case DType::kUndefined: return 0;
   }
   return 0;
@@ -33,6 +34,7 @@ const char* DTypeName(DType t) {
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kBool: return "bool";
+    case DType::kBFloat16: return "bfloat16";
     case DType::kUndefined: return "undefined";
   }
   return "undefined";

@@ -2,12 +2,16 @@
 
 #include <fstream>
 #include <limits>
+#include <new>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
-#include "ops/op.h"
+#include "core/memory_budget.h"
+#include "core/utf8.h"
 #include "onnx.pb.h"
 #include "onnx/tensor_proto.h"
+#include "ops/op.h"
 
 namespace kaiwu {
 
@@ -28,6 +32,22 @@ namespace {
 
 bool IsDefaultDomain(const std::string& d) { return d.empty() || d == "ai.onnx"; }
 
+// Names and strings reach Python, which decodes them strictly: refuse bad UTF-8
+// here, naming the place, with the offending bytes escaped.
+void CheckText(const std::string& text, const std::string& what) {
+  if (!IsValidUtf8(text))
+    Fail(StatusCode::kModel, what, " is not valid UTF-8 ('", EscapeInvalidUtf8(text), "')");
+}
+
+void CheckValueInfoText(const ValueInfoProto& vi, const char* role) {
+  CheckText(vi.name(), std::string("the name of a graph ") + role);
+  if (!vi.has_type() || !vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape())
+    return;
+  for (const auto& d : vi.type().tensor_type().shape().dim())
+    if (d.has_dim_param())
+      CheckText(d.dim_param(), std::string(role) + " '" + vi.name() + "': a dimension name");
+}
+
 class Importer {
  public:
   Importer(const ModelProto& model, std::string base_dir)
@@ -36,11 +56,17 @@ class Importer {
   Graph Run() {
     ReadOpsets();
     const auto& g = model_.graph();
+    CheckText(g.name(), "the graph's name");
     graph_.name = g.name();
-    for (const auto& prop : model_.metadata_props()) graph_.metadata[prop.key()] = prop.value();
+    for (const auto& prop : model_.metadata_props()) {
+      CheckText(prop.key(), "a metadata key");
+      CheckText(prop.value(), "metadata '" + prop.key() + "'");
+      graph_.metadata[prop.key()] = prop.value();
+    }
     graph_.opset = opsets_[""];
     for (const auto& init : g.initializer()) AddInitializer(init);
     for (const auto& in : g.input()) {
+      CheckValueInfoText(in, "input");
       int id = graph_.Find(in.name());
       if (id >= 0) continue;  // an initializer listed as an input (IR < 4): keep the constant
       id = ValueId(in.name());
@@ -58,12 +84,14 @@ class Importer {
       throw Error(StatusCode::kUnsupported, os.str());
     }
     for (const auto& out : g.output()) {
+      CheckValueInfoText(out, "output");
       int id = graph_.Find(out.name());
       if (id < 0) Fail(StatusCode::kModel, "graph output '", out.name(), "' has no producer");
       if (out.has_type()) ApplyType(out, &graph_.values[id]);
       graph_.outputs.push_back(id);
     }
     for (const auto& vi : g.value_info()) {
+      CheckValueInfoText(vi, "value_info entry");
       int id = graph_.Find(vi.name());
       if (id >= 0 && graph_.values[id].kind == ValueKind::kRuntime) ApplyType(vi, &graph_.values[id]);
     }
@@ -74,6 +102,7 @@ class Importer {
 
  private:
   void ReadOpsets() {
+    for (const auto& op : model_.opset_import()) CheckText(op.domain(), "an opset_import domain");
     for (const auto& op : model_.opset_import())
       opsets_[IsDefaultDomain(op.domain()) ? "" : op.domain()] = static_cast<int>(op.version());
     if (!model_.has_graph())
@@ -95,12 +124,13 @@ class Importer {
 
   void AddInitializer(const kaiwu_onnx::TensorProto& t) {
     if (t.name().empty()) Fail(StatusCode::kModel, "an initializer has no name");
+    CheckText(t.name(), "the name of an initializer");
     if (graph_.Find(t.name()) >= 0)
       Fail(StatusCode::kModel, "initializer '", t.name(), "' is defined twice");
     Value v;
     v.name = t.name();
     v.kind = ValueKind::kWeight;  // narrowed to kConstant by ClassifyInitializers
-    v.data = std::make_shared<Tensor>(TensorFromProto(t, base_dir_, t.name()));
+    v.data = std::make_shared<Tensor>(TensorFromProto(t, base_dir_, t.name(), &budget_left_));
     SetFromTensor(&v);
     graph_.AddValue(std::move(v));
   }
@@ -139,6 +169,11 @@ class Importer {
   }
 
   Attribute ConvertAttribute(const AttributeProto& a, const std::string& node_desc) {
+    CheckText(a.name(), node_desc + ": an attribute name");
+    const std::string attr_desc = node_desc + ": attribute '" + a.name() + "'";
+    if (a.type() == AttributeProto::STRING) CheckText(a.s(), attr_desc);
+    if (a.type() == AttributeProto::STRINGS)
+      for (const auto& v : a.strings()) CheckText(v, attr_desc);
     Attribute out;
     switch (a.type()) {
       case AttributeProto::INT: out.kind = Attribute::Kind::kInt; out.i = a.i(); break;
@@ -158,7 +193,8 @@ class Importer {
         break;
       case AttributeProto::TENSOR:
         out.kind = Attribute::Kind::kTensor;
-        out.t = std::make_shared<Tensor>(TensorFromProto(a.t(), base_dir_, node_desc + "." + a.name()));
+        out.t = std::make_shared<Tensor>(
+            TensorFromProto(a.t(), base_dir_, node_desc + "." + a.name(), &budget_left_));
         break;
       default:
         Fail(StatusCode::kUnsupported, node_desc, ": attribute '", a.name(),
@@ -168,6 +204,10 @@ class Importer {
   }
 
   void ImportNode(const NodeProto& np, std::vector<std::string>* unsupported) {
+    const std::string where = "node #" + std::to_string(node_index_);
+    CheckText(np.op_type(), where + ": the op type");
+    CheckText(np.domain(), where + " (" + np.op_type() + "): the domain");
+    CheckText(np.name(), where + " (" + np.op_type() + "): the node name");
     Node n;
     n.op_type = np.op_type();
     n.domain = IsDefaultDomain(np.domain()) ? "" : np.domain();
@@ -176,6 +216,8 @@ class Importer {
     auto opset_it = opsets_.find(n.domain);
     n.opset = opset_it == opsets_.end() ? 0 : opset_it->second;
     std::string desc = n.Describe();
+    for (const auto& in : np.input()) CheckText(in, desc + ": an input name");
+    for (const auto& out : np.output()) CheckText(out, desc + ": an output name");
 
     if (FindOp(n.op_type, n.domain) == OpId::kCount && !(n.domain.empty() && n.op_type == "Constant")) {
       std::ostringstream os;
@@ -185,6 +227,9 @@ class Importer {
       return;
     }
     for (const auto& a : np.attribute()) n.attrs[a.name()] = ConvertAttribute(a, desc);
+    if (n.domain.empty() && n.op_type == "ConstantOfShape" && n.Has("value") &&
+        n.attrs.at("value").kind != Attribute::Kind::kTensor)
+      Fail(StatusCode::kModel, desc, ": attribute 'value' must be a tensor");
     if (n.domain.empty() && n.op_type == "Constant") {
       ImportConstant(n, np);
       return;
@@ -208,6 +253,15 @@ class Importer {
     auto scalar_or_vector = [&](DType dt, size_t count, bool scalar) {
       t = std::make_shared<Tensor>(dt, scalar ? Shape{} : Shape{static_cast<int64_t>(count)});
     };
+    // Each value_* attribute must be of its kind: a mutated type would leave `t` empty.
+    for (const auto& [name, kind] :
+         {std::pair<const char*, Attribute::Kind>{"value", Attribute::Kind::kTensor},
+          {"value_float", Attribute::Kind::kFloat},
+          {"value_floats", Attribute::Kind::kFloats},
+          {"value_int", Attribute::Kind::kInt},
+          {"value_ints", Attribute::Kind::kInts}})
+      if (n.Has(name) && n.attrs.at(name).kind != kind)
+        Fail(StatusCode::kModel, n.Describe(), ": attribute '", name, "' has the wrong type");
     if (n.Has("value")) {
       t = n.attrs.at("value").t;
     } else if (n.Has("value_float")) {
@@ -240,17 +294,23 @@ class Importer {
   }
 
   // Float initializers are refittable weights unless a node reads them as a
-  // shape operand; everything else is a structural constant.
+  // shape operand; so are the quantized tensors and zero points that a
+  // DequantizeLinear reads (int8 weights refit by name). Everything else is a
+  // structural constant.
   void ClassifyInitializers() {
-    std::set<int> shape_operands;
-    for (const Node& n : graph_.nodes)
+    std::set<int> shape_operands, quantized;
+    for (const Node& n : graph_.nodes) {
       for (int i = 0; i < n.num_inputs(); ++i)
         if (n.inputs[i] >= 0 && IsShapeOperand(n.op_type, i)) shape_operands.insert(n.inputs[i]);
+      if (n.op_type == "DequantizeLinear" && n.domain.empty())
+        for (int i : {0, 2})
+          if (n.HasInput(i)) quantized.insert(n.inputs[i]);
+    }
     for (size_t id = 0; id < graph_.values.size(); ++id) {
       Value& v = graph_.values[id];
       if (v.kind != ValueKind::kWeight) continue;
-      if (!IsFloat(v.dtype) || shape_operands.count(static_cast<int>(id)))
-        v.kind = ValueKind::kConstant;
+      const bool refittable = IsFloat(v.dtype) || quantized.count(static_cast<int>(id));
+      if (!refittable || shape_operands.count(static_cast<int>(id))) v.kind = ValueKind::kConstant;
     }
   }
 
@@ -258,6 +318,7 @@ class Importer {
   std::string base_dir_;
   std::map<std::string, int> opsets_;
   Graph graph_;
+  uint64_t budget_left_ = CurrentMemoryBudget();  // for all tensors of the model
   int node_index_ = 0;  // position in the model's node list, for unnamed nodes
 };
 
@@ -271,7 +332,16 @@ Graph LoadOnnxModel(const void* bytes, size_t size, const std::string& base_dir)
   if (!model.ParseFromArray(bytes, static_cast<int>(size)))
     Fail(StatusCode::kModel, "the bytes are not a valid ONNX model (malformed or truncated "
          "protobuf, ", size, " bytes)");
-  return Importer(model, base_dir).Run();
+  try {
+    return Importer(model, base_dir).Run();
+  } catch (const std::length_error& e) {
+    // Sizes are checked before allocation; these mean a size slipped through.
+    Fail(StatusCode::kModel, "the model declares a size the importer cannot hold (", e.what(), ")");
+  } catch (const std::invalid_argument& e) {
+    Fail(StatusCode::kModel, "the model holds a malformed value (", e.what(), ")");
+  } catch (const std::out_of_range& e) {
+    Fail(StatusCode::kModel, "the model holds a value out of range (", e.what(), ")");
+  }
 }
 
 }  // namespace kaiwu

@@ -1,6 +1,7 @@
 // TensorProto -> Tensor, with external data resolved under the model's directory.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kaiwu/tensor.h"
@@ -12,8 +13,11 @@ namespace kaiwu {
 DType DTypeFromOnnx(int32_t code);
 
 /// Copies a TensorProto's data (raw, typed fields or external file) into a Tensor.
-/// `what` names the tensor in error messages.
+/// `what` names the tensor in error messages. Before anything is allocated, the
+/// declared dims are checked against the data the proto (or its external file)
+/// holds, and the tensor's bytes against `*budget_left` (when given), which is
+/// then reduced by them: one budget for all the tensors of a model. Throws kModel.
 Tensor TensorFromProto(const kaiwu_onnx::TensorProto& proto, const std::string& base_dir,
-                       const std::string& what);
+                       const std::string& what, uint64_t* budget_left = nullptr);
 
 }  // namespace kaiwu

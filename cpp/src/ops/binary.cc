@@ -20,7 +20,9 @@ DType DTypeFromOnnxCode(int64_t code) {
     case 6: return DType::kInt32;
     case 7: return DType::kInt64;
     case 9: return DType::kBool;
+    case 10: return DType::kFloat16;
     case 11: return DType::kFloat64;
+    case 16: return DType::kBFloat16;
     default: return DType::kUndefined;
   }
 }
@@ -54,10 +56,11 @@ void InferArith(OpContext& ctx) {
                                             " inputs, got ", n);
   const DType dtype = ctx.in(0).dtype;
   if (kFloatOnly) {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   } else {
     ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                        DType::kInt16, DType::kInt32, DType::kInt64});
+                        DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat16,
+                        DType::kBFloat16});
   }
   std::vector<Shape> shapes;
   for (int i = 0; i < n; ++i) {
@@ -78,9 +81,11 @@ void InferArith(OpContext& ctx) {
 // Pow: the output takes the base's dtype; the exponent may be of another.
 void InferPow(OpContext& ctx) {
   if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
+                      DType::kFloat16, DType::kBFloat16});
   ctx.ExpectDType(1, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                      DType::kInt16, DType::kInt32, DType::kInt64});
+                      DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat16,
+                      DType::kBFloat16});
   ctx.SetOutput(0, ctx.in(0).dtype, BroadcastShapes(ctx, ctx.in(0).shape, ctx.in(1).shape));
 }
 
@@ -96,7 +101,8 @@ void ExpectBroadcastsTo(const OpContext& ctx, const Shape& s, const Shape& out) 
 // PRelu: y = x < 0 ? slope * x : x, the slope broadcasting to x's shape.
 void InferPRelu(OpContext& ctx) {
   if (ctx.num_inputs() != 2) ctx.Error("expected 2 inputs, got ", ctx.num_inputs());
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
+                      DType::kFloat16, DType::kBFloat16});
   const DType dtype = ctx.in(0).dtype;
   if (ctx.in(1).dtype != dtype) ctx.Error("slope dtype differs from X's");
   ExpectBroadcastsTo(ctx, ctx.in(1).shape, ctx.in(0).shape);
@@ -114,10 +120,12 @@ void InferCompare(OpContext& ctx) {
     ctx.ExpectDType(0, {DType::kBool});
   } else if (kKind == CompareKind::kEqual) {
     ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                        DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool});
+                        DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool,
+                        DType::kFloat16, DType::kBFloat16});
   } else {
     ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                        DType::kInt16, DType::kInt32, DType::kInt64});
+                        DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat16,
+                        DType::kBFloat16});
   }
   const DType dtype = ctx.in(0).dtype;
   if (ctx.in(1).dtype != dtype)
@@ -142,14 +150,15 @@ void InferWhere(OpContext& ctx) {
 }
 
 // Cast (target from the `to` attribute, an ONNX TensorProto code) and CastLike
-// (target dtype of input 1) between float32/64, int8/16/32/64, uint8 and bool.
+// (target dtype of input 1) between float16/32/64, bfloat16, int8/16/32/64,
+// uint8 and bool.
 template <bool kLike>
 void InferCast(OpContext& ctx) {
   if (ctx.num_inputs() != (kLike ? 2 : 1))
     ctx.Error("expected ", kLike ? 2 : 1, " inputs, got ", ctx.num_inputs());
   const std::initializer_list<DType> supported = {
-      DType::kFloat32, DType::kFloat64, DType::kInt8,  DType::kUInt8,
-      DType::kInt16,   DType::kInt32,   DType::kInt64, DType::kBool};
+      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+      DType::kUInt8,   DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kBool};
   ctx.ExpectDType(0, supported);
   DType to = DType::kUndefined;
   if (kLike) {
@@ -174,7 +183,10 @@ void InferFusedElementwise(OpContext& ctx) {
   if (ops.empty() || operand.size() != ops.size() || swapped.size() != ops.size() ||
       params.size() != 2 * ops.size())
     ctx.Error("attributes ops/operand/swapped/params disagree in length");
-  for (int i = 0; i < ctx.num_inputs(); ++i) ctx.ExpectDType(i, {DType::kFloat32});
+  // float32, or float16/bfloat16 throughout (the chain runs in float).
+  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  for (int i = 1; i < ctx.num_inputs(); ++i) ctx.ExpectDType(i, {dtype});
   std::vector<Shape> shapes;
   for (int i = 0; i < ctx.num_inputs(); ++i) shapes.push_back(ctx.in(i).shape);
   Shape out = BroadcastAll(ctx, shapes);
@@ -190,7 +202,7 @@ void InferFusedElementwise(OpContext& ctx) {
       ctx.Error("op ", k, " (", ops[k], ") names input ", s.operand, ", which does not exist");
     p.steps.push_back(s);
   }
-  ctx.SetOutput(0, DType::kFloat32, std::move(out));
+  ctx.SetOutput(0, dtype, std::move(out));
 }
 
 }  // namespace

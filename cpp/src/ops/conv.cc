@@ -8,10 +8,12 @@
 namespace kaiwu {
 namespace {
 
-// Conv (1-D to 3-D, groups, dilations, auto_pad), float32.
+// Conv (1-D to 3-D, groups, dilations, auto_pad), float32, float16 or bfloat16
+// (X, W and B of one type).
 void InferConv(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32});
-  ctx.ExpectDType(1, {DType::kFloat32});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(1, {dtype});
   const Shape& x = ctx.in(0).shape;
   const Shape& w = ctx.in(1).shape;
   if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
@@ -29,12 +31,12 @@ void InferConv(OpContext& ctx) {
   p.act = FusedActivation::FromNode(ctx.node);
   p.has_bias = ctx.HasInput(2);
   if (p.has_bias) {
-    ctx.ExpectDType(2, {DType::kFloat32});
+    ctx.ExpectDType(2, {dtype});
     if (ctx.in(2).shape != Shape{m}) ctx.Error("B must have shape [", m, "]");
   }
   Shape out = {n, m};
   for (int64_t d : p.geo.OutShape()) out.push_back(d);
-  ctx.SetOutput(0, DType::kFloat32, out);
+  ctx.SetOutput(0, dtype, out);
 }
 
 // MaxPool (with its optional int64 Indices output) and AveragePool (1-D to
@@ -43,13 +45,14 @@ template <bool kMax>
 void InferPool(OpContext& ctx) {
   bool indices = false, col_major = false;
   if (kMax) {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
+                        DType::kFloat16, DType::kBFloat16});
     indices = ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0;
     const int64_t order = ctx.node.GetInt("storage_order", 0);
     if (order != 0 && order != 1) ctx.Error("storage_order must be 0 or 1, got ", order);
     col_major = order == 1;
   } else {
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   }
   const DType dtype = ctx.in(0).dtype;
   const Shape& x = ctx.in(0).shape;
@@ -70,7 +73,7 @@ void InferPool(OpContext& ctx) {
 // GlobalMaxPool / GlobalAveragePool: one value per (n, c) plane.
 template <bool kMax>
 void InferGlobalPool(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   const Shape& x = ctx.in(0).shape;
   if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
   if (kMax && NumElements(Shape(x.begin() + 2, x.end())) == 0)

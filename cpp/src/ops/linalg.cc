@@ -11,7 +11,8 @@ namespace {
 // Gemm: Y = alpha * op(A) * op(B) + beta * C, C broadcast unidirectionally to [M, N].
 void InferGemm(OpContext& ctx) {
   const Node& node = ctx.node;
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                     DType::kInt32, DType::kInt64});
   const DType dtype = ctx.in(0).dtype;
   ctx.ExpectDType(1, {dtype});
   const Shape& a = ctx.in(0).shape;
@@ -44,14 +45,15 @@ void InferGemm(OpContext& ctx) {
   }
   ctx.SetOutput(0, dtype, {p.m, p.n});
   p.act = FusedActivation::FromNode(node);
-  if (p.act.active() && dtype != DType::kFloat32)
-    ctx.Error("a fused activation needs float32, got ", DTypeName(dtype));
+  if (p.act.active() && !IsFloat(dtype))
+    ctx.Error("a fused activation needs a float type, got ", DTypeName(dtype));
 }
 
 // MatMul with numpy semantics: 1-D operands are promoted (and the added dim
 // removed again), leading batch dims broadcast.
 void InferMatMul(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                     DType::kInt32, DType::kInt64});
   const DType dtype = ctx.in(0).dtype;
   ctx.ExpectDType(1, {dtype});
   Shape a = ctx.in(0).shape, b = ctx.in(1).shape;
@@ -75,8 +77,8 @@ void InferMatMul(OpContext& ctx) {
   if (!b_vec) out.push_back(p.n);
   ctx.SetOutput(0, dtype, out);
   p.act = FusedActivation::FromNode(ctx.node);
-  if (p.act.active() && dtype != DType::kFloat32)
-    ctx.Error("a fused activation needs float32, got ", DTypeName(dtype));
+  if (p.act.active() && !IsFloat(dtype))
+    ctx.Error("a fused activation needs a float type, got ", DTypeName(dtype));
 }
 
 bool Contains(const std::vector<int>& v, int x) {
@@ -125,9 +127,42 @@ void InferEinsum(OpContext& ctx) {
   ctx.SetOutput(0, ctx.in(0).dtype, out_shape);
 }
 
+
+// PackedGemm: see ops/linalg.h.
+void InferPackedGemm(OpContext& ctx) {
+  constexpr int64_t kPanel = 16;
+  ctx.ExpectDType(0, {DType::kFloat32});
+  ctx.ExpectDType(1, {DType::kFloat32});
+  const Shape& a = ctx.in(0).shape;
+  const Shape& b = ctx.in(1).shape;
+  PackedGemmParams& p = ctx.SetParams<PackedGemmParams>();
+  p.n = ctx.node.GetInt("n", -1);
+  if (a.size() < 2) ctx.Error("A must have rank >= 2, got ", ShapeToString(a));
+  p.k = a.back();
+  p.m = 1;
+  for (size_t i = 0; i + 1 < a.size(); ++i) p.m *= a[i];
+  if (p.n < 1 || b.size() != 3 || b[0] != (p.n + kPanel - 1) / kPanel || b[1] != p.k ||
+      b[2] != kPanel)
+    ctx.Error("packed B must be [ceil(n / 16), k, 16] = [", (p.n + kPanel - 1) / kPanel, ", ", p.k,
+              ", 16] for n = ", p.n, ", got ", ShapeToString(b));
+  p.has_bias = ctx.HasInput(2);
+  if (p.has_bias) {
+    ctx.ExpectDType(2, {DType::kFloat32});
+    const Shape& c = ctx.in(2).shape;
+    if (c.empty() || c.size() > 2 || c.back() != p.n || (c.size() == 2 && c[0] != 1))
+      ctx.Error("bias must be [n] or [1, n] with n = ", p.n, ", got ", ShapeToString(c));
+  }
+  Shape out(a.begin(), a.end() - 1);
+  out.push_back(p.n);
+  ctx.SetOutput(0, DType::kFloat32, out);
+  p.act = FusedActivation::FromNode(ctx.node);
+}
+
+
 }  // namespace
 
 void RegisterLinalgOps(OpRegistry& r) {
+  r.Define(OpId::kPackedGemm, &InferPackedGemm);
   r.Define(OpId::kGemm, &InferGemm);
   r.Define(OpId::kMatMul, &InferMatMul);
   r.Define(OpId::kEinsum, &InferEinsum);

@@ -32,6 +32,15 @@ struct MatMulParams : OpParams {
   FusedActivation act;          // float32 only
 };
 
+/// PackedGemm (domain "kaiwu", made by passes/prepack_gemm.cc for CPU
+/// sessions): Y[.., n] = act(A[.., k] * B + bias) with B packed in column
+/// panels [ceil(n / 16), k, 16]; m is the product of A's leading dims.
+struct PackedGemmParams : OpParams {
+  int64_t m = 0, n = 0, k = 0;
+  bool has_bias = false;
+  FusedActivation act;
+};
+
 /// An Einsum input laid out by label: its distinct labels in memory order and
 /// each label's element stride (0 where the input broadcasts a size-1 dim; a
 /// label repeated within the input, a diagonal, has the sum of its dims' strides).

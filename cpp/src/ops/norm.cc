@@ -8,13 +8,35 @@
 namespace kaiwu {
 namespace {
 
-// Checks X [N, C, ...] float32 and that inputs first..last are float32 [C].
+// X float32, or float16 / bfloat16 with parameters in X's dtype or float32
+// (one dtype for all of them): the dtypes the parameter inputs may have.
+std::initializer_list<DType> ParamDTypes(const OpContext& ctx) {
+  static const std::initializer_list<DType> f32 = {DType::kFloat32};
+  static const std::initializer_list<DType> f16 = {DType::kFloat16, DType::kFloat32};
+  static const std::initializer_list<DType> bf16 = {DType::kBFloat16, DType::kFloat32};
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  switch (ctx.in(0).dtype) {
+    case DType::kFloat16: return f16;
+    case DType::kBFloat16: return bf16;
+    default: return f32;
+  }
+}
+
+// Parameter input i: of ParamDTypes, and of input `first`'s dtype.
+void CheckParamDType(const OpContext& ctx, int i, int first) {
+  ctx.ExpectDType(i, ParamDTypes(ctx));
+  if (i != first && ctx.in(i).dtype != ctx.in(first).dtype)
+    ctx.Error("input ", i, " has dtype ", DTypeName(ctx.in(i).dtype), ", input ", first, " has ",
+              DTypeName(ctx.in(first).dtype));
+}
+
+// Checks X [N, C, ...] and that inputs first..last are [C] (dtypes: ParamDTypes).
 void CheckChannelInputs(const OpContext& ctx, int first, int last) {
-  ctx.ExpectDType(0, {DType::kFloat32});
+  ParamDTypes(ctx);
   const Shape& x = ctx.in(0).shape;
   if (x.size() < 2) ctx.Error("X must have rank >= 2, got ", ShapeToString(x));
   for (int i = first; i <= last; ++i) {
-    ctx.ExpectDType(i, {DType::kFloat32});
+    CheckParamDType(ctx, i, first);
     if (ctx.in(i).shape != Shape{x[1]})
       ctx.Error("input ", i, " must have shape [", x[1], "], got ", ShapeToString(ctx.in(i).shape));
   }
@@ -29,7 +51,7 @@ void InferBatchNorm(OpContext& ctx) {
   if (ctx.num_inputs() != 5) ctx.Error("expects 5 inputs, got ", ctx.num_inputs());
   CheckChannelInputs(ctx, 1, 4);
   ctx.SetParams<NormParams>().epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
-  ctx.SetOutput(0, DType::kFloat32, ctx.in(0).shape);
+  ctx.SetOutput(0, ctx.in(0).dtype, ctx.in(0).shape);
 }
 
 // The same with statistics per (n, c) plane.
@@ -39,7 +61,7 @@ void InferInstanceNorm(OpContext& ctx) {
   const Shape& x = ctx.in(0).shape;
   if (x.size() < 3) ctx.Error("X must have rank >= 3, got ", ShapeToString(x));
   ctx.SetParams<NormParams>().epsilon = ctx.node.GetFloat("epsilon", 1e-5f);
-  ctx.SetOutput(0, DType::kFloat32, x);
+  ctx.SetOutput(0, ctx.in(0).dtype, x);
 }
 
 // Input i's shape without leading 1s beyond the normalised rank, after
@@ -62,8 +84,7 @@ Shape BroadcastToNormShape(const OpContext& ctx, int i, const Shape& norm_shape)
 // Scale and the optional B (broadcast to X.shape[axis:]). The optional Mean
 // and InvStdDev outputs have shape X.shape[:axis] + [1] * (rank - axis).
 void InferLayerNorm(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32});
-  ctx.ExpectDType(1, {DType::kFloat32});
+  CheckParamDType(ctx, 1, 1);
   const Shape& x = ctx.in(0).shape;
   const int64_t rank = static_cast<int64_t>(x.size());
   if (rank < 1) ctx.Error("X must have rank >= 1");
@@ -74,10 +95,10 @@ void InferLayerNorm(OpContext& ctx) {
   p.scale_shape = BroadcastToNormShape(ctx, 1, p.norm_shape);
   p.has_bias = ctx.HasInput(2);
   if (p.has_bias) {
-    ctx.ExpectDType(2, {DType::kFloat32});
+    CheckParamDType(ctx, 2, 1);
     p.bias_shape = BroadcastToNormShape(ctx, 2, p.norm_shape);
   }
-  ctx.SetOutput(0, DType::kFloat32, x);
+  ctx.SetOutput(0, ctx.in(0).dtype, x);
   const int num_outputs = std::min<int>(3, static_cast<int>(ctx.outputs.size()));
   Shape stat_shape(x.begin(), x.begin() + p.axis);
   stat_shape.resize(rank, 1);

@@ -80,7 +80,8 @@ void InferOp(OpContext& ctx) {
   def.infer(ctx);
   for (size_t o = 0; o < ctx.node.outputs.size(); ++o)
     if (ctx.node.outputs[o] >= 0 && (o >= ctx.outputs.size() || !ctx.outputs[o].present))
-      Fail(StatusCode::kInternal, ctx.node.Describe(), " did not set output ", o);
+      Fail(StatusCode::kModel, ctx.node.Describe(), ": output ", o, " is not produced by ",
+           ctx.node.op_type, " (the node lists ", ctx.node.outputs.size(), " outputs)");
 }
 
 DType KernelKeyDType(const OpContext& ctx) {

@@ -75,7 +75,7 @@ std::vector<double> ConstNumbers(const OpContext& ctx, int i) {
 
 int64_t NormalizeAxis(const OpContext& ctx, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= std::max<int64_t>(rank, 1) || (rank == 0 && a != 0))
+  if (a < 0 || a >= rank)
     ctx.Error("axis ", axis, " is out of range for rank ", rank);
   return a;
 }

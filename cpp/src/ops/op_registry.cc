@@ -14,6 +14,7 @@ void RegisterAllOps(OpRegistry& r) {
   RegisterRnnOps(r);
   RegisterTensorOps(r);
   RegisterGameOps(r);
+  RegisterQuantOps(r);
 }
 
 }  // namespace kaiwu

@@ -20,5 +20,6 @@ void RegisterReduceOps(OpRegistry& r);  // reduce.cc: Reduce*, ArgMax, ArgMin
 void RegisterRnnOps(OpRegistry& r);  // rnn.cc: LSTM GRU
 void RegisterTensorOps(OpRegistry& r);  // tensor.cc: layout and indexing: Concat Split Expand Tile Gather* OneHot Pad Slice Transpose Reshape ...
 void RegisterGameOps(OpRegistry& r);  // game.cc: Resize ScatterElements ScatterND TopK CumSum
+void RegisterQuantOps(OpRegistry& r);  // quant.cc, quant_fused.cc: Q/DQ, integer ops, fused integer nodes
 
 }  // namespace kaiwu

@@ -32,11 +32,13 @@ template <ReduceKind K>
 void InferReduce(OpContext& ctx) {
   if (K == ReduceKind::kMax || K == ReduceKind::kMin)
     ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
-                        DType::kInt8, DType::kUInt8, DType::kBool});
+                        DType::kInt8, DType::kUInt8, DType::kBool, DType::kFloat16,
+                        DType::kBFloat16});
   else if (K == ReduceKind::kLogSumExp)
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   else
-    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64});
+    ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
+                        DType::kFloat16, DType::kBFloat16});
   const Shape& in = ctx.in(0).shape;
   const int64_t rank = static_cast<int64_t>(in.size());
   if (rank > kMaxReduceRank) ctx.Error("rank ", rank, " exceeds ", kMaxReduceRank);
@@ -63,7 +65,8 @@ void InferReduce(OpContext& ctx) {
 template <bool kMax>
 void InferArgReduce(OpContext& ctx) {
   ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
-                      DType::kInt8, DType::kUInt8, DType::kInt16});
+                      DType::kInt8, DType::kUInt8, DType::kInt16, DType::kFloat16,
+                      DType::kBFloat16});
   const Shape& shape = ctx.in(0).shape;
   const int64_t rank = static_cast<int64_t>(shape.size());
   if (rank == 0) ctx.Error("input must have rank >= 1");

@@ -168,6 +168,18 @@ void InferLstm(OpContext& ctx) {
                 ShapeToString({d.dirs, 3 * h}));
   }
   p.input_forget = ctx.node.GetInt("input_forget", 0) != 0;
+  p.packed = ctx.node.GetInt("_kaiwu_packed", 0) != 0;
+  if (p.packed) {
+    const int64_t panels = (4 * h + 15) / 16;
+    for (int i : {8, 9}) {
+      if (!ctx.HasInput(i)) ctx.Error("packed input ", i, " is required with _kaiwu_packed");
+      ctx.ExpectDType(i, {DType::kFloat32});
+      const Shape want{d.dirs, panels, i == 8 ? d.input : h, 16};
+      if (ctx.in(i).shape != want)
+        ctx.Error("packed input ", i, " has shape ", ShapeToString(ctx.in(i).shape), ", expected ",
+                  ShapeToString(want));
+    }
+  }
   ParseActivations(ctx, {"Sigmoid", "Tanh", "Tanh"}, p);
   if (ctx.outputs.size() > 2) ctx.SetOutput(2, DType::kFloat32, state);
 }

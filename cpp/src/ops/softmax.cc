@@ -7,7 +7,7 @@ namespace kaiwu {
 namespace {
 
 void InferSoftmax(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   const Shape& shape = ctx.in(0).shape;
   const int64_t rank = static_cast<int64_t>(shape.size());
   if (rank == 0) ctx.Error("input must have rank >= 1");

@@ -16,8 +16,8 @@ namespace kaiwu {
 /// so both backends register them for all of these (the op layer checks the
 /// narrower rules: index dtypes, Dropout's float input).
 #define KAIWU_ALL_DTYPES                                                                         \
-  DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8, DType::kInt16, \
-      DType::kInt32, DType::kInt64, DType::kBool
+  DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8, \
+      DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool
 
 /// Concat, Split, Gather, GatherElements: the axis, normalised to [0, rank).
 struct AxisParams : OpParams {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype_dispatch.h"
+#include "core/half.h"
 #include "ops/tensor.h"
 
 namespace kaiwu {
@@ -32,10 +33,15 @@ void InferPad(OpContext& ctx) {
   } else {
     pads = ctx.node.GetInts("pads");
     float v = ctx.node.GetFloat("value", 0.f);
-    if (v != 0.f) KAIWU_DISPATCH_ALL(x.dtype, {
-      T t = static_cast<T>(v);
-      std::memcpy(p.default_value, &t, sizeof(T));
-    });
+    if (v != 0.f && (x.dtype == DType::kFloat16 || x.dtype == DType::kBFloat16)) {
+      const uint16_t h = x.dtype == DType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v);
+      std::memcpy(p.default_value, &h, sizeof(h));
+    } else if (v != 0.f) {
+      KAIWU_DISPATCH_ALL(x.dtype, {
+        T t = static_cast<T>(v);
+        std::memcpy(p.default_value, &t, sizeof(T));
+      });
+    }
   }
   if (axes.empty()) {
     for (int d = 0; d < rank; ++d) axes.push_back(d);

@@ -124,7 +124,7 @@ void InferIdentity(OpContext& ctx) { SetView(ctx, ctx.in(0).shape); }
 // is all true. A training_mode input known at plan time must be false; the
 // kernels check one computed at run time.
 void InferDropout(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   if (ctx.HasInput(2)) {
     const TensorInfo& t = ctx.in(2);
     if (t.dtype != DType::kBool || t.size() != 1) ctx.Error("training_mode must be a bool scalar");

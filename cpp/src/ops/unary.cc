@@ -21,26 +21,27 @@ void SameAsInput(OpContext& ctx, std::initializer_list<DType> dtypes) {
 // Neg wraps on signed integers; unsigned ones have no negation.
 void InferNeg(OpContext& ctx) {
   SameAsInput(ctx, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16,
-                    DType::kInt32, DType::kInt64});
+                    DType::kInt32, DType::kInt64, DType::kFloat16, DType::kBFloat16});
 }
 
 void InferNumeric(OpContext& ctx) {  // Abs Sign
   SameAsInput(ctx, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                    DType::kInt16, DType::kInt32, DType::kInt64});
+                    DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat16,
+                    DType::kBFloat16});
 }
 
 void InferFloat(OpContext& ctx) {  // the transcendental and rounding ops, HardSwish, Mish
-  SameAsInput(ctx, {DType::kFloat32, DType::kFloat64});
+  SameAsInput(ctx, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
 }
 
 void InferRelu(OpContext& ctx) {
   SameAsInput(ctx, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt16,
-                    DType::kInt32, DType::kInt64});
+                    DType::kInt32, DType::kInt64, DType::kFloat16, DType::kBFloat16});
 }
 
 void InferIsSpecial(OpContext& ctx) {  // IsNaN IsInf
   ctx.ExpectInputs(1, 1);
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   if (NodeOp(ctx.node) == OpId::kIsInf) {
     IsInfParams& p = ctx.SetParams<IsInfParams>();
     p.detect_positive = ctx.node.GetInt("detect_positive", 1) != 0;
@@ -86,7 +87,8 @@ void InferActivation(OpContext& ctx) {
 void InferClip(OpContext& ctx) {
   ctx.ExpectInputs(1, 3);
   ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                      DType::kInt16, DType::kInt32, DType::kInt64});
+                      DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat16,
+                      DType::kBFloat16});
   const DType dtype = ctx.in(0).dtype;
   ClipParams& p = ctx.SetParams<ClipParams>();
   for (int i = 1; i < 3; ++i) {

@@ -40,6 +40,9 @@ class Matcher {
     return n.op_type == op && n.domain.empty() && n.outputs.size() == 1 ? &n : nullptr;
   }
   const Node* Prev(int v, const char* op) const { return SoleProducer(g_, producer_, uses_, v, op); }
+  // A matched node's first input or output, -1 when a malformed node has none.
+  static int In0(const Node* n) { return n && !n->inputs.empty() ? n->inputs[0] : -1; }
+  static int Out0(const Node* n) { return n && !n->outputs.empty() ? n->outputs[0] : -1; }
 
   bool Perm(const Node* t, const Ints& perm) const {
     return t && t->GetInts("perm") == perm;
@@ -111,6 +114,7 @@ bool MatchAt(const Matcher& m, int conv_index, Match* out) {
   if (conv.op_type != "Conv" || !conv.domain.empty() || !PlainConv(g, conv, &wd)) return false;
   const Node* t_in = m.Prev(conv.inputs[0], "Transpose");
   const Node* t_out = m.Next(conv.outputs[0], "Transpose");
+  if ((t_in && Matcher::In0(t_in) < 0) || (t_out && Matcher::Out0(t_out) < 0)) return false;
   const bool nhwc = m.Perm(t_in, {0, 3, 1, 2}) && m.Perm(t_out, {0, 2, 3, 1});
   const Layout& l = nhwc ? kNhwc : kNchw;
   std::vector<const Node*> chain = {&conv};
@@ -118,12 +122,13 @@ bool MatchAt(const Matcher& m, int conv_index, Match* out) {
   // SpaceToBatch, walking back from the Conv's input.
   const Node* r2 = m.Prev(nhwc ? t_in->inputs[0] : conv.inputs[0], "Reshape");
   if (!r2) return false;
-  const Node* tr1 = m.Prev(r2->inputs[0], "Transpose");
+  const Node* tr1 = m.Prev(Matcher::In0(r2), "Transpose");
   if (!m.Perm(tr1, l.perm_in)) return false;
-  const Node* r1 = m.Prev(tr1->inputs[0], "Reshape");
+  const Node* r1 = m.Prev(Matcher::In0(tr1), "Reshape");
   Ints s1, s2, s3, s4;
   if (!m.ReshapeTo(r1, &s1) || !m.ReshapeTo(r2, &s2) || s1.size() != 6 || s2.size() != 4) return false;
-  const Node* pad = m.Prev(r1->inputs[0], "Pad");
+  const Node* pad = m.Prev(Matcher::In0(r1), "Pad");
+  if (pad && Matcher::In0(pad) < 0) return false;
   Ints pads = {0, 0, 0, 0};  // t, b, l, r
   if (pad && !SpatialPads(g, *pad, l, &pads)) return false;
   // Positions in s1 of (Hb, rh, Wb, rw, C) and in 4-D tensors of C.
@@ -149,7 +154,7 @@ bool MatchAt(const Matcher& m, int conv_index, Match* out) {
   if (s3 != s3_want || !batch_ok(s3[2], 1)) return false;
   const Node* tr2 = m.Next(r3->outputs[0], "Transpose");
   if (!m.Perm(tr2, l.perm_out)) return false;
-  const Node* r4 = m.Next(tr2->outputs[0], "Reshape");
+  const Node* r4 = m.Next(Matcher::Out0(tr2), "Reshape");
   if (!m.ReshapeTo(r4, &s4) || s4.size() != 4) return false;
   Ints s4_want(4);
   s4_want[0] = s4[0];
@@ -164,7 +169,8 @@ bool MatchAt(const Matcher& m, int conv_index, Match* out) {
   int y = r4->outputs[0];
   if (const Node* sl = m.Next(y, "Slice")) {
     Ints starts, ends, axes = {0, 1, 2, 3}, steps;
-    bool ok = sl->HasInput(1) ? ConstInts(g, sl->inputs[1], &starts) && ConstInts(g, sl->inputs[2], &ends)
+    bool ok = sl->HasInput(1) ? sl->HasInput(2) && ConstInts(g, sl->inputs[1], &starts) &&
+                                    ConstInts(g, sl->inputs[2], &ends)
                               : (starts = sl->GetInts("starts"), ends = sl->GetInts("ends"), true);
     if (sl->HasInput(3)) ok = ok && ConstInts(g, sl->inputs[3], &axes);
     else if (sl->Has("axes")) axes = sl->GetInts("axes");
@@ -211,13 +217,6 @@ bool MatchAt(const Matcher& m, int conv_index, Match* out) {
   out->pads[2] = pb;
   out->pads[3] = pr;
   return true;
-}
-
-Attribute IntsAttr(Ints v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
 }
 
 }  // namespace

@@ -34,13 +34,6 @@ bool PieceSizes(const Graph& g, const Node& split, int64_t dim, Ints* sizes) {
   return sizes->size() == k;
 }
 
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
 int AddShape(Graph* g, const Ints& dims, const std::string& hint) {
   Tensor t(DType::kInt64, {static_cast<int64_t>(dims.size())});
   for (size_t i = 0; i < dims.size(); ++i) t.As<int64_t>()[i] = dims[i];

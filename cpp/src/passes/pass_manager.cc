@@ -25,6 +25,8 @@ constexpr Rule kRules[] = {
     {"hoist_activation_above_reshape", HoistActivationAboveReshape},
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},
+    {"fuse_qdq", FuseQdq},
+    {"fuse_qdq_lookup", FuseQdqLookup},
 };
 }  // namespace
 
@@ -39,6 +41,11 @@ void Optimize(Graph* graph, PassStats* stats) {
     }
     if (!changed) break;
   }
+  graph->RemoveDeadNodes();
+}
+
+void OptimizeForCpu(Graph* graph, PassStats* stats) {
+  if (int n = PrepackGemmWeights(graph)) stats->fired["prepack_gemm_weights"] += n;
   graph->RemoveDeadNodes();
 }
 

@@ -18,4 +18,8 @@ struct PassStats {
 /// as graph nodes over the originals, so refit recomputes them.
 void Optimize(Graph* graph, PassStats* stats);
 
+/// Rewrites for sessions that run on the CPU, after Optimize: prepacked
+/// weights for the CPU kernels (PrepackGemmWeights), counted in `stats`.
+void OptimizeForCpu(Graph* graph, PassStats* stats);
+
 }  // namespace kaiwu

@@ -41,6 +41,20 @@ int AddOp(Graph* g, const std::string& op_type, std::vector<int> inputs, const s
   return out;
 }
 
+Attribute IntAttr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+Attribute IntsAttr(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
 void ReplaceUses(Graph* g, int from, int to) {
   for (Node& n : g->nodes)
     for (int& in : n.inputs)

@@ -14,6 +14,9 @@ int AddConstant(Graph* g, Tensor t, const std::string& name_hint);
 int AddIntermediate(Graph* g, const std::string& name_hint);
 /// Adds a node computing `op_type` over `inputs`, returning its single output id.
 int AddOp(Graph* g, const std::string& op_type, std::vector<int> inputs, const std::string& name_hint);
+/// Node attributes of one integer and of a list of integers.
+Attribute IntAttr(int64_t v);
+Attribute IntsAttr(std::vector<int64_t> v);
 /// Makes every reader of `from` (and the graph outputs) read `to` instead.
 void ReplaceUses(Graph* g, int from, int to);
 /// How many node inputs and graph outputs read each value.

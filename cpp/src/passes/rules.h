@@ -32,5 +32,17 @@ int HoistActivationAboveReshape(Graph* g);
 int FoldTransposeIntoGemm(Graph* g);
 /// Chains of float elementwise ops become one kaiwu FusedElementwise node.
 int FuseElementwise(Graph* g);
+/// CPU sessions only (Session::Load runs it after Optimize, not a kRules entry):
+/// Gemm/MatMul against a static float32 matrix become kaiwu PackedGemm with the
+/// matrix packed into column panels by static nodes (re-packed on refit); an
+/// LSTM with static W and R reads their packed forms too.
+int PrepackGemmWeights(Graph* g);
+/// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
+/// QLinearFused node over weights packed by a static QPackWeights node.
+int FuseQdq(Graph* g);
+/// Q(f(x)) for 8-bit x and a chain f of elementwise ops with static scalar operands
+/// (DQ -> Tanh -> Q; uint8 frames -> Cast -> Div -> Q) becomes a 256-entry table lookup
+/// (kaiwu QLookup), the table computed by static nodes (recomputed on refit).
+int FuseQdqLookup(Graph* g);
 
 }  // namespace kaiwu

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/memory_budget.h"
 #include "plan/memory_planner.h"
 #include "plan/node_plan.h"
 
@@ -21,6 +22,33 @@ struct ExecutionPlan::RunContext {
 
 ExecutionPlan::~ExecutionPlan() = default;
 
+namespace {
+
+// Names the input dimension a plan's size most likely comes from: the largest
+// dimension the model leaves free (its batch axis, a sequence length).
+std::string FreeDimensionCause(const Graph& g, const std::vector<Shape>& input_shapes) {
+  std::string best;
+  int64_t best_value = -1;
+  for (size_t i = 0; i < g.inputs.size() && i < input_shapes.size(); ++i) {
+    const Value& v = g.values[g.inputs[i]];
+    for (size_t d = 0; d < input_shapes[i].size(); ++d) {
+      const bool fixed = v.has_shape && d < v.dims.size() && v.dims[d].value >= 0;
+      if (fixed || input_shapes[i][d] <= best_value) continue;
+      best_value = input_shapes[i][d];
+      const std::string symbol = v.has_shape && d < v.dims.size() ? v.dims[d].symbol : "";
+      best = "input '" + v.name + "' dimension " + std::to_string(d) +
+             (symbol.empty() ? "" : " ('" + symbol + "')") + " is " + std::to_string(best_value);
+    }
+  }
+  std::string shapes;
+  for (size_t i = 0; i < g.inputs.size() && i < input_shapes.size(); ++i)
+    shapes += (i ? ", " : "") + g.values[g.inputs[i]].name + "=" + ShapeToString(input_shapes[i]);
+  return "; input shapes (" + shapes + ")" +
+         (best.empty() ? "" : "; the largest dimension the model leaves free: " + best);
+}
+
+}  // namespace
+
 ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& input_shapes)
     : device_(in.device) {
   if (device_) device_->MakeCurrent();
@@ -31,6 +59,11 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
   arena_offset_.assign(nv, 0);
   consts_.resize(nv);
   std::vector<int> root(nv, -1);
+  // Every output and the whole arena are checked against the memory budget
+  // before they are allocated (folded constants now, the arena at the first run).
+  const OutputBudget budget{CurrentMemoryBudget(), StatusCode::kInput,
+                            FreeDimensionCause(g, input_shapes)};
+  uint64_t const_bytes = 0;
 
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     int v = g.inputs[i];
@@ -76,7 +109,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       }
       ctx.inputs.push_back(ti);
     }
-    InferOp(ctx);  // once per node and shape signature, for every backend
+    InferNode(ctx, &budget);  // once per node and shape signature, for every backend
 
     if (FoldsAtPlanTime(ctx)) {
       // Fold now: the outputs become plan constants.
@@ -87,6 +120,12 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
           fold_out.push_back(nullptr);
           continue;
         }
+        const_bytes = AddBytes(const_bytes, static_cast<uint64_t>(ctx.outputs[o].size()) *
+                                                DTypeSize(ctx.outputs[o].dtype));
+        if (const_bytes > budget.bytes)
+          Fail(StatusCode::kInput, "the values this plan computes from shapes and constants (",
+               FormatBytes(const_bytes), " so far, at ", node.Describe(), ") exceed ",
+               BudgetText(budget.bytes), budget.cause);
         consts_[v] = std::make_shared<Tensor>(ctx.outputs[o].dtype, ctx.outputs[o].shape);
         fold_out.push_back(consts_[v]->data());
       }
@@ -158,6 +197,33 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
 
   MemoryPlan mem = PlanMemory(requests);
   arena_bytes_ = mem.total_bytes;
+  uint64_t output_bytes = 0;
+  for (int v : g.outputs)
+    if (info[v].present)
+      output_bytes =
+          AddBytes(output_bytes, static_cast<uint64_t>(info[v].size()) * DTypeSize(info[v].dtype));
+  const uint64_t plan_bytes = AddBytes(AddBytes(arena_bytes_, output_bytes), const_bytes);
+  if (plan_bytes > budget.bytes) {
+    // Name the largest intermediate: the buffer that most needs a smaller input.
+    size_t largest = 0;
+    int largest_value = -1;
+    for (size_t v = 0; v < nv; ++v)
+      if (request_of[v] >= 0 && requests[request_of[v]].bytes > largest) {
+        largest = requests[request_of[v]].bytes;
+        largest_value = static_cast<int>(v);
+      }
+    std::string what;
+    if (largest_value >= 0) {
+      const Value& lv = g.values[largest_value];
+      what = " (largest intermediate: '" + lv.name + "'" +
+             (lv.producer >= 0 ? " of " + g.nodes[lv.producer].Describe() : std::string()) +
+             ", shape " + ShapeToString(info[largest_value].shape) + ", " + FormatBytes(largest) +
+             ")";
+    }
+    Fail(StatusCode::kInput, "the execution plan needs ", FormatBytes(plan_bytes), " (arena ",
+         FormatBytes(arena_bytes_), what, ", outputs ", FormatBytes(output_bytes), ", constants ",
+         FormatBytes(const_bytes), "), more than ", BudgetText(budget.bytes), budget.cause);
+  }
   for (size_t v = 0; v < nv; ++v)
     if (slot_[v] == Slot::kArena || (device_ && slot_[v] == Slot::kInput))
       arena_offset_[v] = mem.offsets[request_of[v]];

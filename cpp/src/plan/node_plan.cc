@@ -2,7 +2,37 @@
 
 #include <vector>
 
+#include "core/memory_budget.h"
+
 namespace kaiwu {
+
+namespace {
+
+void CheckOutputBudget(const PrepareContext& ctx, const OutputBudget& budget) {
+  for (size_t o = 0; o < ctx.outputs.size(); ++o) {
+    const TensorInfo& t = ctx.outputs[o];
+    if (!t.present) continue;
+    uint64_t bytes = 0;
+    if (!TensorBytes(t.shape, t.dtype, &bytes))
+      Fail(budget.code, ctx.node.Describe(), ": output ", o, " would have shape ",
+           ShapeToString(t.shape), ", whose size in bytes does not fit in 64 bits", budget.cause);
+    if (bytes > budget.bytes)
+      Fail(budget.code, ctx.node.Describe(), ": output ", o, " would have shape ",
+           ShapeToString(t.shape), " (", DTypeName(t.dtype), ", ", FormatBytes(bytes),
+           "), more than ", BudgetText(budget.bytes), budget.cause);
+  }
+}
+
+}  // namespace
+
+void InferNode(PrepareContext& ctx, const OutputBudget* budget) {
+  InferOp(ctx);
+  if (budget) {
+    CheckOutputBudget(ctx, *budget);
+  } else {
+    CheckOutputBudget(ctx, OutputBudget{CurrentMemoryBudget(), StatusCode::kModel, ""});
+  }
+}
 
 std::unique_ptr<Kernel> PrepareKernel(const KernelRegistry& kernels, const std::string& backend,
                                       PrepareContext& ctx, Precision precision) {

@@ -4,12 +4,28 @@
 // (op, dtype, precision), prepared.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "backends/kernel.h"
 
 namespace kaiwu {
+
+/// How InferNode checks a node's outputs against the memory budget, and what a
+/// failure says: every output must fit in `bytes` on its own, else an error of
+/// `code` naming the node, the output and its shape, followed by `cause`.
+struct OutputBudget {
+  uint64_t bytes = 0;
+  StatusCode code = StatusCode::kModel;
+  std::string cause;  ///< e.g. "; input 'obs' dimension 0 ('batch') is 100000000"
+};
+
+/// Shape inference of ctx.node (InferOp, ops/op.h), then each output's size
+/// checked against `budget` (default: CurrentMemoryBudget(), kModel), before
+/// anything of that size is allocated. Execution plans and the static weight
+/// program infer through it.
+void InferNode(PrepareContext& ctx, const OutputBudget* budget = nullptr);
 
 /// The kernel of `kernels` for an inferred node, prepared. Throws kUnsupported
 /// naming the node, the dtype and `backend` when the table has no entry.

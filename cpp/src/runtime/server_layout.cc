@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 
+#include "core/memory_budget.h"
+
 namespace kaiwu {
 
 int64_t ProdDims(const Shape& s, size_t begin, size_t end) {
@@ -81,6 +83,12 @@ ServerLayout ServerLayout::Build(const std::vector<IOInfo>& ins, const std::vect
       s.per_row.push_back(io.dims[d]);
     }
     Shape full = io.dims;
+    full[axis] = opt.max_batch > 0 ? opt.max_batch : 1;
+    uint64_t batch_bytes = 0;
+    const uint64_t budget = CurrentMemoryBudget();
+    if (!TensorBytes(full, io.dtype, &batch_bytes) || batch_bytes > budget)
+      Fail(StatusCode::kInput, "state input '", in, "': a batch of ", full[axis], " rows of shape ",
+           ShapeToString(full), " does not fit in ", BudgetText(budget));
     full[axis] = 1;
     s.outer = ProdDims(full, 0, axis);
     s.inner = ProdDims(full, axis + 1, full.size());

@@ -8,8 +8,10 @@
 #include <set>
 #include <sstream>
 
+#include "core/memory_budget.h"
 #include "core/thread_pool.h"
 #include "onnx/loader.h"
+#include "passes/mixed_precision.h"
 #include "passes/pass_manager.h"
 #include "plan/execution_plan.h"
 #include "runtime/device_io.h"
@@ -94,6 +96,8 @@ struct Session::Impl {
   Graph graph;
   std::map<std::string, int> ops_before, ops_after;
   PassStats pass_stats;
+  std::string precision = "fp32";
+  MixedPrecisionReport precision_report;  // empty in fp32
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<StaticProgram> statics;
   std::unique_ptr<WeightBuilder> builder;
@@ -188,6 +192,7 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
     }
   }
   CheckFeeds(feeds);
+  MemoryBudgetScope budget(options.memory_budget);
   std::vector<Shape> shapes;
   for (const TensorView& f : feeds) shapes.push_back(f.shape);
   auto ws = Snapshot();
@@ -220,11 +225,46 @@ Session::Impl::CachedPlan Session::Impl::GetPlan(const std::vector<TensorView>& 
   return cached;
 }
 
+namespace {
+
+// precision= of SessionOptions: the mixed-precision pass for "fp16" / "bf16"
+// on a device session.
+void ApplyPrecision(Graph& g, const DeviceBackend* device, const SessionOptions& options,
+                    const std::set<std::string>& names_before, std::string* precision,
+                    MixedPrecisionReport* report) {
+  const std::string& p = options.precision;
+  DType half = DType::kUndefined;
+  if (p == "fp16" || p == "float16") half = DType::kFloat16;
+  else if (p == "bf16" || p == "bfloat16") half = DType::kBFloat16;
+  else if (p != "fp32" && p != "float32")
+    Fail(StatusCode::kInput, "precision must be 'fp32', 'fp16' or 'bf16', got '", p, "'");
+  for (const std::string& name : options.keep_fp32) {
+    bool found = names_before.count(name) != 0;
+    for (const Node& n : g.nodes) found = found || n.name == name || n.op_type == name;
+    if (!found)
+      Fail(StatusCode::kInput, "keep_fp32: '", name, "' is neither a node name nor an op type of the model");
+  }
+  if (half == DType::kUndefined) return;
+  if (!device)
+    Fail(StatusCode::kUnsupported, "precision='", p,
+         "' needs a device session (device='cuda'); the CPU backend runs float32");
+  *precision = half == DType::kFloat16 ? "fp16" : "bf16";
+  const KernelRegistry& kernels = device->kernels();
+  MixedPrecisionOptions mp;
+  mp.half = half;
+  mp.keep_fp32 = options.keep_fp32;
+  mp.has_kernel = [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; };
+  *report = ApplyMixedPrecision(&g, mp);
+}
+
+}  // namespace
+
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std::string& base_dir,
                                        const SessionOptions& options) {
+  MemoryBudgetScope budget(options.memory_budget);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->device = FindDevice(options.device);
@@ -235,8 +275,16 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   for (int v : g.outputs) impl->outputs.push_back(MakeIOInfo(g.values[v]));
   for (size_t v = 0; v < g.values.size(); ++v)
     if (g.values[v].kind == ValueKind::kWeight) impl->weight_ids.push_back(static_cast<int>(v));
+  std::set<std::string> names_before;  // node names and op types as imported (keep_fp32)
+  for (const Node& n : g.nodes) {
+    names_before.insert(n.name);
+    names_before.insert(n.op_type);
+  }
   if (options.optimize) Optimize(&g, &impl->pass_stats);
+  if (options.optimize && !impl->device) OptimizeForCpu(&g, &impl->pass_stats);
   g.RemoveDeadNodes();
+  ApplyPrecision(g, impl->device, options, names_before, &impl->precision,
+                 &impl->precision_report);
   impl->ops_after = CountOps(g);
   int threads = options.threads > 0 ? options.threads : ThreadPool::PhysicalCores();
   impl->pool = std::make_unique<ThreadPool>(threads);
@@ -626,6 +674,17 @@ std::string Session::Describe() const {
   for (const auto& [rule, n] : impl_->pass_stats.fired) os << "  " << rule << ": " << n << "\n";
   os << "threads: " << impl_->pool->num_threads() << "\n";
   os << "device: " << device() << "\n";
+  os << "precision: " << impl_->precision;
+  const MixedPrecisionReport& mp = impl_->precision_report;
+  if (!mp.nodes.empty()) {
+    os << " (" << mp.half_nodes() << " of " << mp.nodes.size() << " float nodes in "
+       << impl_->precision << ", " << mp.casts << " casts added)\n";
+    for (const auto& e : mp.nodes)
+      os << "  " << e.op_type << " '" << e.node << "': "
+         << (e.half ? impl_->precision : "fp32 (" + e.reason + ")") << "\n";
+  } else {
+    os << "\n";
+  }
   return os.str();
 }
 

@@ -68,7 +68,7 @@ void StaticProgram::Load(const Graph& graph, WeightSet* ws, ThreadPool* pool) {
       }
       ctx->inputs.push_back(info);
     }
-    InferOp(*ctx);
+    InferNode(*ctx);  // shape inference, outputs checked against the memory budget
     kernels_[s] = PrepareHostKernel(*ctx);
     max_scratch_ = std::max(max_scratch_, ctx->scratch_bytes);
     ins.clear();

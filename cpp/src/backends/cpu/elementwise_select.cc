@@ -42,8 +42,8 @@ class WhereKernel : public Kernel {
 // Keyed on X's dtype (Where's type input is 1): every dtype has a word size.
 void RegisterSelectKernels(KernelRegistry& r) {
   r.Register(OpId::kWhere,
-             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
-              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+              DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
              &MakeKernel<WhereKernel>);
 }
 

@@ -171,8 +171,8 @@ void RegisterGameResizeKernels(KernelRegistry& r) {
   // Nearest is a gather of any element; linear and cubic (float32 / float64
   // only, checked by shape inference) are weighted sums.
   r.Register(OpId::kResize,
-             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
-              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+              DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
              &MakeKernel<ResizeKernel>);
 }
 

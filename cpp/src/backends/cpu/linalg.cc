@@ -8,6 +8,7 @@ void RegisterLinalgKernels(KernelRegistry& r) {
   RegisterGemmKernel(r);
   RegisterMatMulKernel(r);
   RegisterEinsumKernel(r);
+  RegisterPackedGemmKernel(r);
 }
 
 }  // namespace cpu

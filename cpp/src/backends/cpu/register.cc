@@ -1,4 +1,5 @@
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/quant_kernels.h"
 
 namespace kaiwu {
 
@@ -14,6 +15,7 @@ const KernelRegistry& CpuKernels() {
     cpu::RegisterTensorKernels(r);
     cpu::RegisterGameKernels(r);
     cpu::RegisterFusedKernels(r);
+    cpu::RegisterQuantKernels(r);
     return r;
   }();
   return registry;

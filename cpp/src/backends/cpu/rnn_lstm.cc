@@ -1,7 +1,8 @@
 // LSTM (ONNX, opsets 7-22 semantics; gate order i, o, f, c).
 //
-// Per direction: one Sgemm computes X*W^T for every time step into scratch,
-// then each step does one Sgemm for H*R^T and the fused gate math per batch
+// Per direction: one GEMM computes X*W^T for every time step into scratch,
+// then each step does one GEMM for H*R^T (on W and R prepacked by
+// passes/prepack_gemm.cc in CPU sessions: sgemm_packed.h) and the fused gate math per batch
 // row (parallel over the batch). Supports peepholes, clip, input_forget, all
 // ONNX activations, per-batch sequence_lens, both layouts and directions.
 #include <Eigen/Core>
@@ -10,6 +11,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/rnn_common.h"
+#include "backends/cpu/sgemm_packed.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -28,6 +30,7 @@ class LstmKernel : public Kernel {
     has_init_c_ = params_->has_init_c;
     has_peep_ = params_->has_peep;
     input_forget_ = params_->input_forget;
+    packed_ = params_->packed;
     acts_ = params_->activations;
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     scratch_ = RnnScratch(d_, 4);  // states: h, c; bias row: Wb + Rb
@@ -45,9 +48,19 @@ class LstmKernel : public Kernel {
     const float* peep = has_peep_ ? static_cast<const float*>(io.inputs[7]) : nullptr;
     float* y_c = num_outputs_ > 2 ? static_cast<float*>(io.outputs[2]) : nullptr;
 
+    // Packed W and R (inputs 8, 9): per direction [panels, input or H, 16].
+    const int64_t panels = (G + kPackedPanel - 1) / kPackedPanel;
+    const float* pw = packed_ ? static_cast<const float*>(io.inputs[8]) : nullptr;
+    const float* pr = packed_ ? static_cast<const float*>(io.inputs[9]) : nullptr;
+    const Activation none;
     for (int64_t d = 0; d < d_.dirs; ++d) {
-      Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
-            d_.input, 0.f, xw, G, io.pool);
+      if (packed_) {
+        SgemmPackedB(d_.seq * batch, G, d_.input, x, d_.input,
+                     pw + d * panels * d_.input * kPackedPanel, nullptr, none, xw, G, io.pool);
+      } else {
+        Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
+              d_.input, 0.f, xw, G, io.pool);
+      }
       for (int64_t j = 0; j < G; ++j)
         bias[j] = bsrc ? bsrc[d * 2 * G + j] + bsrc[d * 2 * G + G + j] : 0.f;
       for (int64_t b = 0; b < batch; ++b) {
@@ -62,7 +75,12 @@ class LstmKernel : public Kernel {
       const RnnActivation* acts = &acts_[d * 3];
       const bool backward = d_.Backward(d);
       for (int64_t s = 0; s < d_.seq; ++s) {
-        Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+        if (packed_) {
+          SgemmPackedB(batch, G, H, h, H, pr + d * panels * H * kPackedPanel, nullptr, none, gates,
+                       G, io.pool);
+        } else {
+          Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+        }
         io.pool->ParallelFor(batch, 40.0 * H, [&](int64_t b0, int64_t b1) {
           for (int64_t b = b0; b < b1; ++b) {
             if (s >= lens[b]) continue;
@@ -121,6 +139,7 @@ class LstmKernel : public Kernel {
   bool has_init_c_ = false;
   bool has_peep_ = false;
   bool input_forget_ = false;
+  bool packed_ = false;
   int num_outputs_ = 0;
   std::vector<RnnActivation> acts_;
   RnnScratch scratch_;

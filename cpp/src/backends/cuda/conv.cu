@@ -1,4 +1,5 @@
-// Conv (1-D and 2-D, float32; groups, dilations, pads/auto_pad, bias, fused
+// Conv (1-D and 2-D, float32, and float16 / bfloat16 on tensor cores with
+// float accumulation; groups, dilations, pads/auto_pad, bias, fused
 // "_kaiwu_act"). With cuDNN (built in, and KAIWU_CUDNN=1), convs with
 // symmetric pads run cudnnConvolutionForward with the algorithm cuDNN's
 // heuristics rank first among those without TF32 (FMA math) and within the
@@ -16,6 +17,8 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/dnn.h"
+#include "backends/cuda/gemm_util.h"
+#include "backends/cuda/half.cuh"
 #include "ops/conv.h"
 
 namespace kaiwu {
@@ -39,9 +42,9 @@ struct ConvWindow {
 // p = oh * OW + ow; taps in the padding read 0. One thread per (image,
 // channel, output pixel) writes that pixel's KH * KW taps; I is int32 when
 // every index fits (integer division is far cheaper than in 64 bits).
-template <typename I>
-__global__ void Im2ColKernel(ConvWindow g, I images, const float* __restrict__ x,
-                             float* __restrict__ col) {
+template <typename I, typename T>
+__global__ void Im2ColKernel(ConvWindow g, I images, const T* __restrict__ x,
+                             T* __restrict__ col) {
   const I C = static_cast<I>(g.c), H = static_cast<I>(g.h), W = static_cast<I>(g.w);
   const I OW = static_cast<I>(g.ow), KH = static_cast<I>(g.kh), KW = static_cast<I>(g.kw);
   const I P = static_cast<I>(g.oh) * OW, taps = KH * KW;
@@ -54,14 +57,14 @@ __global__ void Im2ColKernel(ConvWindow g, I images, const float* __restrict__ x
     const I p = i % P, plane = i / P;  // plane = img * C + c
     const I c = plane % C, img = plane / C;
     const I ih0 = (p / OW) * sh - ph, iw0 = (p % OW) * sw - pw;
-    const float* xc = x + plane * H * W;
-    float* out = col + ((img * C + c) * taps) * P + p;
+    const T* xc = x + plane * H * W;
+    T* out = col + ((img * C + c) * taps) * P + p;
     for (I kh = 0; kh < KH; ++kh) {
       const I ih = ih0 + kh * dh;
       const bool row_inside = ih >= 0 && ih < H;
       for (I kw = 0; kw < KW; ++kw, out += P) {
         const I iw = iw0 + kw * dw;
-        *out = row_inside && iw >= 0 && iw < W ? xc[ih * W + iw] : 0.f;
+        *out = row_inside && iw >= 0 && iw < W ? xc[ih * W + iw] : T(0.f);
       }
     }
   }
@@ -93,7 +96,9 @@ struct DnnConv {
 // Descriptors for y[n, m, oh, ow] = conv(x[n, c, h, w], W[m, c / group, kh, kw])
 // with symmetric pads, or null when cuDNN cannot run it as we compute it
 // (its output shape differs, or no FMA-math algorithm fits).
-std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const ConvWindow& g) {
+std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const ConvWindow& g,
+                                     cudnnDataType_t type) {
+  const bool half = type != CUDNN_DATA_FLOAT;
   for (int64_t v : {n, m, g.c, g.h, g.w, g.kh, g.kw, g.oh, g.ow})
     if (v <= 0 || v > INT_MAX) return nullptr;
   auto d = std::make_unique<DnnConv>();
@@ -102,21 +107,23 @@ std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const 
   CheckDnn(cudnnCreateTensorDescriptor(&d->y), "cudnnCreateTensorDescriptor");
   CheckDnn(cudnnCreateFilterDescriptor(&d->w), "cudnnCreateFilterDescriptor");
   CheckDnn(cudnnCreateConvolutionDescriptor(&d->conv), "cudnnCreateConvolutionDescriptor");
-  CheckDnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(n), i(g.c), i(g.h), i(g.w)),
+  CheckDnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, type, i(n), i(g.c), i(g.h), i(g.w)),
            "cudnnSetTensor4dDescriptor (x)");
-  CheckDnn(cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(m), i(g.c / group), i(g.kh),
+  CheckDnn(cudnnSetFilter4dDescriptor(d->w, type, CUDNN_TENSOR_NCHW, i(m), i(g.c / group), i(g.kh),
                                       i(g.kw)),
            "cudnnSetFilter4dDescriptor");
   CheckDnn(cudnnSetConvolution2dDescriptor(d->conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w),
                                            i(g.dil_h), i(g.dil_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
            "cudnnSetConvolution2dDescriptor");
   CheckDnn(cudnnSetConvolutionGroupCount(d->conv, i(group)), "cudnnSetConvolutionGroupCount");
-  CheckDnn(cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  // float32: no TF32 (FMA math only); half types: tensor cores.
+  CheckDnn(cudnnSetConvolutionMathType(d->conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+           "cudnnSetConvolutionMathType");
   int on, om, ooh, oow;
   CheckDnn(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &on, &om, &ooh, &oow),
            "cudnnGetConvolution2dForwardOutputDim");
   if (on != n || om != m || ooh != g.oh || oow != g.ow) return nullptr;
-  CheckDnn(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, om, ooh, oow),
+  CheckDnn(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, type, on, om, ooh, oow),
            "cudnnSetTensor4dDescriptor (y)");
   bool found = false;
   WithQueryHandle([&](cudnnHandle_t h) {
@@ -127,7 +134,7 @@ std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const 
              "cudnnGetConvolutionForwardAlgorithm_v7");
     for (int k = 0; k < returned && !found; ++k) {
       const cudnnConvolutionFwdAlgoPerf_t& p = perf[k];
-      if (p.status != CUDNN_STATUS_SUCCESS || p.mathType != CUDNN_FMA_MATH) continue;
+      if (p.status != CUDNN_STATUS_SUCCESS || (!half && p.mathType != CUDNN_FMA_MATH)) continue;
       size_t bytes = 0;
       if (cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, p.algo, &bytes) !=
               CUDNN_STATUS_SUCCESS ||
@@ -144,24 +151,31 @@ std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const 
 #endif
 
 // y[n, m, p] = act(y[n, m, p] + bias[m]) (bias may be null); I as above.
-template <typename I>
-__global__ void BiasActivationKernel(I total, I M, I P, const float* __restrict__ bias,
-                                     DeviceActivation act, float* __restrict__ y) {
+template <typename I, typename T>
+__global__ void BiasActivationKernel(I total, I M, I P, const T* __restrict__ bias,
+                                     DeviceActivation act, T* __restrict__ y) {
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<I>(blockDim.x) * gridDim.x) {
-    float v = y[i];
-    if (bias) v += bias[(i / P) % M];
-    y[i] = act(v);
+    float v = ToFloat(y[i]);
+    if (bias) v += ToFloat(bias[(i / P) % M]);
+    y[i] = FromFloat<T>(act(v));
   }
 }
 
+#if KAIWU_WITH_CUDNN
+template <typename T> constexpr cudnnDataType_t kDnnType = CUDNN_DATA_FLOAT;
+template <> constexpr cudnnDataType_t kDnnType<__half> = CUDNN_DATA_HALF;
+template <> constexpr cudnnDataType_t kDnnType<__nv_bfloat16> = CUDNN_DATA_BFLOAT16;
+#endif
+
+template <typename T>
 class ConvKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    const float* w = static_cast<const float*>(io.inputs[1]);
-    const float* bias = has_bias_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
-    float* y = static_cast<float*>(io.outputs[0]);
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    const T* w = static_cast<const T*>(io.inputs[1]);
+    const T* bias = has_bias_ ? static_cast<const T*>(io.inputs[2]) : nullptr;
+    T* y = static_cast<T*>(io.outputs[0]);
     const DeviceContext& dev = Dev(io);
     const int64_t total = n_ * m_ * p_;
     if (total == 0) return;
@@ -175,17 +189,16 @@ class ConvKernel : public CudaKernel {
     } else
 #endif
     if (k_ == 0) {  // no input channels: the products are all 0
-      CheckCuda(cudaMemsetAsync(y, 0, total * sizeof(float), dev.stream), "Conv memset");
+      CheckCuda(cudaMemsetAsync(y, 0, total * sizeof(T), dev.stream), "Conv memset");
     } else {
       const int64_t in_image = win_.c * win_.h * win_.w;
       const int64_t col_image = group_ * k_ * p_;  // == in_image when pointwise
       const int64_t mg = m_ / group_;
-      const float one = 1.f, zero = 0.f;
       for (int64_t n0 = 0; n0 < n_; n0 += chunk_) {
         const int64_t images = std::min(chunk_, n_ - n0);
-        const float* col = x + n0 * in_image;
+        const T* col = x + n0 * in_image;
         if (!pointwise_) {
-          float* scratch = static_cast<float*>(io.scratch);
+          T* scratch = static_cast<T*>(io.scratch);
           const int64_t threads = images * win_.c * p_;
           if (images * std::max(in_image, col_image) <= kInt32Elements)
             Im2ColKernel<int32_t><<<GridFor(threads), kBlock, 0, dev.stream>>>(
@@ -199,13 +212,10 @@ class ConvKernel : public CudaKernel {
         // Row-major per image and group: y[mg, P] = W_g[mg, K] x col_g[K, P],
         // i.e. column-major y^T[P, mg] = col_g^T[P, K] x W_g^T[K, mg].
         for (int64_t g = 0; g < group_; ++g) {
-          CheckBlas(cublasSgemmStridedBatched(
-                        dev.blas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p_),
-                        static_cast<int>(mg), static_cast<int>(k_), &one, col + g * k_ * p_,
-                        static_cast<int>(p_), col_image, w + g * mg * k_, static_cast<int>(k_), 0,
-                        &zero, y + (n0 * m_ + g * mg) * p_, static_cast<int>(p_), m_ * p_,
-                        static_cast<int>(images)),
-                    "Conv cublasSgemmStridedBatched");
+          GemmStridedBatched<T>(dev, CUBLAS_OP_N, CUBLAS_OP_N, p_, mg, k_, 1.f, col + g * k_ * p_,
+                                p_, col_image, w + g * mg * k_, k_, 0,
+                                y + (n0 * m_ + g * mg) * p_, p_, m_ * p_, images,
+                                "Conv GEMM");
         }
       }
     }
@@ -256,16 +266,16 @@ class ConvKernel : public CudaKernel {
            ": Conv GEMM dimensions beyond 32-bit are not supported by the CUDA backend");
     // Column floats per image, all groups: C * KH * KW rows of P.
     const int64_t per_image = group_ * k_ * p_;
-    const int64_t fit = kMaxScratchBytes / static_cast<int64_t>(sizeof(float)) /
+    const int64_t fit = kMaxScratchBytes / static_cast<int64_t>(sizeof(T)) /
                         std::max<int64_t>(per_image, 1);
     chunk_ = std::max<int64_t>(1, std::min<int64_t>({n_, fit, INT_MAX}));
-    ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(float);
+    ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(T);
 #if KAIWU_WITH_CUDNN
     dnn_.reset();
     const bool symmetric = geo.pad_begin[1] == geo.pad_end[1] && geo.pad_begin[2] == geo.pad_end[2];
     if (DnnEnabled() && symmetric && !pointwise_) {
       try {
-        dnn_ = MakeDnnConv(n_, m_, group_, win_);
+        dnn_ = MakeDnnConv(n_, m_, group_, win_, kDnnType<T>);
       } catch (const Error&) {
         dnn_.reset();  // cuDNN refused this conv: im2col runs it
       }
@@ -292,7 +302,9 @@ class ConvKernel : public CudaKernel {
 }  // namespace
 
 void RegisterConvKernels(KernelRegistry& r) {
-  r.Register(OpId::kConv, DType::kFloat32, &MakeKernel<ConvKernel>);
+  r.Register(OpId::kConv, DType::kFloat32, &MakeKernel<ConvKernel<float>>);
+  r.Register(OpId::kConv, DType::kFloat16, &MakeKernel<ConvKernel<__half>>);
+  r.Register(OpId::kConv, DType::kBFloat16, &MakeKernel<ConvKernel<__nv_bfloat16>>);
   RegisterPoolKernels(r);
   RegisterNormKernels(r);
 }

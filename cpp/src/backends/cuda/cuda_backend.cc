@@ -38,7 +38,7 @@ struct PinnedBuffer {
 class CudaStream final : public DeviceBackend::Stream {
  public:
   CudaStream(int ordinal, size_t in_bytes, size_t out_bytes, uint32_t needs)
-      : ordinal_(ordinal), in_(in_bytes), out_(out_bytes + 64) {
+      : ordinal_(ordinal), in_(in_bytes), out_(out_bytes) {
     CheckCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
     CheckCuda(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     // A blocking-sync event: waiting threads sleep instead of spinning a core.
@@ -53,9 +53,14 @@ class CudaStream final : public DeviceBackend::Stream {
     if (needs & kNeedDnnHandle) ctx_.dnn = CreateDnnHandle(ctx_.stream);
     const char* env = std::getenv("KAIWU_CUDA_GRAPHS");
     graphs_on_ = !(env && std::string(env) == "0");
-    CheckCuda(cudaMalloc(&flag_, sizeof(int)), "cudaMalloc (error flag)");
-    CheckCuda(cudaMemset(flag_, 0, sizeof(int)), "cudaMemset (error flag)");
-    ctx_.error_flag = static_cast<int*>(flag_);
+    // The error flag lives in mapped page-locked memory: kernels write it over
+    // PCIe (only when they find bad data) and the host reads it after the run's
+    // event, with no copy queued per run.
+    CheckCuda(cudaHostAlloc(&flag_, sizeof(int), cudaHostAllocMapped), "cudaHostAlloc (error flag)");
+    *static_cast<volatile int*>(flag_) = 0;
+    void* flag_device = nullptr;
+    CheckCuda(cudaHostGetDevicePointer(&flag_device, flag_, 0), "cudaHostGetDevicePointer (error flag)");
+    ctx_.error_flag = static_cast<int*>(flag_device);
   }
 
   // Refit copies.
@@ -143,7 +148,7 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaFree(blas_workspace_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
-    cudaFree(flag_);
+    cudaFreeHost(flag_);
     if (job_device_) cudaFree(job_device_);
     if (fault_) cudaFree(fault_);
     if (foreign_) cudaEventDestroy(foreign_);
@@ -225,15 +230,12 @@ class CudaStream final : public DeviceBackend::Stream {
   }
 
   void Finish(const std::function<std::string(int)>& describe_step) override {
-    // The error flag travels back in the last staging slot.
-    int* flag_host = reinterpret_cast<int*>(static_cast<char*>(out_.ptr) + out_.bytes - 64);
+    volatile int* flag_host = static_cast<volatile int*>(flag_);
     const DeviceRunIO* io = io_;
     IoCounters* counters = counters_;
     io_ = nullptr;
     counters_ = nullptr;
     cudaError_t launch = cudaGetLastError();
-    cudaError_t copy = cudaMemcpyAsync(flag_host, flag_, sizeof(int), cudaMemcpyDeviceToHost,
-                                       ctx_.stream);
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
     // The caller's later work on its stream starts after the run (an event
     // wait on the device, queued before the host waits below).
@@ -250,11 +252,10 @@ class CudaStream final : public DeviceBackend::Stream {
       std::vector<Pending>& v;
       ~Clear() { v.clear(); }
     } clear{pending_};
-    for (cudaError_t e : {launch, copy, rec, signal, sync})
+    for (cudaError_t e : {launch, rec, signal, sync})
       if (e != cudaSuccess) CheckCuda(e, "running the plan");
     if (int step = *flag_host) {
-      cudaMemsetAsync(flag_, 0, sizeof(int), ctx_.stream);
-      cudaStreamSynchronize(ctx_.stream);
+      *flag_host = 0;  // the stream is idle: nothing writes it now
       Fail(StatusCode::kRuntime, describe_step(step - 1),
            ": found bad data on the device (e.g. an index out of range)");
     }
@@ -336,7 +337,7 @@ class CudaStream final : public DeviceBackend::Stream {
   int ordinal_;
   DeviceContext ctx_;
   cudaEvent_t done_ = nullptr;
-  void* flag_ = nullptr;
+  void* flag_ = nullptr;  // int in mapped page-locked memory (host address)
   PinnedBuffer in_, out_;
   size_t in_used_ = 0, out_used_ = 0;
   std::vector<Pending> pending_;

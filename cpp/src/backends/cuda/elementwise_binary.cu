@@ -1,12 +1,17 @@
 // Broadcasting arithmetic on CUDA, matching elementwise_binary.cc: Add Sub Mul
 // Div Mod Min Max (float32, int32, int64), Sum Mean (float32), all variadic
 // ones folded pairwise into the output; Pow (float32 base with a float32 or
-// integer exponent, integer base with an integer exponent) and PRelu.
+// integer exponent, integer base with an integer exponent) and PRelu. All of
+// them also on float16/bfloat16 tensors: loaded as float, computed as the
+// float32 kernel does, stored rounded to nearest (a variadic fold rounds
+// after each pairwise step, as it stores into the output); a 16-bit Pow base
+// takes an exponent of its own dtype, float32, int32 or int64.
 // Integer + - * wrap; integer division by zero reports bad data.
 #include <cmath>
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/cuda/half_util.cuh"
 #include "backends/int_pow.h"
 #include "ops/binary.h"
 
@@ -107,12 +112,18 @@ class ArithKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+    switch (dtype_) {
+      case DType::kFloat16: return RunTyped<__half>(io);
+      case DType::kBFloat16: return RunTyped<__nv_bfloat16>(io);
+      default: WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+    }
   }
 
  private:
+  // T: the storage type; the math is ArithFn<float> for the 16-bit floats.
   template <typename T>
   void RunTyped(const KernelIO& io) const {
+    using C = ComputeT<T>;
     const DeviceContext& dev = Dev(io);
     T* out = static_cast<T*>(io.outputs[0]);
     const T* in0 = static_cast<const T*>(io.inputs[0]);
@@ -124,10 +135,16 @@ class ArithKernel : public CudaKernel {
       // Mean sums like Sum and scales in the last step, as (a + b) * (1 / n).
       const bool last = i + 1 == num_inputs_;
       const ArithOp op = op_ == ArithOp::kMean && !last ? ArithOp::kSum : op_;
-      const ArithFn<T> f{op, static_cast<T>(1) / static_cast<T>(num_inputs_), dev.error_flag,
+      const ArithFn<C> f{op, static_cast<C>(1) / static_cast<C>(num_inputs_), dev.error_flag,
                          dev.step};
-      LaunchBinary(steps_[i - 1], out_size_, i == 1 ? in0 : out,
-                   static_cast<const T*>(io.inputs[i]), out, f, dev.stream, "arithmetic kernel");
+      if constexpr (std::is_same_v<T, C>) {
+        LaunchBinary(steps_[i - 1], out_size_, i == 1 ? in0 : out,
+                     static_cast<const T*>(io.inputs[i]), out, f, dev.stream, "arithmetic kernel");
+      } else {
+        LaunchBinary(steps_[i - 1], out_size_, i == 1 ? in0 : out,
+                     static_cast<const T*>(io.inputs[i]), out, Widened2<T, ArithFn<C>>{f},
+                     dev.stream, "arithmetic kernel");
+      }
     }
   }
 
@@ -160,12 +177,21 @@ struct PowFn {
   }
 };
 
+// Pow of a 16-bit base: the float32 math on the widened operands.
+template <typename T, typename E>
+struct HalfPowFn {
+  PowFn<float, ComputeT<E>> f;
+  __device__ T operator()(T x, E y) const { return Store<T>(f(Load(x), Load(y))); }
+};
+
 class PowKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     base_ = ctx.in(0).dtype;
     // The kernel table checked the base; the exponent dtypes this kernel takes with it:
-    if (base_ == DType::kFloat32) {
+    if (base_ == DType::kFloat16 || base_ == DType::kBFloat16) {
+      RequireDType(ctx, 1, {base_, DType::kFloat32, DType::kInt32, DType::kInt64});
+    } else if (base_ == DType::kFloat32) {
       RequireDType(ctx, 1, {DType::kFloat32, DType::kInt32, DType::kInt64});
     } else {
       RequireDType(ctx, 1, {DType::kInt32, DType::kInt64});
@@ -178,10 +204,25 @@ class PowKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    WithNumericType(base_, [&](auto t) { RunBase<decltype(t)>(io); });
+    switch (base_) {
+      case DType::kFloat16: return RunHalf<__half>(io);
+      case DType::kBFloat16: return RunHalf<__nv_bfloat16>(io);
+      default: WithNumericType(base_, [&](auto t) { RunBase<decltype(t)>(io); });
+    }
   }
 
  private:
+  template <typename T>
+  void RunHalf(const KernelIO& io) const {
+    switch (exp_) {
+      case DType::kFloat16:
+      case DType::kBFloat16: return RunTyped<T, T>(io);
+      case DType::kInt32: return RunTyped<T, int32_t>(io);
+      case DType::kInt64: return RunTyped<T, int64_t>(io);
+      default: return RunTyped<T, float>(io);
+    }
+  }
+
   template <typename T>
   void RunBase(const KernelIO& io) const {
     WithNumericType(exp_, [&](auto e) {
@@ -193,9 +234,15 @@ class PowKernel : public CudaKernel {
 
   template <typename T, typename E>
   void RunTyped(const KernelIO& io) const {
-    LaunchBinary(ix_, size_, static_cast<const T*>(io.inputs[0]),
-                 static_cast<const E*>(io.inputs[1]), static_cast<T*>(io.outputs[0]),
-                 PowFn<T, E>{scalar_exp_}, Dev(io).stream, "Pow kernel");
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    const E* y = static_cast<const E*>(io.inputs[1]);
+    T* out = static_cast<T*>(io.outputs[0]);
+    if constexpr (std::is_same_v<T, ComputeT<T>>) {
+      LaunchBinary(ix_, size_, x, y, out, PowFn<T, E>{scalar_exp_}, Dev(io).stream, "Pow kernel");
+    } else {
+      LaunchBinary(ix_, size_, x, y, out, HalfPowFn<T, E>{{scalar_exp_}}, Dev(io).stream,
+                   "Pow kernel");
+    }
   }
 
   DType base_ = DType::kUndefined, exp_ = DType::kUndefined;
@@ -220,15 +267,25 @@ class PReluKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+    switch (dtype_) {
+      case DType::kFloat16: return RunTyped<__half>(io);
+      case DType::kBFloat16: return RunTyped<__nv_bfloat16>(io);
+      default: WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+    }
   }
 
  private:
   template <typename T>
   void RunTyped(const KernelIO& io) const {
-    LaunchBinary(ix_, size_, static_cast<const T*>(io.inputs[0]),
-                 static_cast<const T*>(io.inputs[1]), static_cast<T*>(io.outputs[0]), PReluFn<T>{},
-                 Dev(io).stream, "PRelu kernel");
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    const T* slope = static_cast<const T*>(io.inputs[1]);
+    T* out = static_cast<T*>(io.outputs[0]);
+    if constexpr (std::is_same_v<T, ComputeT<T>>) {
+      LaunchBinary(ix_, size_, x, slope, out, PReluFn<T>{}, Dev(io).stream, "PRelu kernel");
+    } else {
+      LaunchBinary(ix_, size_, x, slope, out, Widened2<T, PReluFn<float>>{}, Dev(io).stream,
+                   "PRelu kernel");
+    }
   }
 
   DType dtype_ = DType::kUndefined;
@@ -244,7 +301,10 @@ std::unique_ptr<Kernel> MakeArith(const Node&) {
 }  // namespace
 
 void RegisterArithmeticKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64,
+                                                DType::kFloat16, DType::kBFloat16};
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat16,
+                                               DType::kBFloat16};
   r.Register(OpId::kAdd, numeric, &MakeArith<ArithOp::kAdd>);
   r.Register(OpId::kSub, numeric, &MakeArith<ArithOp::kSub>);
   r.Register(OpId::kMul, numeric, &MakeArith<ArithOp::kMul>);
@@ -252,8 +312,8 @@ void RegisterArithmeticKernels(KernelRegistry& r) {
   r.Register(OpId::kMod, numeric, &MakeArith<ArithOp::kMod>);
   r.Register(OpId::kMin, numeric, &MakeArith<ArithOp::kMin>);
   r.Register(OpId::kMax, numeric, &MakeArith<ArithOp::kMax>);
-  r.Register(OpId::kSum, DType::kFloat32, &MakeArith<ArithOp::kSum>);
-  r.Register(OpId::kMean, DType::kFloat32, &MakeArith<ArithOp::kMean>);
+  r.Register(OpId::kSum, floats, &MakeArith<ArithOp::kSum>);
+  r.Register(OpId::kMean, floats, &MakeArith<ArithOp::kMean>);
   r.Register(OpId::kPow, numeric, &MakeKernel<PowKernel>);
   r.Register(OpId::kPRelu, numeric, &MakeKernel<PReluKernel>);
 }

@@ -1,10 +1,12 @@
-// Cast and CastLike on CUDA between float32/64, int8/16/32/64, uint8 and bool,
-// element for element what elementwise_cast.cc computes on an x86 CPU.
+// Cast and CastLike on CUDA between float16/32/64, bfloat16, int8/16/32/64,
+// uint8 and bool, element for element what elementwise_cast.cc computes on an
+// x86 CPU.
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/cuda/half_util.cuh"
 
 namespace kaiwu {
 namespace cuda {
@@ -14,6 +16,8 @@ namespace {
 template <DType D> struct StorageOf;
 template <> struct StorageOf<DType::kFloat32> { using type = float; };
 template <> struct StorageOf<DType::kFloat64> { using type = double; };
+template <> struct StorageOf<DType::kFloat16> { using type = __half; };
+template <> struct StorageOf<DType::kBFloat16> { using type = __nv_bfloat16; };
 template <> struct StorageOf<DType::kInt8> { using type = int8_t; };
 template <> struct StorageOf<DType::kUInt8> { using type = uint8_t; };
 template <> struct StorageOf<DType::kInt16> { using type = int16_t; };
@@ -31,16 +35,36 @@ __device__ inline I TruncateLikeX86(F x) {
   return std::numeric_limits<I>::min();
 }
 
+constexpr bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
 // One element, as the CPU's Convert: anything -> bool is "non-zero"; bool (a
 // byte) -> anything is the byte's value; float -> integer truncates toward
 // zero, through int32 for the narrow types so that out-of-range values wrap.
+// A 16-bit float source is widened to float first (exact); a 16-bit float
+// target rounds to nearest even from float or from double (one rounding, as
+// numpy), integers going through double.
 template <DType S, DType D>
 struct CastFn {
   using Src = typename StorageOf<S>::type;
   using Dst = typename StorageOf<D>::type;
 
   __device__ Dst operator()(Src x) const {
-    if constexpr (D == DType::kBool) {
+    if constexpr (IsHalf(S)) {
+      const float f = Load(x);
+      if constexpr (IsHalf(D)) {
+        return Store<Dst>(f);
+      } else {
+        return CastFn<DType::kFloat32, D>{}(f);
+      }
+    } else if constexpr (IsHalf(D)) {
+      if constexpr (S == DType::kFloat32) {
+        return Store<Dst>(x);
+      } else if constexpr (D == DType::kFloat16) {
+        return __double2half(static_cast<double>(x));
+      } else {
+        return __double2bfloat16(static_cast<double>(x));
+      }
+    } else if constexpr (D == DType::kBool) {
       return x != Src(0);
     } else if constexpr (std::is_floating_point_v<Src> && std::is_integral_v<Dst>) {
       if constexpr (sizeof(Dst) < sizeof(int32_t)) {
@@ -76,13 +100,15 @@ void CastFrom(DType to, const void* in, void* out, int64_t n, cudaStream_t strea
     case DType::kInt16: return LaunchCast<S, DType::kInt16>(in, out, n, stream);
     case DType::kInt32: return LaunchCast<S, DType::kInt32>(in, out, n, stream);
     case DType::kInt64: return LaunchCast<S, DType::kInt64>(in, out, n, stream);
+    case DType::kFloat16: return LaunchCast<S, DType::kFloat16>(in, out, n, stream);
+    case DType::kBFloat16: return LaunchCast<S, DType::kBFloat16>(in, out, n, stream);
     default: return LaunchCast<S, DType::kBool>(in, out, n, stream);
   }
 }
 
 class CastKernel : public CudaKernel {
  protected:
-  // The op layer checked both dtypes against the same eight this file handles.
+  // The op layer checked both dtypes against the same ten this file handles.
   void PrepareDevice(PrepareContext& ctx) override {
     from_ = ctx.in(0).dtype;
     to_ = ctx.outputs[0].dtype;
@@ -101,6 +127,8 @@ class CastKernel : public CudaKernel {
       case DType::kInt16: return CastFrom<DType::kInt16>(to_, in, out, size_, s);
       case DType::kInt32: return CastFrom<DType::kInt32>(to_, in, out, size_, s);
       case DType::kInt64: return CastFrom<DType::kInt64>(to_, in, out, size_, s);
+      case DType::kFloat16: return CastFrom<DType::kFloat16>(to_, in, out, size_, s);
+      case DType::kBFloat16: return CastFrom<DType::kBFloat16>(to_, in, out, size_, s);
       default: return CastFrom<DType::kBool>(to_, in, out, size_, s);
     }
   }
@@ -115,7 +143,8 @@ class CastKernel : public CudaKernel {
 void RegisterCastKernels(KernelRegistry& r) {
   const std::initializer_list<DType> all = {DType::kFloat32, DType::kFloat64, DType::kInt8,
                                             DType::kUInt8,   DType::kInt16,   DType::kInt32,
-                                            DType::kInt64,   DType::kBool};
+                                            DType::kInt64,   DType::kBool,    DType::kFloat16,
+                                            DType::kBFloat16};
   r.Register(OpId::kCast, all, &MakeKernel<CastKernel>);
   r.Register(OpId::kCastLike, all, &MakeKernel<CastKernel>);
 }

@@ -1,11 +1,13 @@
 // Comparisons and selection on CUDA, matching elementwise_compare.cc and
 // elementwise_select.cc: Equal Less Greater LessOrEqual GreaterOrEqual on
-// float32/int32/int64 (Equal also on bool), And Or Xor Not on bool, and
+// float32/int32/int64/float16/bfloat16 (Equal also on bool; the 16-bit floats
+// compare as float), And Or Xor Not on bool, and
 // Where(condition, X, Y) with three-way broadcasting for any element size.
 // Bools are bytes; logical ops work on the bytes as the CPU kernels do.
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/cuda/half_util.cuh"
 
 namespace kaiwu {
 namespace cuda {
@@ -18,7 +20,8 @@ template <typename T>
 struct CompareFn {
   CmpOp op;
 
-  __device__ uint8_t operator()(T a, T b) const {
+  __device__ uint8_t operator()(T a_in, T b_in) const {
+    const ComputeT<T> a = Load(a_in), b = Load(b_in);
     switch (op) {
       case CmpOp::kEqual: return a == b;
       case CmpOp::kLess: return a < b;
@@ -55,6 +58,8 @@ class CompareKernel : public CudaKernel {
       case DType::kBool: return RunTyped<uint8_t>(io);
       case DType::kInt32: return RunTyped<int32_t>(io);
       case DType::kInt64: return RunTyped<int64_t>(io);
+      case DType::kFloat16: return RunTyped<__half>(io);
+      case DType::kBFloat16: return RunTyped<__nv_bfloat16>(io);
       default: return RunTyped<float>(io);
     }
   }
@@ -142,8 +147,11 @@ std::unique_ptr<Kernel> MakeCompare(const Node&) {
 }  // namespace
 
 void RegisterCompareKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
-  r.Register(OpId::kEqual, {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool},
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64,
+                                                DType::kFloat16, DType::kBFloat16};
+  r.Register(OpId::kEqual,
+             {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool, DType::kFloat16,
+              DType::kBFloat16},
              &MakeCompare<CmpOp::kEqual>);
   r.Register(OpId::kLess, numeric, &MakeCompare<CmpOp::kLess>);
   r.Register(OpId::kGreater, numeric, &MakeCompare<CmpOp::kGreater>);
@@ -155,8 +163,8 @@ void RegisterCompareKernels(KernelRegistry& r) {
   r.Register(OpId::kNot, DType::kBool, &MakeKernel<NotKernel>);
   // Keyed on X's dtype (Where's type input is 1): every dtype is a word of 1, 2, 4 or 8 bytes.
   r.Register(OpId::kWhere,
-             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
-              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+              DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
              &MakeKernel<WhereKernel>);
 }
 

@@ -1,11 +1,14 @@
-// FusedElementwise (domain "kaiwu") on CUDA: the chain of float32 ops that
-// ops/binary.h describes, applied per element in registers. A launch runs up
+// FusedElementwise (domain "kaiwu") on CUDA: the chain of ops that
+// ops/binary.h describes, applied per element in registers, on float32 or on
+// float16/bfloat16 tensors (loaded as float, the whole chain in float, one
+// rounding when stored). A launch runs up
 // to kFusedSteps ops; longer chains continue in place on the output in
 // further launches. Each binary op's operand has its own broadcast index map
 // (slot s + 1 for step s; slot 0 is the chain's input).
 #include <vector>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/cuda/half_util.cuh"
 #include "ops/binary.h"
 
 namespace kaiwu {
@@ -30,11 +33,12 @@ struct FusedProgram {
 };
 
 // The launch's data pointers, per slot; set in Run.
+template <typename T>
 struct FusedOperands {
-  const float* slot[kSlots];
+  const T* slot[kSlots];
 };
 
-static_assert(sizeof(FusedProgram) + sizeof(FusedOperands) + 64 < 4096,
+static_assert(sizeof(FusedProgram) + sizeof(FusedOperands<float>) + 64 < 4096,
               "kernel parameters stay under 4 KiB");
 
 __device__ inline float ApplyStep(const FusedStep& s, float v, float c) {
@@ -56,18 +60,19 @@ __device__ inline float ApplyStep(const FusedStep& s, float v, float c) {
   return v;
 }
 
-__global__ void FusedKernel(FusedProgram p, FusedOperands in, int64_t n, float* y) {
+template <typename T>
+__global__ void FusedKernel(FusedProgram p, FusedOperands<T> in, int64_t n, T* y) {
   KAIWU_CUDA_LOOP(i, n) {
     int64_t off[kSlots];
     p.ix.Offsets(i, off);
-    float v = in.slot[0][off[0]];
+    float v = Load(in.slot[0][off[0]]);
 #pragma unroll
     for (int s = 0; s < kFusedSteps; ++s) {
       if (s >= p.num_steps) break;
-      const float c = IsBinaryFusedOp(p.steps[s].op) ? in.slot[s + 1][off[s + 1]] : 0.f;
+      const float c = IsBinaryFusedOp(p.steps[s].op) ? Load(in.slot[s + 1][off[s + 1]]) : 0.f;
       v = ApplyStep(p.steps[s], v, c);
     }
-    y[i] = v;
+    y[i] = Store<T>(v);
   }
 }
 
@@ -77,6 +82,7 @@ class FusedElementwiseKernel : public CudaKernel {
     const std::vector<FusedElementwiseParams::Step>& chain =
         ctx.Params<FusedElementwiseParams>().steps;
     const Shape& out = ctx.outputs[0].shape;
+    dtype_ = ctx.outputs[0].dtype;
     size_ = NumElements(out);
     programs_.clear();
     operand_.clear();
@@ -101,20 +107,26 @@ class FusedElementwiseKernel : public CudaKernel {
 
   void Run(const KernelIO& io) const override {
     if (size_ <= 0) return;
-    float* y = static_cast<float*>(io.outputs[0]);
+    WithFloatType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    T* y = static_cast<T*>(io.outputs[0]);
     for (size_t l = 0; l < programs_.size(); ++l) {
-      FusedOperands in{};
-      in.slot[0] = l == 0 ? static_cast<const float*>(io.inputs[0]) : y;
+      FusedOperands<T> in{};
+      in.slot[0] = l == 0 ? static_cast<const T*>(io.inputs[0]) : y;
       for (int s = 0; s < programs_[l].num_steps; ++s) {
         const int k = operand_[l * kFusedSteps + s];
-        in.slot[s + 1] = k >= 0 ? static_cast<const float*>(io.inputs[k]) : nullptr;
+        in.slot[s + 1] = k >= 0 ? static_cast<const T*>(io.inputs[k]) : nullptr;
       }
-      FusedKernel<<<GridFor(size_), kBlock, 0, Dev(io).stream>>>(programs_[l], in, size_, y);
+      FusedKernel<T><<<GridFor(size_), kBlock, 0, Dev(io).stream>>>(programs_[l], in, size_, y);
       CheckLaunch("FusedElementwise kernel");
     }
   }
 
- private:
+  DType dtype_ = DType::kFloat32;
   int64_t size_ = 0;
   std::vector<FusedProgram> programs_;  // one per launch
   std::vector<int> operand_;            // per step: the input its operand is, or -1
@@ -123,7 +135,8 @@ class FusedElementwiseKernel : public CudaKernel {
 }  // namespace
 
 void RegisterFusedKernels(KernelRegistry& r) {
-  r.Register(OpId::kFusedElementwise, DType::kFloat32, &MakeKernel<FusedElementwiseKernel>);
+  r.Register(OpId::kFusedElementwise, {DType::kFloat32, DType::kFloat16, DType::kBFloat16},
+             &MakeKernel<FusedElementwiseKernel>);
 }
 
 }  // namespace eltwise

@@ -1,4 +1,6 @@
-// Softmax, LogSoftmax and Hardmax on CUDA (float32), with the axis semantics
+// Softmax, LogSoftmax and Hardmax on CUDA (float32, and float16/bfloat16
+// tensors read and written as such with every sum, max and exp in float), with
+// the axis semantics
 // of softmax_kernels.cc: one axis from opset 13, the flattened trailing part
 // from `axis` before. The input is viewed as [outer, n, inner]. With inner == 1
 // each row is contiguous and a warp (or, for long rows, a block) reduces it;
@@ -6,6 +8,7 @@
 #include <cmath>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/cuda/half_util.cuh"
 #include "ops/unary.h"
 
 namespace kaiwu {
@@ -61,70 +64,72 @@ __device__ int64_t RowArgMax(float v, int64_t i, float* shared, int64_t* shared_
 
 // Contiguous rows of n elements, kThreads threads per row, kBlock / kThreads
 // rows per block. The row loop is uniform over each row's threads.
-template <int kThreads>
-__global__ void SoftmaxRowsKernel(SoftmaxKind kind, int64_t rows, int64_t n, const float* x,
-                                  float* y) {
+template <int kThreads, typename T>
+__global__ void SoftmaxRowsKernel(SoftmaxKind kind, int64_t rows, int64_t n, const T* x, T* y) {
   constexpr int kRowsPerBlock = kBlock / kThreads;
   __shared__ float shared[kBlock / 32];
   __shared__ int64_t shared_idx[kBlock / 32];
   const int lane = static_cast<int>(threadIdx.x) % kThreads;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreads;
        row < rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const float* xr = x + row * n;
-    float* yr = y + row * n;
+    const T* xr = x + row * n;
+    T* yr = y + row * n;
     if (kind == SoftmaxKind::kHardmax) {
       float bv = -INFINITY;
       int64_t bi = n;
       for (int64_t j = lane; j < n; j += kThreads) {
-        if (Better(xr[j], j, bv, bi)) {
-          bv = xr[j];
+        const float v = Load(xr[j]);
+        if (Better(v, j, bv, bi)) {
+          bv = v;
           bi = j;
         }
       }
       const int64_t best = RowArgMax<kThreads>(bv, bi, shared, shared_idx);
-      for (int64_t j = lane; j < n; j += kThreads) yr[j] = j == best ? 1.f : 0.f;
+      for (int64_t j = lane; j < n; j += kThreads) yr[j] = Store<T>(j == best ? 1.f : 0.f);
       continue;
     }
     float m = -INFINITY;
-    for (int64_t j = lane; j < n; j += kThreads) m = fmaxf(m, xr[j]);
+    for (int64_t j = lane; j < n; j += kThreads) m = fmaxf(m, Load(xr[j]));
     m = RowReduce<kThreads>(m, MaxOp{}, shared);
     float s = 0.f;
-    for (int64_t j = lane; j < n; j += kThreads) s += expf(xr[j] - m);
+    for (int64_t j = lane; j < n; j += kThreads) s += expf(Load(xr[j]) - m);
     s = RowReduce<kThreads>(s, SumOp{}, shared);
     if (kind == SoftmaxKind::kSoftmax) {
       const float inv = 1.f / s;
-      for (int64_t j = lane; j < n; j += kThreads) yr[j] = expf(xr[j] - m) * inv;
+      for (int64_t j = lane; j < n; j += kThreads) yr[j] = Store<T>(expf(Load(xr[j]) - m) * inv);
     } else {
       const float lse = logf(s);
-      for (int64_t j = lane; j < n; j += kThreads) yr[j] = (xr[j] - m) - lse;  // as the CPU rounds
+      for (int64_t j = lane; j < n; j += kThreads)
+        yr[j] = Store<T>((Load(xr[j]) - m) - lse);  // as the CPU rounds
     }
   }
 }
 
 // One thread per (outer, inner) column of n elements `inner` apart.
+template <typename T>
 __global__ void SoftmaxColumnsKernel(SoftmaxKind kind, int64_t outer, int64_t n, int64_t inner,
-                                     const float* x, float* y) {
+                                     const T* x, T* y) {
   KAIWU_CUDA_LOOP(c, outer * inner) {
     const int64_t base = (c / inner) * n * inner + c % inner;
-    const float* xc = x + base;
-    float* yc = y + base;
+    const T* xc = x + base;
+    T* yc = y + base;
     if (kind == SoftmaxKind::kHardmax) {
       int64_t best = 0;
       for (int64_t i = 1; i < n; ++i)
-        if (xc[i * inner] > xc[best * inner]) best = i;
-      for (int64_t i = 0; i < n; ++i) yc[i * inner] = i == best ? 1.f : 0.f;
+        if (Load(xc[i * inner]) > Load(xc[best * inner])) best = i;
+      for (int64_t i = 0; i < n; ++i) yc[i * inner] = Store<T>(i == best ? 1.f : 0.f);
       continue;
     }
-    float m = xc[0];
-    for (int64_t i = 1; i < n; ++i) m = fmaxf(m, xc[i * inner]);
+    float m = Load(xc[0]);
+    for (int64_t i = 1; i < n; ++i) m = fmaxf(m, Load(xc[i * inner]));
     float s = 0.f;
-    for (int64_t i = 0; i < n; ++i) s += expf(xc[i * inner] - m);
+    for (int64_t i = 0; i < n; ++i) s += expf(Load(xc[i * inner]) - m);
     if (kind == SoftmaxKind::kSoftmax) {
       const float inv = 1.f / s;
-      for (int64_t i = 0; i < n; ++i) yc[i * inner] = expf(xc[i * inner] - m) * inv;
+      for (int64_t i = 0; i < n; ++i) yc[i * inner] = Store<T>(expf(Load(xc[i * inner]) - m) * inv);
     } else {
       const float lse = logf(s);
-      for (int64_t i = 0; i < n; ++i) yc[i * inner] = (xc[i * inner] - m) - lse;
+      for (int64_t i = 0; i < n; ++i) yc[i * inner] = Store<T>((Load(xc[i * inner]) - m) - lse);
     }
   }
 }
@@ -139,26 +144,32 @@ class SoftmaxKernel : public CudaKernel {
     outer_ = p.outer;
     n_ = p.n;
     inner_ = p.inner;
+    dtype_ = ctx.in(0).dtype;
   }
 
   void Run(const KernelIO& io) const override {
     if (outer_ * n_ * inner_ == 0) return;
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    float* y = static_cast<float*>(io.outputs[0]);
+    WithFloatType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
     cudaStream_t s = Dev(io).stream;
     if (inner_ > 1) {
       SoftmaxColumnsKernel<<<GridFor(outer_ * inner_), kBlock, 0, s>>>(kind_, outer_, n_, inner_,
                                                                         x, y);
     } else if (n_ <= kWarpRowMax) {
       constexpr int64_t kRowsPerBlock = kBlock / 32;
-      SoftmaxRowsKernel<32><<<RowBlocks(kRowsPerBlock), kBlock, 0, s>>>(kind_, outer_, n_, x, y);
+      SoftmaxRowsKernel<32, T><<<RowBlocks(kRowsPerBlock), kBlock, 0, s>>>(kind_, outer_, n_, x, y);
     } else {
-      SoftmaxRowsKernel<kBlock><<<RowBlocks(1), kBlock, 0, s>>>(kind_, outer_, n_, x, y);
+      SoftmaxRowsKernel<kBlock, T><<<RowBlocks(1), kBlock, 0, s>>>(kind_, outer_, n_, x, y);
     }
     CheckLaunch("softmax kernel");
   }
 
- private:
   unsigned RowBlocks(int64_t rows_per_block) const {
     const int64_t blocks = (outer_ + rows_per_block - 1) / rows_per_block;
     return static_cast<unsigned>(blocks < 65535LL * 64 ? blocks : 65535LL * 64);
@@ -166,6 +177,7 @@ class SoftmaxKernel : public CudaKernel {
 
   SoftmaxKind kind_;
   int64_t outer_ = 1, n_ = 1, inner_ = 1;
+  DType dtype_ = DType::kFloat32;
 };
 
 template <SoftmaxKind K>
@@ -176,9 +188,11 @@ std::unique_ptr<Kernel> MakeSoftmax(const Node&) {
 }  // namespace
 
 void RegisterSoftmaxKernels(KernelRegistry& r) {
-  r.Register(OpId::kSoftmax, DType::kFloat32, &MakeSoftmax<SoftmaxKind::kSoftmax>);
-  r.Register(OpId::kLogSoftmax, DType::kFloat32, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
-  r.Register(OpId::kHardmax, DType::kFloat32, &MakeSoftmax<SoftmaxKind::kHardmax>);
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat16,
+                                               DType::kBFloat16};
+  r.Register(OpId::kSoftmax, floats, &MakeSoftmax<SoftmaxKind::kSoftmax>);
+  r.Register(OpId::kLogSoftmax, floats, &MakeSoftmax<SoftmaxKind::kLogSoftmax>);
+  r.Register(OpId::kHardmax, floats, &MakeSoftmax<SoftmaxKind::kHardmax>);
 }
 
 }  // namespace eltwise

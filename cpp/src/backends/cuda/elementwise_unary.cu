@@ -2,13 +2,17 @@
 // elementwise_unary.cc and elementwise_activation.cc: the float32 math and
 // activations (one kernel, the op a uniform switch), Neg Abs Sign Relu also on
 // int32/int64, Clip (bounds from attributes, Prepare-time constants or device
-// scalars) and IsNaN/IsInf (-> bool).
+// scalars) and IsNaN/IsInf (-> bool). Every float32 one also on float16 and
+// bfloat16 tensors: loaded as float, the same float math, stored rounded to
+// nearest even.
 #include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
 
 #include "backends/cuda/elementwise_util.cuh"
+#include "backends/cuda/half_util.cuh"
+#include "core/half.h"
 #include "ops/unary.h"
 
 namespace kaiwu {
@@ -116,6 +120,8 @@ class UnaryKernel : public CudaKernel {
     switch (dtype_) {
       case DType::kInt32: return RunInt<int32_t>(io, s);
       case DType::kInt64: return RunInt<int64_t>(io, s);
+      case DType::kFloat16: return RunHalf<__half>(io, s);
+      case DType::kBFloat16: return RunHalf<__nv_bfloat16>(io, s);
       default:
         return LaunchMap(size_, static_cast<const float*>(io.inputs[0]),
                          static_cast<float*>(io.outputs[0]),
@@ -124,6 +130,13 @@ class UnaryKernel : public CudaKernel {
   }
 
  private:
+  template <typename T>
+  void RunHalf(const KernelIO& io, cudaStream_t s) const {
+    LaunchMap(size_, static_cast<const T*>(io.inputs[0]), static_cast<T*>(io.outputs[0]),
+              Widened<T, FloatUnaryFn>{FloatUnaryFn{op_, alpha_, beta_, gamma_}}, s,
+              "unary kernel");
+  }
+
   template <typename T>
   void RunInt(const KernelIO& io, cudaStream_t s) const {
     LaunchMap(size_, static_cast<const T*>(io.inputs[0]), static_cast<T*>(io.outputs[0]),
@@ -138,14 +151,16 @@ class UnaryKernel : public CudaKernel {
 
 // y = min(max(x, lo), hi) written as the CPU does (NaN passes through; lo > hi
 // gives hi). A bound given as a device pointer is read there, else `lo`/`hi`.
+// 16-bit floats compare as float.
 template <typename T>
-__global__ void ClampKernel(int64_t n, const T* x, T* y, T lo, T hi, const T* lo_dev,
-                           const T* hi_dev) {
-  if (lo_dev) lo = *lo_dev;
-  if (hi_dev) hi = *hi_dev;
+__global__ void ClampKernel(int64_t n, const T* x, T* y, ComputeT<T> lo, ComputeT<T> hi,
+                            const T* lo_dev, const T* hi_dev) {
+  if (lo_dev) lo = Load(*lo_dev);
+  if (hi_dev) hi = Load(*hi_dev);
   KAIWU_CUDA_LOOP(i, n) {
-    T v = x[i] < lo ? lo : x[i];
-    y[i] = v > hi ? hi : v;
+    const ComputeT<T> xi = Load(x[i]);
+    const ComputeT<T> v = xi < lo ? lo : xi;
+    y[i] = Store<T>(v > hi ? hi : v);
   }
 }
 
@@ -170,21 +185,40 @@ class ClipKernel : public CudaKernel {
   }
 
   void Run(const KernelIO& io) const override {
-    WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+    switch (dtype_) {
+      case DType::kFloat16: return RunTyped<__half>(io);
+      case DType::kBFloat16: return RunTyped<__nv_bfloat16>(io);
+      default: WithNumericType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+    }
   }
 
  private:
+  // A bound known at Prepare, in the compute type.
+  template <typename T>
+  ComputeT<T> KnownBound(int b) const {
+    if constexpr (std::is_same_v<T, ComputeT<T>>) {
+      T v;
+      std::memcpy(&v, bound_bytes_[b], sizeof(T));
+      return v;
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, bound_bytes_[b], 2);
+      return std::is_same_v<T, __half> ? HalfToFloat(bits) : BFloat16ToFloat(bits);
+    }
+  }
+
   template <typename T>
   void RunTyped(const KernelIO& io) const {
-    T bound[2] = {std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max()};
+    using C = ComputeT<T>;
+    C bound[2] = {std::numeric_limits<C>::lowest(), std::numeric_limits<C>::max()};
     if (attr_bounds_) {
-      bound[0] = static_cast<T>(attr_min_);
-      bound[1] = static_cast<T>(attr_max_);
+      bound[0] = static_cast<C>(attr_min_);
+      bound[1] = static_cast<C>(attr_max_);
     }
     const T* dev[2] = {nullptr, nullptr};
     for (int b = 0; b < 2; ++b) {
       if (known_bound_[b]) {
-        std::memcpy(&bound[b], bound_bytes_[b], sizeof(T));
+        bound[b] = KnownBound<T>(b);
       } else if (has_bound_[b]) {
         dev[b] = static_cast<const T*>(io.inputs[b + 1]);
       }
@@ -214,6 +248,12 @@ struct IsSpecialFn {
   }
 };
 
+template <typename T>
+struct IsSpecialOf {
+  IsSpecialFn f;
+  __device__ uint8_t operator()(T x) const { return f(Load(x)); }
+};
+
 class IsSpecialKernel : public CudaKernel {
  public:
   explicit IsSpecialKernel(bool nan) : nan_(nan) {}
@@ -225,16 +265,21 @@ class IsSpecialKernel : public CudaKernel {
       pos_ = p.detect_positive;
       neg_ = p.detect_negative;
     }
+    dtype_ = ctx.in(0).dtype;
     size_ = ctx.in(0).size();
   }
 
   void Run(const KernelIO& io) const override {
-    LaunchMap(size_, static_cast<const float*>(io.inputs[0]),
-              static_cast<uint8_t*>(io.outputs[0]), IsSpecialFn{nan_, pos_, neg_},
-              Dev(io).stream, nan_ ? "IsNaN kernel" : "IsInf kernel");
+    WithFloatType(dtype_, [&](auto t) {
+      using T = decltype(t);
+      LaunchMap(size_, static_cast<const T*>(io.inputs[0]), static_cast<uint8_t*>(io.outputs[0]),
+                IsSpecialOf<T>{{nan_, pos_, neg_}}, Dev(io).stream,
+                nan_ ? "IsNaN kernel" : "IsInf kernel");
+    });
   }
 
  private:
+  DType dtype_ = DType::kUndefined;
   bool nan_;
   bool pos_ = true, neg_ = true;
   int64_t size_ = 0;
@@ -253,38 +298,40 @@ std::unique_ptr<Kernel> MakeIsSpecial(const Node&) {
 }  // namespace
 
 void RegisterUnaryKernels(KernelRegistry& r) {
-  const std::initializer_list<DType> ints = {DType::kFloat32, DType::kInt32, DType::kInt64};
-  const DType f32 = DType::kFloat32;
-  r.Register(OpId::kNeg, ints, &MakeUnary<UnaryOp::kNeg>);
-  r.Register(OpId::kAbs, ints, &MakeUnary<UnaryOp::kAbs>);
-  r.Register(OpId::kSign, ints, &MakeUnary<UnaryOp::kSign>);
-  r.Register(OpId::kRelu, ints, &MakeUnary<UnaryOp::kRelu>);
-  r.Register(OpId::kLeakyRelu, f32, &MakeUnary<UnaryOp::kLeakyRelu>);
-  r.Register(OpId::kElu, f32, &MakeUnary<UnaryOp::kElu>);
-  r.Register(OpId::kSelu, f32, &MakeUnary<UnaryOp::kSelu>);
-  r.Register(OpId::kCelu, f32, &MakeUnary<UnaryOp::kCelu>);
-  r.Register(OpId::kHardSigmoid, f32, &MakeUnary<UnaryOp::kHardSigmoid>);
-  r.Register(OpId::kHardSwish, f32, &MakeUnary<UnaryOp::kHardSwish>);
-  r.Register(OpId::kGelu, f32, &MakeUnary<UnaryOp::kGelu>);
-  r.Register(OpId::kThresholdedRelu, f32, &MakeUnary<UnaryOp::kThresholdedRelu>);
-  r.Register(OpId::kMish, f32, &MakeUnary<UnaryOp::kMish>);
-  r.Register(OpId::kSoftplus, f32, &MakeUnary<UnaryOp::kSoftplus>);
-  r.Register(OpId::kSoftsign, f32, &MakeUnary<UnaryOp::kSoftsign>);
-  r.Register(OpId::kSigmoid, f32, &MakeUnary<UnaryOp::kSigmoid>);
-  r.Register(OpId::kTanh, f32, &MakeUnary<UnaryOp::kTanh>);
-  r.Register(OpId::kSqrt, f32, &MakeUnary<UnaryOp::kSqrt>);
-  r.Register(OpId::kExp, f32, &MakeUnary<UnaryOp::kExp>);
-  r.Register(OpId::kLog, f32, &MakeUnary<UnaryOp::kLog>);
-  r.Register(OpId::kReciprocal, f32, &MakeUnary<UnaryOp::kReciprocal>);
-  r.Register(OpId::kFloor, f32, &MakeUnary<UnaryOp::kFloor>);
-  r.Register(OpId::kCeil, f32, &MakeUnary<UnaryOp::kCeil>);
-  r.Register(OpId::kRound, f32, &MakeUnary<UnaryOp::kRound>);
-  r.Register(OpId::kSin, f32, &MakeUnary<UnaryOp::kSin>);
-  r.Register(OpId::kCos, f32, &MakeUnary<UnaryOp::kCos>);
-  r.Register(OpId::kErf, f32, &MakeUnary<UnaryOp::kErf>);
-  r.Register(OpId::kClip, ints, &MakeKernel<ClipKernel>);
-  r.Register(OpId::kIsNaN, f32, &MakeIsSpecial<true>);
-  r.Register(OpId::kIsInf, f32, &MakeIsSpecial<false>);
+  const std::initializer_list<DType> numeric = {DType::kFloat32, DType::kInt32, DType::kInt64,
+                                                DType::kFloat16, DType::kBFloat16};
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat16,
+                                               DType::kBFloat16};
+  r.Register(OpId::kNeg, numeric, &MakeUnary<UnaryOp::kNeg>);
+  r.Register(OpId::kAbs, numeric, &MakeUnary<UnaryOp::kAbs>);
+  r.Register(OpId::kSign, numeric, &MakeUnary<UnaryOp::kSign>);
+  r.Register(OpId::kRelu, numeric, &MakeUnary<UnaryOp::kRelu>);
+  r.Register(OpId::kLeakyRelu, floats, &MakeUnary<UnaryOp::kLeakyRelu>);
+  r.Register(OpId::kElu, floats, &MakeUnary<UnaryOp::kElu>);
+  r.Register(OpId::kSelu, floats, &MakeUnary<UnaryOp::kSelu>);
+  r.Register(OpId::kCelu, floats, &MakeUnary<UnaryOp::kCelu>);
+  r.Register(OpId::kHardSigmoid, floats, &MakeUnary<UnaryOp::kHardSigmoid>);
+  r.Register(OpId::kHardSwish, floats, &MakeUnary<UnaryOp::kHardSwish>);
+  r.Register(OpId::kGelu, floats, &MakeUnary<UnaryOp::kGelu>);
+  r.Register(OpId::kThresholdedRelu, floats, &MakeUnary<UnaryOp::kThresholdedRelu>);
+  r.Register(OpId::kMish, floats, &MakeUnary<UnaryOp::kMish>);
+  r.Register(OpId::kSoftplus, floats, &MakeUnary<UnaryOp::kSoftplus>);
+  r.Register(OpId::kSoftsign, floats, &MakeUnary<UnaryOp::kSoftsign>);
+  r.Register(OpId::kSigmoid, floats, &MakeUnary<UnaryOp::kSigmoid>);
+  r.Register(OpId::kTanh, floats, &MakeUnary<UnaryOp::kTanh>);
+  r.Register(OpId::kSqrt, floats, &MakeUnary<UnaryOp::kSqrt>);
+  r.Register(OpId::kExp, floats, &MakeUnary<UnaryOp::kExp>);
+  r.Register(OpId::kLog, floats, &MakeUnary<UnaryOp::kLog>);
+  r.Register(OpId::kReciprocal, floats, &MakeUnary<UnaryOp::kReciprocal>);
+  r.Register(OpId::kFloor, floats, &MakeUnary<UnaryOp::kFloor>);
+  r.Register(OpId::kCeil, floats, &MakeUnary<UnaryOp::kCeil>);
+  r.Register(OpId::kRound, floats, &MakeUnary<UnaryOp::kRound>);
+  r.Register(OpId::kSin, floats, &MakeUnary<UnaryOp::kSin>);
+  r.Register(OpId::kCos, floats, &MakeUnary<UnaryOp::kCos>);
+  r.Register(OpId::kErf, floats, &MakeUnary<UnaryOp::kErf>);
+  r.Register(OpId::kClip, numeric, &MakeKernel<ClipKernel>);
+  r.Register(OpId::kIsNaN, floats, &MakeIsSpecial<true>);
+  r.Register(OpId::kIsInf, floats, &MakeIsSpecial<false>);
 }
 
 }  // namespace eltwise

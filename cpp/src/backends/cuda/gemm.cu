@@ -1,8 +1,10 @@
-// Gemm and MatMul (float32) on cuBLAS, and the registration of the CUDA
+// Gemm and MatMul (float32, and float16 / bfloat16 on tensor cores with float
+// accumulation) on cuBLAS, and the registration of the CUDA
 // linear-algebra kernels. Both run a beta = 0 GEMM, then at most one epilogue
 // kernel adds Gemm's broadcast C and applies the fused "_kaiwu_act" activation.
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm_util.h"
+#include "backends/cuda/half.cuh"
 #include "backends/linalg_index.h"
 #include "ops/linalg.h"
 
@@ -12,21 +14,23 @@ namespace {
 
 // y[i] = act(y[i] + beta * C[row * c_row + col * c_col]) over y as [total / cols, cols];
 // without C (c null) only the activation.
-__global__ void BiasActivationKernel(float* y, int64_t total, int64_t cols, const float* c,
+template <typename T>
+__global__ void BiasActivationKernel(T* y, int64_t total, int64_t cols, const T* c,
                                      int64_t c_row, int64_t c_col, float beta,
                                      DeviceActivation act) {
   KAIWU_CUDA_LOOP(i, total) {
-    float v = y[i];
+    float v = ToFloat(y[i]);
     if (c) {
       const int64_t row = i / cols, col = i - row * cols;
-      v += beta * c[row * c_row + col * c_col];
+      v += beta * ToFloat(c[row * c_row + col * c_col]);
     }
-    y[i] = act(v);
+    y[i] = FromFloat<T>(act(v));
   }
 }
 
-void LaunchBiasActivation(const DeviceContext& dev, float* y, int64_t total, int64_t cols,
-                          const float* c, int64_t c_row, int64_t c_col, float beta,
+template <typename T>
+void LaunchBiasActivation(const DeviceContext& dev, T* y, int64_t total, int64_t cols,
+                          const T* c, int64_t c_row, int64_t c_col, float beta,
                           DeviceActivation act) {
   if (total == 0) return;
   BiasActivationKernel<<<GridFor(total), kBlock, 0, dev.stream>>>(y, total, cols, c, c_row, c_col,
@@ -35,6 +39,7 @@ void LaunchBiasActivation(const DeviceContext& dev, float* y, int64_t total, int
 }
 
 // Y = act(alpha * op(A) * op(B) + beta * C), C broadcast unidirectionally to [M, N].
+template <typename T>
 class GemmKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
@@ -64,13 +69,13 @@ class GemmKernel : public CudaKernel {
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
-    const float* a = static_cast<const float*>(io.inputs[0]);
-    const float* b = static_cast<const float*>(io.inputs[1]);
-    float* y = static_cast<float*>(io.outputs[0]);
-    RowMajorSgemm(dev, trans_a_, trans_b_, m_, n_, k_, alpha_, a, lda_, b, ldb_, y, n_);
+    const T* a = static_cast<const T*>(io.inputs[0]);
+    const T* b = static_cast<const T*>(io.inputs[1]);
+    T* y = static_cast<T*>(io.outputs[0]);
+    RowMajorGemm<T>(dev, trans_a_, trans_b_, m_, n_, k_, alpha_, a, lda_, b, ldb_, y, n_);
     if (use_c_ || act_.active())
-      LaunchBiasActivation(dev, y, m_ * n_, n_,
-                           use_c_ ? static_cast<const float*>(io.inputs[2]) : nullptr,
+      LaunchBiasActivation<T>(dev, y, m_ * n_, n_,
+                           use_c_ ? static_cast<const T*>(io.inputs[2]) : nullptr,
                            c_row_stride_, c_col_stride_, beta_, act_);
   }
 
@@ -84,6 +89,7 @@ class GemmKernel : public CudaKernel {
 
 // MatMul with numpy semantics (1-D operands promoted, batch dims broadcast),
 // then the fused activation.
+template <typename T>
 class MatMulKernel : public CudaKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
@@ -124,23 +130,24 @@ class MatMulKernel : public CudaKernel {
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
-    const float* a = static_cast<const float*>(io.inputs[0]);
-    const float* b = static_cast<const float*>(io.inputs[1]);
-    float* y = static_cast<float*>(io.outputs[0]);
+    const T* a = static_cast<const T*>(io.inputs[0]);
+    const T* b = static_cast<const T*>(io.inputs[1]);
+    T* y = static_cast<T*>(io.outputs[0]);
     switch (mode_) {
       case Mode::kOneGemm:
-        RowMajorSgemm(dev, false, false, m_, n_, k_, 1.f, a, k_, b, n_, y, n_);
+        RowMajorGemm<T>(dev, false, false, m_, n_, k_, 1.f, a, k_, b, n_, y, n_);
         break;
       case Mode::kStrided:
-        RowMajorSgemmStridedBatched(dev, m_, n_, k_, a, a_stride_, b, b_stride_, y, batch_);
+        RowMajorGemmStridedBatched<T>(dev, m_, n_, k_, a, a_stride_, b, b_stride_, y, batch_);
         break;
       case Mode::kLoop:
         for (int64_t i = 0; i < batch_; ++i)
-          RowMajorSgemm(dev, false, false, m_, n_, k_, 1.f, a + a_off_[i], k_, b + b_off_[i], n_,
-                        y + i * m_ * n_, n_);
+          RowMajorGemm<T>(dev, false, false, m_, n_, k_, 1.f, a + a_off_[i], k_, b + b_off_[i], n_,
+                          y + i * m_ * n_, n_);
         break;
     }
-    if (act_.active()) LaunchBiasActivation(dev, y, out_size_, 1, nullptr, 0, 0, 0.f, act_);
+    if (act_.active())
+      LaunchBiasActivation<T>(dev, y, out_size_, 1, static_cast<const T*>(nullptr), 0, 0, 0.f, act_);
   }
 
  private:
@@ -155,8 +162,12 @@ class MatMulKernel : public CudaKernel {
 }  // namespace
 
 void RegisterLinalgKernels(KernelRegistry& r) {
-  r.Register(OpId::kGemm, DType::kFloat32, &MakeKernel<GemmKernel>);
-  r.Register(OpId::kMatMul, DType::kFloat32, &MakeKernel<MatMulKernel>);
+  r.Register(OpId::kGemm, DType::kFloat32, &MakeKernel<GemmKernel<float>>);
+  r.Register(OpId::kGemm, DType::kFloat16, &MakeKernel<GemmKernel<__half>>);
+  r.Register(OpId::kGemm, DType::kBFloat16, &MakeKernel<GemmKernel<__nv_bfloat16>>);
+  r.Register(OpId::kMatMul, DType::kFloat32, &MakeKernel<MatMulKernel<float>>);
+  r.Register(OpId::kMatMul, DType::kFloat16, &MakeKernel<MatMulKernel<__half>>);
+  r.Register(OpId::kMatMul, DType::kBFloat16, &MakeKernel<MatMulKernel<__nv_bfloat16>>);
   RegisterRnnKernels(r);
   RegisterEinsumKernel(r);
 }

@@ -2,8 +2,10 @@
 // matrix is its column-major transpose, so C = op(A) op(B) runs as
 // C^T = op(B)^T op(A)^T, i.e. cuBLAS with the operands swapped and m, n swapped.
 #include <climits>
+#include <type_traits>
 
 #include "backends/cuda/gemm_util.h"
+#include "backends/cuda/half.cuh"
 
 namespace kaiwu {
 namespace cuda {
@@ -41,6 +43,80 @@ void RowMajorSgemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n,
                                 &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)),
       "cublasSgemmStridedBatched");
 }
+
+template <typename T>
+void GemmStridedBatched(const DeviceContext& dev, cublasOperation_t ta, cublasOperation_t tb,
+                        int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+                        int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T* c,
+                        int64_t ldc, int64_t stride_c, int64_t batch, const char* what) {
+  const float beta = 0.f;
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  if constexpr (std::is_same_v<T, float>) {
+    if (batch == 1)
+      CheckBlas(cublasSgemm(dev.blas, ta, tb, i(m), i(n), i(k), &alpha, a, i(lda), b, i(ldb), &beta,
+                            c, i(ldc)),
+                what);
+    else
+      CheckBlas(cublasSgemmStridedBatched(dev.blas, ta, tb, i(m), i(n), i(k), &alpha, a, i(lda),
+                                          stride_a, b, i(ldb), stride_b, &beta, c, i(ldc), stride_c,
+                                          i(batch)),
+                what);
+  } else {
+    constexpr cudaDataType_t type = CudaDataType<T>::value;
+    if (batch == 1)
+      CheckBlas(cublasGemmEx(dev.blas, ta, tb, i(m), i(n), i(k), &alpha, a, type, i(lda), b, type,
+                             i(ldb), &beta, c, type, i(ldc), CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT),
+                what);
+    else
+      CheckBlas(cublasGemmStridedBatchedEx(dev.blas, ta, tb, i(m), i(n), i(k), &alpha, a, type,
+                                           i(lda), stride_a, b, type, i(ldb), stride_b, &beta, c,
+                                           type, i(ldc), stride_c, i(batch), CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT),
+                what);
+  }
+}
+
+template <typename T>
+void RowMajorGemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                  int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(T), 0, n * sizeof(T), m, dev.stream),
+              "GEMM zero fill");
+    return;
+  }
+  GemmStridedBatched<T>(dev, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        n, m, k, alpha, b, ldb, 0, a, lda, 0, c, ldc, 0, 1, "GEMM");
+}
+
+template <typename T>
+void RowMajorGemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, int64_t k,
+                                const T* a, int64_t stride_a, const T* b, int64_t stride_b, T* c,
+                                int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {
+    CheckCuda(cudaMemsetAsync(c, 0, batch * m * n * sizeof(T), dev.stream), "GEMM zero fill");
+    return;
+  }
+  GemmStridedBatched<T>(dev, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.f, b, n, stride_b, a, k, stride_a,
+                        c, n, m * n, batch, "strided batched GEMM");
+}
+
+#define KAIWU_GEMM_TYPES(T)                                                                      \
+  template void GemmStridedBatched<T>(const DeviceContext&, cublasOperation_t, cublasOperation_t, \
+                                      int64_t, int64_t, int64_t, float, const T*, int64_t,       \
+                                      int64_t, const T*, int64_t, int64_t, T*, int64_t, int64_t,  \
+                                      int64_t, const char*);                                     \
+  template void RowMajorGemm<T>(const DeviceContext&, bool, bool, int64_t, int64_t, int64_t,     \
+                                float, const T*, int64_t, const T*, int64_t, T*, int64_t);       \
+  template void RowMajorGemmStridedBatched<T>(const DeviceContext&, int64_t, int64_t, int64_t,   \
+                                              const T*, int64_t, const T*, int64_t, T*, int64_t);
+KAIWU_GEMM_TYPES(float)
+KAIWU_GEMM_TYPES(__half)
+KAIWU_GEMM_TYPES(__nv_bfloat16)
+#undef KAIWU_GEMM_TYPES
 
 void CheckBlasInt(const PrepareContext& ctx, int64_t value, const char* what) {
   if (value > INT_MAX)

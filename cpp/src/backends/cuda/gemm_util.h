@@ -25,6 +25,26 @@ void RowMajorSgemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n,
                                  const float* a, int64_t stride_a, const float* b, int64_t stride_b,
                                  float* c, int64_t batch);
 
+/// Column-major cuBLAS GEMM over `batch` products (strides in elements),
+/// C_i = alpha * op(A_i) op(B_i), beta 0, float accumulation. T is float
+/// (cublasSgemm*), __half or __nv_bfloat16 (cublasGemm*Ex with
+/// CUBLAS_COMPUTE_32F: tensor cores). Every size must fit cuBLAS's int.
+template <typename T>
+void GemmStridedBatched(const DeviceContext& dev, cublasOperation_t ta, cublasOperation_t tb,
+                        int64_t m, int64_t n, int64_t k, float alpha, const T* a, int64_t lda,
+                        int64_t stride_a, const T* b, int64_t ldb, int64_t stride_b, T* c,
+                        int64_t ldc, int64_t stride_c, int64_t batch, const char* what);
+
+/// RowMajorSgemm and RowMajorSgemmStridedBatched for any GemmStridedBatched T.
+template <typename T>
+void RowMajorGemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                  int64_t ldc);
+template <typename T>
+void RowMajorGemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, int64_t k,
+                                const T* a, int64_t stride_a, const T* b, int64_t stride_b, T* c,
+                                int64_t batch);
+
 /// Throws kUnsupported naming the node when `value` (a GEMM size or leading
 /// dimension called `what`) exceeds cuBLAS's int.
 void CheckBlasInt(const PrepareContext& ctx, int64_t value, const char* what);

@@ -1,11 +1,15 @@
 // BatchNormalization (inference, one thread per element), InstanceNormalization
 // and LayerNormalization (one block per normalised plane or row: two-pass mean
-// and variance in float, as the CPU's ComputeRowStats), float32.
+// and variance in float, as the CPU's ComputeRowStats). X and Y float32, or
+// float16/bfloat16 with the parameters (scale, bias, mean, var) in X's dtype or
+// float32; every statistic and the affine step in float, Y rounded once, and
+// LayerNormalization's Mean / InvStdDev outputs float32.
 #include <cstdint>
 
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/half_util.cuh"
 #include "backends/cuda/norm_reduce.cuh"
 #include "backends/linalg_index.h"
 #include "ops/norm.h"
@@ -16,15 +20,17 @@ namespace {
 
 // y = x * a + b with a = scale / sqrt(var + epsilon), b = bias - mean * a of
 // channel (i / plane) % C.
+// T: X and Y's storage; P: the parameters'.
+template <typename T, typename P>
 __global__ void BatchNormElements(int64_t total, int64_t C, int64_t plane, float epsilon,
-                                const float* __restrict__ x, const float* __restrict__ scale,
-                                const float* __restrict__ bias, const float* __restrict__ mean,
-                                const float* __restrict__ var, float* __restrict__ y) {
+                                  const T* __restrict__ x, const P* __restrict__ scale,
+                                  const P* __restrict__ bias, const P* __restrict__ mean,
+                                  const P* __restrict__ var, T* __restrict__ y) {
   KAIWU_CUDA_LOOP(i, total) {
     const int64_t c = (i / plane) % C;
-    const float a = scale[c] / sqrtf(var[c] + epsilon);
-    const float b = bias[c] - mean[c] * a;
-    y[i] = x[i] * a + b;
+    const float a = Load(scale[c]) / sqrtf(Load(var[c]) + epsilon);
+    const float b = Load(bias[c]) - Load(mean[c]) * a;
+    y[i] = Store<T>(Load(x[i]) * a + b);
   }
 }
 
@@ -33,13 +39,14 @@ struct RowStats {
 };
 
 // Mean and inverse standard deviation of x[0, n), n > 0, over the block (two-pass).
-__device__ RowStats BlockRowStats(const float* __restrict__ x, int64_t n, float epsilon) {
+template <typename T>
+__device__ RowStats BlockRowStats(const T* __restrict__ x, int64_t n, float epsilon) {
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += x[j];
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += Load(x[j]);
   const float mean = BlockReduce(sum, SumOp()) / static_cast<float>(n);
   float sq = 0.f;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float d = x[j] - mean;
+    const float d = Load(x[j]) - mean;
     sq += d * d;
   }
   const float var = BlockReduce(sq, SumOp()) / static_cast<float>(n);
@@ -48,15 +55,17 @@ __device__ RowStats BlockRowStats(const float* __restrict__ x, int64_t n, float 
 
 // One block per (n, c) plane of `size` elements: y = x * a + b with
 // a = scale[c] * inv_std, b = bias[c] - mean * a.
+template <typename T, typename P>
 __global__ void InstanceNormPlanes(int64_t planes, int64_t C, int64_t size, float epsilon,
-                                   const float* __restrict__ x, const float* __restrict__ scale,
-                                   const float* __restrict__ bias, float* __restrict__ y) {
+                                   const T* __restrict__ x, const P* __restrict__ scale,
+                                   const P* __restrict__ bias, T* __restrict__ y) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
-    const float* xp = x + p * size;
+    const T* xp = x + p * size;
     const RowStats st = BlockRowStats(xp, size, epsilon);
-    const float a = scale[p % C] * st.inv_std;
-    const float b = bias[p % C] - st.mean * a;
-    for (int64_t j = threadIdx.x; j < size; j += blockDim.x) y[p * size + j] = xp[j] * a + b;
+    const float a = Load(scale[p % C]) * st.inv_std;
+    const float b = Load(bias[p % C]) - st.mean * a;
+    for (int64_t j = threadIdx.x; j < size; j += blockDim.x)
+      y[p * size + j] = Store<T>(Load(xp[j]) * a + b);
   }
 }
 
@@ -81,40 +90,64 @@ struct BroadcastIndex {
 
 // One block per row of `n` elements: y = (x - mean) * inv_std * scale (+ bias),
 // and the row's mean and inv_std where those outputs are wanted (non-null).
+template <typename T, typename P>
 __global__ void LayerNormRows(int64_t rows, int64_t n, float epsilon, BroadcastIndex scale_at,
-                                BroadcastIndex bias_at, const float* __restrict__ x,
-                                const float* __restrict__ scale, const float* __restrict__ bias,
-                                float* __restrict__ y, float* __restrict__ mean_out,
-                                float* __restrict__ inv_std_out) {
+                              BroadcastIndex bias_at, const T* __restrict__ x,
+                              const P* __restrict__ scale, const P* __restrict__ bias,
+                              T* __restrict__ y, float* __restrict__ mean_out,
+                              float* __restrict__ inv_std_out) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* xr = x + r * n;
+    const T* xr = x + r * n;
     const RowStats st = BlockRowStats(xr, n, epsilon);
     if (threadIdx.x == 0) {
       if (mean_out) mean_out[r] = st.mean;
       if (inv_std_out) inv_std_out[r] = st.inv_std;
     }
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      float v = (xr[j] - st.mean) * st.inv_std * scale[scale_at(j)];
-      if (bias) v += bias[bias_at(j)];
-      y[r * n + j] = v;
+      float v = (Load(xr[j]) - st.mean) * st.inv_std * Load(scale[scale_at(j)]);
+      if (bias) v += Load(bias[bias_at(j)]);
+      y[r * n + j] = Store<T>(v);
     }
   }
 }
 
-const float* In(const KernelIO& io, int i) { return static_cast<const float*>(io.inputs[i]); }
+template <typename T>
+const T* In(const KernelIO& io, int i) {
+  return static_cast<const T*>(io.inputs[i]);
+}
+
+// Calls fn(T{}, P{}) with the storage types of X and of the parameters: float
+// for float32, __half / __nv_bfloat16 for the 16-bit floats.
+template <typename Fn>
+void WithNormTypes(DType x, DType params, Fn&& fn) {
+  WithFloatType(x, [&](auto t) {
+    using T = decltype(t);
+    if (params == DType::kFloat32) {
+      fn(t, float{});
+    } else {
+      fn(t, T{});
+    }
+  });
+}
 
 class BatchNormKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
-    BatchNormElements<<<GridFor(total_), kBlock, 0, Dev(io).stream>>>(
-        total_, c_, plane_, epsilon_, In(io, 0), In(io, 1), In(io, 2), In(io, 3), In(io, 4),
-        static_cast<float*>(io.outputs[0]));
+    WithNormTypes(x_, params_, [&](auto t, auto p) {
+      using T = decltype(t);
+      using P = decltype(p);
+      BatchNormElements<T, P><<<GridFor(total_), kBlock, 0, Dev(io).stream>>>(
+          total_, c_, plane_, epsilon_, In<T>(io, 0), In<P>(io, 1), In<P>(io, 2), In<P>(io, 3),
+          In<P>(io, 4), static_cast<T*>(io.outputs[0]));
+    });
     CheckLaunch("BatchNormalization kernel");
   }
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    x_ = ctx.in(0).dtype;
+    params_ = ctx.in(1).dtype;
     const Shape& x = ctx.in(0).shape;
     epsilon_ = ctx.Params<NormParams>().epsilon;
     c_ = x[1];
@@ -123,6 +156,7 @@ class BatchNormKernel : public CudaKernel {
   }
 
  private:
+  DType x_ = DType::kFloat32, params_ = DType::kFloat32;
   float epsilon_ = 1e-5f;
   int64_t c_ = 0, plane_ = 0, total_ = 0;
 };
@@ -131,14 +165,20 @@ class InstanceNormKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
     if (planes_ == 0 || size_ == 0) return;
-    InstanceNormPlanes<<<RowGrid(planes_), kBlock, 0, Dev(io).stream>>>(
-        planes_, c_, size_, epsilon_, In(io, 0), In(io, 1), In(io, 2),
-        static_cast<float*>(io.outputs[0]));
+    WithNormTypes(x_, params_, [&](auto t, auto p) {
+      using T = decltype(t);
+      using P = decltype(p);
+      InstanceNormPlanes<T, P><<<RowGrid(planes_), kBlock, 0, Dev(io).stream>>>(
+          planes_, c_, size_, epsilon_, In<T>(io, 0), In<P>(io, 1), In<P>(io, 2),
+          static_cast<T*>(io.outputs[0]));
+    });
     CheckLaunch("InstanceNormalization kernel");
   }
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
+    x_ = ctx.in(0).dtype;
+    params_ = ctx.in(1).dtype;
     const Shape& x = ctx.in(0).shape;
     epsilon_ = ctx.Params<NormParams>().epsilon;
     c_ = x[1];
@@ -147,6 +187,7 @@ class InstanceNormKernel : public CudaKernel {
   }
 
  private:
+  DType x_ = DType::kFloat32, params_ = DType::kFloat32;
   float epsilon_ = 1e-5f;
   int64_t c_ = 0, planes_ = 0, size_ = 0;
 };
@@ -157,16 +198,22 @@ class LayerNormKernel : public CudaKernel {
     if (rows_ == 0 || n_ == 0) return;
     float* mean_out = want_mean_ ? static_cast<float*>(io.outputs[1]) : nullptr;
     float* inv_std_out = want_inv_std_ ? static_cast<float*>(io.outputs[2]) : nullptr;
-    LayerNormRows<<<RowGrid(rows_), kBlock, 0, Dev(io).stream>>>(
-        rows_, n_, epsilon_, scale_at_, bias_at_, In(io, 0), In(io, 1),
-        has_bias_ ? In(io, 2) : nullptr,
-        static_cast<float*>(io.outputs[0]), mean_out, inv_std_out);
+    WithNormTypes(x_, params_, [&](auto t, auto p) {
+      using T = decltype(t);
+      using P = decltype(p);
+      LayerNormRows<T, P><<<RowGrid(rows_), kBlock, 0, Dev(io).stream>>>(
+          rows_, n_, epsilon_, scale_at_, bias_at_, In<T>(io, 0), In<P>(io, 1),
+          has_bias_ ? In<P>(io, 2) : nullptr, static_cast<T*>(io.outputs[0]), mean_out,
+          inv_std_out);
+    });
     CheckLaunch("LayerNormalization kernel");
   }
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const LayerNormParams& p = ctx.Params<LayerNormParams>();
+    x_ = ctx.in(0).dtype;
+    params_ = ctx.in(1).dtype;
     const Shape& x = ctx.in(0).shape;
     epsilon_ = p.epsilon;
     rows_ = NumElements(Shape(x.begin(), x.begin() + p.axis));
@@ -202,6 +249,7 @@ class LayerNormKernel : public CudaKernel {
     return index;
   }
 
+  DType x_ = DType::kFloat32, params_ = DType::kFloat32;
   float epsilon_ = 1e-5f;
   int64_t rows_ = 0, n_ = 0;
   BroadcastIndex scale_at_, bias_at_;
@@ -211,9 +259,11 @@ class LayerNormKernel : public CudaKernel {
 }  // namespace
 
 void RegisterNormKernels(KernelRegistry& r) {
-  r.Register(OpId::kBatchNormalization, DType::kFloat32, &MakeKernel<BatchNormKernel>);
-  r.Register(OpId::kInstanceNormalization, DType::kFloat32, &MakeKernel<InstanceNormKernel>);
-  r.Register(OpId::kLayerNormalization, DType::kFloat32, &MakeKernel<LayerNormKernel>);
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat16,
+                                               DType::kBFloat16};
+  r.Register(OpId::kBatchNormalization, floats, &MakeKernel<BatchNormKernel>);
+  r.Register(OpId::kInstanceNormalization, floats, &MakeKernel<InstanceNormKernel>);
+  r.Register(OpId::kLayerNormalization, floats, &MakeKernel<LayerNormKernel>);
 }
 
 }  // namespace cuda

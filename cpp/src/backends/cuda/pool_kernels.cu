@@ -1,6 +1,8 @@
 // MaxPool (with its optional int64 Indices output), AveragePool (1-D to 3-D,
 // pads/auto_pad, dilations, ceil_mode, count_include_pad) and GlobalMaxPool /
-// GlobalAveragePool, float32. The windowed pools run one thread per output
+// GlobalAveragePool on float32, float16 and bfloat16 (16-bit values are read
+// as float, sums and maxima kept in float, the result rounded once when
+// stored). The windowed pools run one thread per output
 // element over the taps in the CPU kernel's order (d, h, w), so sums and the
 // first maximum on ties match it; the global pools run one block per plane.
 #include <cfloat>
@@ -9,6 +11,7 @@
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/half_util.cuh"
 #include "backends/cuda/norm_reduce.cuh"
 #include "ops/conv.h"
 
@@ -53,9 +56,9 @@ struct PoolWindow {
 // the padding gives -inf (as the CPU's std::max(acc, v)). With indices: from
 // lowest() with a strict >, recording the first maximum's flat input index
 // plane * plane_size + (d * s0 + h * s1 + w * s2), row- or column-major.
-template <bool kIndices>
+template <bool kIndices, typename T>
 __global__ void MaxPoolKernel(PoolWindow g, int64_t planes, bool col_major,
-                              const float* __restrict__ x, float* __restrict__ y,
+                              const T* __restrict__ x, T* __restrict__ y,
                               int64_t* __restrict__ indices) {
   const int64_t out_size = g.out_size(), in_size = g.in_size();
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
@@ -64,7 +67,7 @@ __global__ void MaxPoolKernel(PoolWindow g, int64_t planes, bool col_major,
     const int64_t plane = i / out_size, base = plane * in_size;
     int64_t o[3];
     g.Coords(i % out_size, o);
-    const float* xp = x + base;
+    const T* xp = x + base;
     float best = kIndices ? -FLT_MAX : -INFINITY;
     int64_t best_at = base;
     for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
@@ -76,7 +79,7 @@ __global__ void MaxPoolKernel(PoolWindow g, int64_t planes, bool col_major,
         for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
           const int64_t iw = g.Pos(2, o[2], kw);
           if (iw < 0 || iw >= W) continue;
-          const float v = xp[(id * H + ih) * W + iw];
+          const float v = Load(xp[(id * H + ih) * W + iw]);
           if (kIndices) {
             if (v > best) {
               best = v;
@@ -88,7 +91,7 @@ __global__ void MaxPoolKernel(PoolWindow g, int64_t planes, bool col_major,
         }
       }
     }
-    y[i] = best;
+    y[i] = Store<T>(best);
     if (kIndices) indices[i] = best_at;
   }
 }
@@ -106,14 +109,15 @@ __device__ int64_t TapsInside(const PoolWindow& g, int d, int64_t o, int64_t lo,
 // Sum of the taps inside the input over the window size: the taps inside the
 // input, or inside the padded input with count_include_pad (never the
 // ceil_mode overhang); 0 for an empty window.
+template <typename T>
 __global__ void AveragePoolKernel(PoolWindow g, int64_t planes, bool include_pad,
-                                  const float* __restrict__ x, float* __restrict__ y) {
+                                  const T* __restrict__ x, T* __restrict__ y) {
   const int64_t out_size = g.out_size(), in_size = g.in_size();
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
   KAIWU_CUDA_LOOP(i, planes * out_size) {
     int64_t o[3];
     g.Coords(i % out_size, o);
-    const float* xp = x + (i / out_size) * in_size;
+    const T* xp = x + (i / out_size) * in_size;
     float sum = 0.f;
     for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
       const int64_t id = g.Pos(0, o[0], kd);
@@ -123,7 +127,7 @@ __global__ void AveragePoolKernel(PoolWindow g, int64_t planes, bool include_pad
         if (ih < 0 || ih >= H) continue;
         for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
           const int64_t iw = g.Pos(2, o[2], kw);
-          if (iw >= 0 && iw < W) sum += xp[(id * H + ih) * W + iw];
+          if (iw >= 0 && iw < W) sum += Load(xp[(id * H + ih) * W + iw]);
         }
       }
     }
@@ -133,25 +137,28 @@ __global__ void AveragePoolKernel(PoolWindow g, int64_t planes, bool include_pad
       const int64_t hi = g.in[d] + (include_pad ? g.pad_end[d] : 0);
       count *= TapsInside(g, d, o[d], lo, hi);
     }
-    y[i] = count > 0 ? sum / static_cast<float>(count) : 0.f;
+    y[i] = Store<T>(count > 0 ? sum / static_cast<float>(count) : 0.f);
   }
 }
 
 // One block per plane of `size` elements: its max, or its mean (0 when empty).
-template <bool kMax>
-__global__ void GlobalPoolPlanesKernel(int64_t planes, int64_t size, const float* __restrict__ x,
-                                 float* __restrict__ y) {
+template <bool kMax, typename T>
+__global__ void GlobalPoolPlanesKernel(int64_t planes, int64_t size, const T* __restrict__ x,
+                                       T* __restrict__ y) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
-    const float* xp = x + p * size;
+    const T* xp = x + p * size;
     float acc = kMax ? -INFINITY : 0.f;
-    for (int64_t j = threadIdx.x; j < size; j += blockDim.x)
-      acc = kMax ? fmaxf(acc, xp[j]) : acc + xp[j];
+    for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
+      const float v = Load(xp[j]);
+      acc = kMax ? fmaxf(acc, v) : acc + v;
+    }
     if (kMax) {
       acc = BlockReduce(acc, MaxOp());
     } else {
       acc = BlockReduce(acc, SumOp());
     }
-    if (threadIdx.x == 0) y[p] = kMax ? acc : (size > 0 ? acc / static_cast<float>(size) : 0.f);
+    if (threadIdx.x == 0)
+      y[p] = Store<T>(kMax ? acc : (size > 0 ? acc / static_cast<float>(size) : 0.f));
   }
 }
 
@@ -161,18 +168,24 @@ class PoolKernel : public CudaKernel {
   explicit PoolKernel(bool is_max) : max_(is_max) {}
 
   void Run(const KernelIO& io) const override {
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    float* y = static_cast<float*>(io.outputs[0]);
-    const cudaStream_t stream = Dev(io).stream;
     if (total_ == 0) return;
+    WithFloatType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
+    const cudaStream_t stream = Dev(io).stream;
     const unsigned grid = GridFor(total_);
     if (!max_) {
       AveragePoolKernel<<<grid, kBlock, 0, stream>>>(window_, planes_, include_pad_, x, y);
     } else if (indices_) {
-      MaxPoolKernel<true><<<grid, kBlock, 0, stream>>>(window_, planes_, col_major_, x, y,
+      MaxPoolKernel<true, T><<<grid, kBlock, 0, stream>>>(window_, planes_, col_major_, x, y,
                                                        static_cast<int64_t*>(io.outputs[1]));
     } else {
-      MaxPoolKernel<false><<<grid, kBlock, 0, stream>>>(window_, planes_, false, x, y, nullptr);
+      MaxPoolKernel<false, T><<<grid, kBlock, 0, stream>>>(window_, planes_, false, x, y, nullptr);
     }
     CheckLaunch(max_ ? "MaxPool kernel" : "AveragePool kernel");
   }
@@ -187,10 +200,12 @@ class PoolKernel : public CudaKernel {
     indices_ = max_ && p.indices;
     col_major_ = p.col_major;
     include_pad_ = p.include_pad;
+    dtype_ = ctx.in(0).dtype;
   }
 
  private:
   bool max_;
+  DType dtype_ = DType::kFloat32;
   PoolWindow window_{};
   int64_t planes_ = 0, total_ = 0;
   bool indices_ = false, col_major_ = false;  // MaxPool's Indices output
@@ -202,27 +217,39 @@ class GlobalPoolKernel : public CudaKernel {
   explicit GlobalPoolKernel(bool is_max) : max_(is_max) {}
 
   void Run(const KernelIO& io) const override {
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    float* y = static_cast<float*>(io.outputs[0]);
-    const cudaStream_t stream = Dev(io).stream;
     if (planes_ == 0) return;
+    WithFloatType(dtype_, [&](auto t) { RunTyped<decltype(t)>(io); });
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
+    const cudaStream_t stream = Dev(io).stream;
     if (max_) {
-      GlobalPoolPlanesKernel<true><<<RowGrid(planes_), kBlock, 0, stream>>>(planes_, size_, x, y);
+      GlobalPoolPlanesKernel<true, T><<<RowGrid(planes_), kBlock, 0, stream>>>(planes_, size_, x,
+                                                                               y);
     } else {
-      GlobalPoolPlanesKernel<false><<<RowGrid(planes_), kBlock, 0, stream>>>(planes_, size_, x, y);
+      GlobalPoolPlanesKernel<false, T><<<RowGrid(planes_), kBlock, 0, stream>>>(planes_, size_, x,
+                                                                                y);
     }
     CheckLaunch(max_ ? "GlobalMaxPool kernel" : "GlobalAveragePool kernel");
   }
+
+ public:
 
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     const Shape& x = ctx.in(0).shape;
     planes_ = x[0] * x[1];
     size_ = NumElements(Shape(x.begin() + 2, x.end()));
+    dtype_ = ctx.in(0).dtype;
   }
 
  private:
   bool max_;
+  DType dtype_ = DType::kFloat32;
   int64_t planes_ = 0, size_ = 0;
 };
 
@@ -234,10 +261,12 @@ std::unique_ptr<Kernel> MakePool(const Node&) {
 }  // namespace
 
 void RegisterPoolKernels(KernelRegistry& r) {
-  r.Register(OpId::kMaxPool, DType::kFloat32, &MakePool<PoolKernel, true>);
-  r.Register(OpId::kAveragePool, DType::kFloat32, &MakePool<PoolKernel, false>);
-  r.Register(OpId::kGlobalMaxPool, DType::kFloat32, &MakePool<GlobalPoolKernel, true>);
-  r.Register(OpId::kGlobalAveragePool, DType::kFloat32, &MakePool<GlobalPoolKernel, false>);
+  const std::initializer_list<DType> floats = {DType::kFloat32, DType::kFloat16,
+                                               DType::kBFloat16};
+  r.Register(OpId::kMaxPool, floats, &MakePool<PoolKernel, true>);
+  r.Register(OpId::kAveragePool, floats, &MakePool<PoolKernel, false>);
+  r.Register(OpId::kGlobalMaxPool, floats, &MakePool<GlobalPoolKernel, true>);
+  r.Register(OpId::kGlobalAveragePool, floats, &MakePool<GlobalPoolKernel, false>);
 }
 
 }  // namespace cuda

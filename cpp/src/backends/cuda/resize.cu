@@ -249,8 +249,8 @@ class ResizeKernel : public CudaKernel {
 // (float32 / float64, checked by shape inference) sum weighted rows.
 void RegisterResizeKernel(KernelRegistry& r) {
   r.Register(OpId::kResize,
-             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
-              DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+              DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool},
              &MakeKernel<ResizeKernel>);
 }
 

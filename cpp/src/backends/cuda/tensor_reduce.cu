@@ -1,6 +1,7 @@
 // ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
 // ReduceSumSquare, ReduceLogSum, ReduceLogSumExp (float32, float64, int32,
-// int64), and ArgMax / ArgMin.
+// int64, float16, bfloat16), and ArgMax / ArgMin. 16-bit floats are read as
+// float and accumulated in float; the result is rounded once when stored.
 //
 // PrepareDevice merges the dims the op layer reduces (ReduceParams) as the CPU
 // kernel does (size-1 dims dropped, neighbours both kept or both reduced
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/cuda/half_util.cuh"
 #include "backends/cuda/tensor_util.cuh"
 #include "backends/reduce_common.h"
 #include "ops/reduce.h"
@@ -76,55 +78,57 @@ struct AccumOp {
   __device__ T operator()(T x, T y) const { return Combine(a, x, y); }
 };
 
-template <typename T>
+// T: the storage type; C: what it accumulates in (float for the 16-bit floats).
+template <typename T, typename C = ComputeT<T>>
 __global__ void ReduceThreadGpu(const T* __restrict__ x, T* __restrict__ y, ReduceGeometry g,
-                                ReduceKind kind, T identity) {
+                                ReduceKind kind, C identity) {
   const Accum acc = AccumOf(kind);
   KAIWU_CUDA_LOOP(o, g.out_size) {
     const T* base = x + DimOffset(g.kept, o);
-    T a = identity;
+    C a = identity;
     for (int64_t r = 0; r < g.count; ++r)
-      a = Combine(acc, a, MapValue(acc, base[ReducedOffset(g.reduced, r)]));
-    if constexpr (std::is_floating_point<T>::value) {
+      a = Combine(acc, a, MapValue(acc, Load(base[ReducedOffset(g.reduced, r)])));
+    if constexpr (std::is_floating_point<C>::value) {
       if (kind == ReduceKind::kLogSumExp) {
         if (isfinite(a)) {
-          T sum = T(0);
-          for (int64_t r = 0; r < g.count; ++r) sum += Exp(base[ReducedOffset(g.reduced, r)] - a);
+          C sum = C(0);
+          for (int64_t r = 0; r < g.count; ++r)
+            sum += Exp(Load(base[ReducedOffset(g.reduced, r)]) - a);
           a += Log(sum);
         }
-        y[o] = a;
+        y[o] = Store<T>(a);
         continue;
       }
     }
-    y[o] = Finish(kind, a, g.count);
+    y[o] = Store<T>(Finish(kind, a, g.count));
   }
 }
 
-template <typename T>
+template <typename T, typename C = ComputeT<T>>
 __global__ void ReduceBlockGpu(const T* __restrict__ x, T* __restrict__ y, ReduceGeometry g,
-                               ReduceKind kind, T identity) {
-  __shared__ T partial[1024 / kWarp];
+                               ReduceKind kind, C identity) {
+  __shared__ C partial[1024 / kWarp];
   const Accum acc = AccumOf(kind);
   for (int64_t o = blockIdx.x; o < g.out_size; o += gridDim.x) {
     const T* base = x + DimOffset(g.kept, o);
-    T a = identity;
+    C a = identity;
     for (int64_t r = threadIdx.x; r < g.count; r += blockDim.x)
-      a = Combine(acc, a, MapValue(acc, base[ReducedOffset(g.reduced, r)]));
+      a = Combine(acc, a, MapValue(acc, Load(base[ReducedOffset(g.reduced, r)])));
     a = CombineAcrossThreads(a, AccumOp{acc}, partial, static_cast<int>(blockDim.x));
-    T result = Finish(kind, a, g.count);
-    if constexpr (std::is_floating_point<T>::value) {
+    C result = Finish(kind, a, g.count);
+    if constexpr (std::is_floating_point<C>::value) {
       if (kind == ReduceKind::kLogSumExp) {
         result = a;
         if (isfinite(a)) {  // the same for every thread of the block
-          T sum = T(0);
+          C sum = C(0);
           for (int64_t r = threadIdx.x; r < g.count; r += blockDim.x)
-            sum += Exp(base[ReducedOffset(g.reduced, r)] - a);
+            sum += Exp(Load(base[ReducedOffset(g.reduced, r)]) - a);
           result = a + Log(CombineAcrossThreads(sum, AccumOp{Accum::kSum}, partial,
                                                 static_cast<int>(blockDim.x)));
         }
       }
     }
-    if (threadIdx.x == 0) y[o] = result;
+    if (threadIdx.x == 0) y[o] = Store<T>(result);
   }
 }
 
@@ -140,6 +144,8 @@ class ReduceKernel : public CudaKernel {
       case DType::kFloat32: Launch<float>(io); break;
       case DType::kFloat64: Launch<double>(io); break;
       case DType::kInt32: Launch<int32_t>(io); break;
+      case DType::kFloat16: Launch<__half>(io); break;
+      case DType::kBFloat16: Launch<__nv_bfloat16>(io); break;
       default: Launch<int64_t>(io); break;
     }
     CheckLaunch("reduce kernel");
@@ -179,7 +185,7 @@ class ReduceKernel : public CudaKernel {
   void Launch(const KernelIO& io) const {
     const T* x = static_cast<const T*>(io.inputs[0]);
     T* y = static_cast<T*>(io.outputs[0]);
-    const T identity = reduce::Identity<T>(AccumOf(kind_));
+    const ComputeT<T> identity = reduce::Identity<ComputeT<T>>(AccumOf(kind_));
     cudaStream_t stream = Dev(io).stream;
     if (block_threads_ > 0) {
       const int64_t blocks = std::min<int64_t>(geometry_.out_size, int64_t{1} << 20);
@@ -206,10 +212,10 @@ __global__ void ArgReduceGpu(const T* __restrict__ x, int64_t* __restrict__ y, i
   KAIWU_CUDA_LOOP(t, total) {
     const int64_t o = t / inner, i = t - o * inner;
     const T* p = x + o * n * inner + i;
-    T best = p[0];
+    ComputeT<T> best = Load(p[0]);
     int64_t at = 0;
     for (int64_t j = 1; j < n; ++j) {
-      const T v = p[j * inner];
+      const ComputeT<T> v = Load(p[j * inner]);
       const bool take = is_max ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
       if (take) {
         best = v;
@@ -231,6 +237,8 @@ class ArgReduceKernel : public CudaKernel {
       case DType::kInt64: Launch<int64_t>(io); break;
       case DType::kInt8: Launch<int8_t>(io); break;
       case DType::kUInt8: Launch<uint8_t>(io); break;
+      case DType::kFloat16: Launch<__half>(io); break;
+      case DType::kBFloat16: Launch<__nv_bfloat16>(io); break;
       default: Launch<int16_t>(io); break;
     }
     CheckLaunch("arg reduce kernel");
@@ -268,12 +276,16 @@ void RegisterTensorReduceKernels(KernelRegistry& r) {
   for (OpId op : {OpId::kReduceSum, OpId::kReduceMean, OpId::kReduceMax, OpId::kReduceMin,
                   OpId::kReduceProd, OpId::kReduceL1, OpId::kReduceL2, OpId::kReduceSumSquare,
                   OpId::kReduceLogSum})
-    r.Register(op, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64},
+    r.Register(op,
+               {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kFloat16,
+                DType::kBFloat16},
                &MakeKernel<ReduceKernel>);
-  r.Register(OpId::kReduceLogSumExp, {DType::kFloat32, DType::kFloat64}, &MakeKernel<ReduceKernel>);
+  r.Register(OpId::kReduceLogSumExp,
+             {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16},
+             &MakeKernel<ReduceKernel>);
   for (OpId op : {OpId::kArgMax, OpId::kArgMin})
     r.Register(op, {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kInt8,
-                    DType::kUInt8, DType::kInt16},
+                    DType::kUInt8, DType::kInt16, DType::kFloat16, DType::kBFloat16},
                &MakeKernel<ArgReduceKernel>);
 }
 

@@ -214,8 +214,8 @@ void RegisterTensorScatterKernels(KernelRegistry& r) {
   // Reduction none moves elements of any size; the reductions take float32,
   // float64, int32 and int64 (PrepareScatter refuses the others).
   const std::initializer_list<DType> dtypes = {
-      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt8, DType::kUInt8,
-      DType::kInt16,   DType::kInt32,   DType::kInt64,   DType::kBool};
+      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
+      DType::kUInt8,   DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kBool};
   r.Register(OpId::kScatterElements, dtypes, &MakeKernel<ScatterElementsKernel>);
   r.Register(OpId::kScatterND, dtypes, &MakeKernel<ScatterNDKernel>);
 }

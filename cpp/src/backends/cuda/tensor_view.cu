@@ -68,7 +68,7 @@ void RegisterTensorViewKernels(KernelRegistry& r) {
   r.Register(OpId::kSqueeze, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
   r.Register(OpId::kUnsqueeze, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
   r.Register(OpId::kIdentity, {KAIWU_ALL_DTYPES}, &MakeKernel<ViewKernel>);
-  r.Register(OpId::kDropout, {DType::kFloat32, DType::kFloat64, DType::kFloat16},
+  r.Register(OpId::kDropout, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16},
              &MakeKernel<DropoutKernel>);
 }
 

@@ -1,0 +1,295 @@
+// kaiwu QLinearFused: an integer Conv or Gemm/MatMul over the packed operand
+// of QPackWeights (layout: ops/quant.h QPackedLayout). uint8 x int8 products
+// accumulate in int32 (quant_gemm.h micro tiles), then one epilogue per tile:
+//   f = (acc + corr[c] - w_zp[c] * sum(x)) * mult[c] + bias[c] (+ residual),
+//   activation, then y = saturate(round(f / y_scale) + y_zp) or f itself.
+// Gemm: rows of X broadcast against 16-channel blocks of packed weights.
+// Conv: the weights' rows broadcast against im2col lanes (4 taps per int32
+// lane) of a chunk of images, so that outputs are written along pixels.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/activation.h"
+#include "backends/cpu/quant_gemm.h"
+#include "backends/cpu/quant_kernels.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+struct Header {
+  int32_t any_wzp, x_zp;
+  float inv_y_scale;
+  int32_t y_zp;
+  int32_t pairs_fit_int16;  // see QMicroTile
+};
+
+inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+class QFusedKernel : public Kernel {
+ public:
+  void Prepare(PrepareContext& ctx) override {
+    p_ = ctx.Params<QFusedParams>();
+    act_ = p_.act;
+    x_int8_ = ctx.in(0).dtype == DType::kInt8;
+    const QPackedLayout L(p_.k, p_.n);
+    kp_ = L.kp;
+    threads_ = std::max(1, ctx.num_threads);
+    QuantRange(p_.y_dtype == DType::kFloat32 ? DType::kUInt8 : p_.y_dtype, &lo_, &hi_);
+    if (p_.conv) {
+      P_ = p_.geo.out_size();
+      images_ = ctx.in(0).shape[0];
+      chunk_ = std::max<int64_t>(1, std::min<int64_t>(images_, (256 << 10) / std::max<int64_t>(1, kp_ * P_)));
+      chunks_ = (images_ + chunk_ - 1) / chunk_;
+      lanes_ = RoundUp(chunk_ * P_, 32);
+      slot_bytes_ = RoundUp(kp_ * lanes_ + 8 * lanes_, 64);  // quads, column sums, 4 rows
+      ctx.scratch_bytes = static_cast<size_t>(slot_bytes_ * threads_);
+    } else {
+      copy_x_ = x_int8_ || kp_ != p_.k;
+      ctx.scratch_bytes = static_cast<size_t>(RoundUp((copy_x_ ? p_.rows * kp_ : 0) + 4 * p_.rows, 64));
+    }
+  }
+
+  void Run(const KernelIO& io) const override {
+    if (p_.conv) RunConv(io);
+    else RunGemm(io);
+  }
+
+ private:
+  // Writes f[0, count) (the values before residual and activation) to the
+  // output at element offset `off`: + residual, activation, quantize, store.
+  void EmitRun(const KernelIO& io, const Header& h, float* f, int64_t count, int64_t off) const {
+    if (p_.has_residual) {
+      const float* res = static_cast<const float*>(io.inputs[2]) + off;
+      for (int64_t j = 0; j < count; ++j) f[j] += res[j];
+    }
+    if (act_.active()) act_.Apply(f, count);
+    const float inv = h.inv_y_scale, zp = static_cast<float>(h.y_zp);
+    switch (p_.y_dtype) {
+      case DType::kFloat32:
+        std::memcpy(static_cast<float*>(io.outputs[0]) + off, f, sizeof(float) * count);
+        break;
+      case DType::kInt8: {
+        int8_t* y = static_cast<int8_t*>(io.outputs[0]) + off;
+        for (int64_t j = 0; j < count; ++j)
+          y[j] = static_cast<int8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+        break;
+      }
+      default: {
+        uint8_t* y = static_cast<uint8_t*>(io.outputs[0]) + off;
+        for (int64_t j = 0; j < count; ++j)
+          y[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+        break;
+      }
+    }
+  }
+
+  void RunGemm(const KernelIO& io) const;
+  void RunConv(const KernelIO& io) const;
+  void ConvChunk(const KernelIO& io, const Header& h, int64_t chunk, uint8_t* slot, bool parallel) const;
+
+  QFusedParams p_;
+  Activation act_;
+  bool x_int8_ = false, copy_x_ = false;
+  int64_t kp_ = 0, P_ = 0, images_ = 0, chunk_ = 1, chunks_ = 1, lanes_ = 0, slot_bytes_ = 0;
+  int threads_ = 1;
+  float lo_ = 0.f, hi_ = 255.f;
+};
+
+void QFusedKernel::RunGemm(const KernelIO& io) const {
+  const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
+  Header h;
+  std::memcpy(&h, packed, sizeof(h));
+  const int64_t rows = p_.rows, K = p_.k;
+  const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
+  int64_t ldx = K;
+  uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
+  int32_t* rowsum = reinterpret_cast<int32_t*>(scratch + (copy_x_ ? rows * kp_ : 0));
+  const bool need_sums = h.any_wzp != 0;
+  if (copy_x_ || need_sums) {
+    const uint8_t flip = x_int8_ ? 0x80 : 0;
+    io.pool->ParallelFor(rows, 2.0 * K, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* src = x + r * K;
+        int32_t s = 0;
+        if (copy_x_) {
+          uint8_t* dst = scratch + r * kp_;
+          for (int64_t k = 0; k < K; ++k) dst[k] = src[k] ^ flip;
+          for (int64_t k = K; k < kp_; ++k) dst[k] = 0;
+          for (int64_t k = 0; k < K; ++k) s += dst[k];
+        } else {
+          for (int64_t k = 0; k < K; ++k) s += src[k];
+        }
+        rowsum[r] = s;
+      }
+    });
+  }
+  if (copy_x_) {
+    x = scratch;
+    ldx = kp_;
+  }
+  const QPackedLayout L(p_.k, p_.n);
+  const uint8_t* w = packed + L.weights();
+  const int64_t blocks = L.np / 16, col_tiles = (blocks + 1) / 2;
+  const int64_t row_tiles = (rows + kQTileRows - 1) / kQTileRows;
+  const QIsa isa = QGemmIsa();
+  const double cost = 2.0 * kQTileRows * kQTileLanes * static_cast<double>(kp_);
+  io.pool->ParallelFor(col_tiles * row_tiles, cost, [&](int64_t t0, int64_t t1) {
+    alignas(64) int32_t acc[kQTileRows * kQTileLanes];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t ct = t / row_tiles, rt = t % row_tiles;
+      const int64_t b0 = 2 * ct, nb = std::min<int64_t>(2, blocks - b0);
+      const int64_t r0 = rt * kQTileRows, mr = std::min<int64_t>(kQTileRows, rows - r0);
+      QMicroTile(isa, static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
+                 w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_u8=*/false, acc,
+                 h.pairs_fit_int16 != 0);
+      const int64_t c0 = b0 * 16, count = std::min<int64_t>(16 * nb, p_.n - c0);
+      const QPackedLayout PL(p_.k, p_.n);
+      const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr()) + c0;
+      const float* mult = reinterpret_cast<const float*>(packed + PL.mult()) + c0;
+      const float* bias = reinterpret_cast<const float*>(packed + PL.bias()) + c0;
+      const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp()) + c0;
+      float f[kQTileLanes];
+      for (int64_t r = 0; r < mr; ++r) {
+        const int32_t* a = acc + r * kQTileLanes;
+        const int32_t xs = need_sums ? rowsum[r0 + r] : 0;
+        for (int64_t j = 0; j < count; ++j)
+          f[j] = static_cast<float>(a[j] + corr[j] - wzp[j] * xs) * mult[j] + bias[j];
+        EmitRun(io, h, f, count, (r0 + r) * p_.n + c0);
+      }
+    }
+  });
+}
+
+// Lanes l of a chunk are (image l / P, pixel l % P); lane quads hold 4
+// consecutive k = (channel, tap) of one lane; padding taps read the x zero point.
+void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk, uint8_t* slot,
+                             bool parallel) const {
+  const SpatialGeometry& g = p_.geo;
+  const int64_t img0 = chunk * chunk_, imgs = std::min(chunk_, images_ - img0);
+  const int64_t L = imgs * P_, KK = g.kernel_size(), C = p_.k / KK;
+  uint8_t* col = slot;
+  int32_t* colsum = reinterpret_cast<int32_t*>(slot + kp_ * lanes_);
+  const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]) + img0 * C * g.in_size();
+  const uint8_t flip = x_int8_ ? 0x80 : 0, pad = static_cast<uint8_t>(h.x_zp);
+  // Per quad of k: four plain rows of lanes (contiguous copies), then
+  // interleaved into the quad layout.
+  uint8_t* rows = slot + kp_ * lanes_ + 4 * lanes_;  // 4 * lanes_ bytes
+  for (int64_t q = 0; q < kp_ / 4; ++q) {
+    for (int t4 = 0; t4 < 4; ++t4) {
+      const int64_t k = 4 * q + t4;
+      uint8_t* dst = rows + t4 * lanes_;
+      if (k >= p_.k) {
+        std::memset(dst, 0, lanes_);
+        continue;
+      }
+      const int64_t c = k / KK, t = k % KK;
+      const int64_t kd = t / (g.kernel[1] * g.kernel[2]), kh = (t / g.kernel[2]) % g.kernel[1], kw = t % g.kernel[2];
+      int64_t lo[3], hi[3];
+      g.ValidRange(0, kd, &lo[0], &hi[0]);
+      g.ValidRange(1, kh, &lo[1], &hi[1]);
+      g.ValidRange(2, kw, &lo[2], &hi[2]);
+      const int64_t OW = g.out[2], sw = g.stride[2];
+      int64_t l = 0;
+      for (int64_t im = 0; im < imgs; ++im) {
+        const uint8_t* xc = x + (im * C + c) * g.in_size();
+        for (int64_t od = 0; od < g.out[0]; ++od) {
+          const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
+          for (int64_t oh = 0; oh < g.out[1]; ++oh, l += OW) {
+            const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
+            const bool row_ok = od >= lo[0] && od < hi[0] && oh >= lo[1] && oh < hi[1];
+            const uint8_t* src = xc + (id * g.in[1] + ih) * g.in[2] + kw * g.dilation[2] - g.pad_begin[2];
+            const int64_t a = row_ok ? lo[2] : OW, b = row_ok ? std::max(hi[2], a) : OW;
+            uint8_t* d = dst + l;
+            std::memset(d, pad, a);
+            if (sw == 1 && !flip) std::memcpy(d + a, src + a, b - a);
+            else for (int64_t ow = a; ow < b; ++ow) d[ow] = static_cast<uint8_t>(src[ow * sw] ^ flip);
+            std::memset(d + b, pad, OW - b);
+          }
+        }
+      }
+      std::memset(dst + l, 0, lanes_ - l);
+    }
+    const uint8_t *r0 = rows, *r1 = rows + lanes_, *r2 = rows + 2 * lanes_, *r3 = rows + 3 * lanes_;
+    uint32_t* out = reinterpret_cast<uint32_t*>(col + q * lanes_ * 4);
+    for (int64_t l = 0; l < lanes_; ++l)
+      out[l] = uint32_t(r0[l]) | uint32_t(r1[l]) << 8 | uint32_t(r2[l]) << 16 | uint32_t(r3[l]) << 24;
+  }
+  const bool need_sums = h.any_wzp != 0;
+  if (need_sums) {
+    std::fill(colsum, colsum + lanes_, 0);
+    for (int64_t k = 0; k < p_.k; ++k) {
+      const uint8_t* src = col + (k / 4) * lanes_ * 4 + (k % 4);
+      for (int64_t l = 0; l < lanes_; ++l) colsum[l] += src[l * 4];
+    }
+  }
+  const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
+  const uint8_t* w = packed + QPackedLayout(p_.k, p_.n).weights();
+  const QPackedLayout PL(p_.k, p_.n);
+  const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr());
+  const float* mult = reinterpret_cast<const float*>(packed + PL.mult());
+  const float* bias = reinterpret_cast<const float*>(packed + PL.bias());
+  const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp());
+  const QIsa isa = QGemmIsa();
+  const int64_t lane_tiles = (L + kQTileLanes - 1) / kQTileLanes;
+  const int64_t row_tiles = (p_.n + kQTileRows - 1) / kQTileRows;
+  auto tiles = [&](int64_t t0, int64_t t1) {
+    alignas(64) int32_t acc[kQTileRows * kQTileLanes];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lt = t / row_tiles, rt = t % row_tiles;
+      const int64_t l0 = lt * kQTileLanes, count = std::min<int64_t>(kQTileLanes, L - l0);
+      const int nb = count > 16 ? 2 : 1;
+      const int64_t c0 = rt * kQTileRows, mr = std::min<int64_t>(kQTileRows, p_.n - c0);
+      QMicroTile(isa, static_cast<int>(mr), nb, kp_ / 4, w + c0 * kp_, kp_, col + l0 * 4, lanes_ * 4,
+                 64, /*lanes_u8=*/true, acc, h.pairs_fit_int16 != 0);
+      float f[kQTileLanes];
+      for (int64_t r = 0; r < mr; ++r) {
+        const int64_t c = c0 + r;
+        const int32_t* a = acc + r * kQTileLanes;
+        const int32_t cc = corr[c], wz = wzp[c];
+        const float m = mult[c], bb = bias[c];
+        if (need_sums) {
+          for (int64_t j = 0; j < count; ++j) f[j] = static_cast<float>(a[j] + cc - wz * colsum[l0 + j]) * m + bb;
+        } else {
+          for (int64_t j = 0; j < count; ++j) f[j] = static_cast<float>(a[j] + cc) * m + bb;
+        }
+        // Runs of lanes within one image are contiguous in the output.
+        int64_t j = 0, im = l0 / P_, px = l0 % P_;
+        while (j < count) {
+          const int64_t run = std::min(count - j, P_ - px);
+          EmitRun(io, h, f + j, run, ((img0 + im) * p_.n + c) * P_ + px);
+          j += run;
+          px = 0;
+          ++im;
+        }
+      }
+    }
+  };
+  const int64_t ntiles = lane_tiles * row_tiles;
+  if (parallel) io.pool->ParallelFor(ntiles, 2.0 * kQTileRows * kQTileLanes * kp_, tiles);
+  else tiles(0, ntiles);
+}
+
+void QFusedKernel::RunConv(const KernelIO& io) const {
+  Header h;
+  std::memcpy(&h, io.inputs[1], sizeof(h));
+  uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
+  if (chunks_ < threads_) {
+    for (int64_t c = 0; c < chunks_; ++c) ConvChunk(io, h, c, scratch, /*parallel=*/true);
+    return;
+  }
+  // One scratch slot per thread; slot s takes chunks s, s + T, ...
+  io.pool->ParallelFor(threads_, 1e12, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t c = s; c < chunks_; c += threads_) ConvChunk(io, h, c, scratch + s * slot_bytes_, false);
+  });
+}
+
+}  // namespace
+
+void RegisterQuantFusedKernels(KernelRegistry& r) {
+  r.Register(OpId::kQLinearFused, {DType::kUInt8, DType::kInt8}, &MakeKernel<QFusedKernel>);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu

@@ -1,0 +1,98 @@
+#include "backends/cpu/quant_gemm.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kaiwu/status.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+QIsa BestIsa() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return QIsa::kAvx512Vnni;
+  if (__builtin_cpu_supports("avx2")) return QIsa::kAvx2;
+#endif
+  return QIsa::kScalar;
+}
+
+// The AVX-512 VNNI tiles crashed on their first run on a VNNI host (the
+// machine that wrote them had none): until they are fixed and tested there,
+// they run only when asked for with KAIWU_INT8_ISA=avx512vnni.
+QIsa InitialIsa() {
+  const QIsa best = BestIsa();
+  QIsa isa = best == QIsa::kAvx512Vnni ? QIsa::kAvx2 : best;
+  const char* env = std::getenv("KAIWU_INT8_ISA");
+  if (env) {
+    const std::string want(env);
+    if (want == "scalar") isa = QIsa::kScalar;
+    else if (want == "avx2" && isa != QIsa::kScalar) isa = QIsa::kAvx2;
+    else if (want == "avx512vnni") isa = best;
+  }
+  return isa;
+}
+
+std::atomic<int>& IsaSlot() {
+  static std::atomic<int> slot{static_cast<int>(InitialIsa())};
+  return slot;
+}
+
+void TileScalar(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                int32_t* acc) {
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < 16 * nb; ++j) {
+      const uint8_t* l = lanes + (j / 16) * blk_stride + (j % 16) * 4;
+      const uint8_t* b = bcast + r * ldb;
+      int32_t s = 0;
+      for (int64_t q = 0; q < kq; ++q)
+        for (int t = 0; t < 4; ++t) {
+          const int32_t lv = lanes_u8 ? int32_t(l[q * q_stride + t]) : int32_t(int8_t(l[q * q_stride + t]));
+          const int32_t bv = lanes_u8 ? int32_t(int8_t(b[4 * q + t])) : int32_t(b[4 * q + t]);
+          s += lv * bv;
+        }
+      acc[r * kQTileLanes + j] = s;
+    }
+}
+
+}  // namespace
+
+bool QIsaSupported(QIsa isa) { return static_cast<int>(isa) <= static_cast<int>(BestIsa()); }
+
+QIsa QGemmIsa() { return static_cast<QIsa>(IsaSlot().load(std::memory_order_relaxed)); }
+
+void SetQGemmIsa(QIsa isa) {
+  KAIWU_CHECK(QIsaSupported(isa), StatusCode::kUnsupported, "this CPU cannot run the int8 path ",
+              QIsaName(isa));
+  IsaSlot().store(static_cast<int>(isa));
+}
+
+const char* QIsaName(QIsa isa) {
+  switch (isa) {
+    case QIsa::kAvx512Vnni: return "avx512vnni";
+    case QIsa::kAvx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                int32_t* acc, bool pairs_fit_int16) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (isa == QIsa::kAvx512Vnni)
+    return QMicroTileVnni(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
+  if (isa == QIsa::kAvx2)
+    return QMicroTileAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc,
+                          pairs_fit_int16);
+#endif
+  TileScalar(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu

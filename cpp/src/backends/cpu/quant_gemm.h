@@ -1,0 +1,49 @@
+// The integer GEMM micro-kernels of the fused int8 path (quant_fused.cc):
+// u8 x s8 products with int32 accumulation, on the best ISA the CPU has,
+// chosen at run time by cpuid (the functions carry their own target
+// attributes, so the build needs no -march flag):
+//   kAvx512Vnni  vpdpbusd, 16 int32 lanes per register;
+//   kAvx2        vpmovzx/sx to int16 then vpmaddwd (exact: no int16 saturation,
+//                unlike vpmaddubsw);
+//   kScalar      plain C++.
+// KAIWU_INT8_ISA=avx2 or =scalar forces a lower path (tests of each path).
+#pragma once
+
+#include <cstdint>
+
+namespace kaiwu {
+namespace cpu {
+
+enum class QIsa { kScalar, kAvx2, kAvx512Vnni };
+
+/// The path in use: the best the CPU supports, capped by KAIWU_INT8_ISA (read once).
+QIsa QGemmIsa();
+const char* QIsaName(QIsa isa);
+/// Sets the path (tests); it must be one the CPU supports.
+void SetQGemmIsa(QIsa isa);
+bool QIsaSupported(QIsa isa);
+
+constexpr int kQTileRows = 6;   // rows of one micro tile (broadcast operand)
+constexpr int kQTileLanes = 32; // lanes of one micro tile (two blocks of 16)
+
+/// One tile: acc[r * 32 + j] = sum over q < kq, t < 4 of
+///   bcast[r * ldb + 4 q + t] * lanes[(j / 16) * blk_stride + q * q_stride + (j % 16) * 4 + t]
+/// for r < mr (<= 6) and j < 16 * nb (nb 1 or 2). With lanes_u8 the lanes are
+/// uint8 and the broadcast rows int8; otherwise the reverse. pairs_fit_int16:
+/// every two consecutive int8 values (k = 2i, 2i + 1) of the int8 operand
+/// have |w0| + |w1| <= 128, so that u8 x s8 pair sums fit int16 (the AVX2
+/// path then uses vpmaddubsw, exact under that bound).
+void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                int32_t* acc, bool pairs_fit_int16 = false);
+
+// The ISA-specific tiles (quant_gemm_x86.cc).
+void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                    const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                    int32_t* acc, bool pairs_fit_int16);
+void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                    const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                    int32_t* acc);
+
+}  // namespace cpu
+}  // namespace kaiwu

@@ -1,0 +1,165 @@
+// The x86 micro tiles of quant_gemm.h, each compiled for its own ISA through
+// target attributes (the rest of the build may target any x86-64).
+#include "backends/cpu/quant_gemm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+inline int32_t Load4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ---- AVX-512 VNNI: MR rows x NB blocks of 16 lanes, vpdpbusd (u8 x s8, 4 k per lane).
+template <int MR, int NB, bool kLanesU8>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnni(
+    int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes, int64_t q_stride,
+    int64_t blk_stride, int32_t* acc) {
+  __m512i c[MR][NB];
+  for (int r = 0; r < MR; ++r)
+    for (int b = 0; b < NB; ++b) c[r][b] = _mm512_setzero_si512();
+  for (int64_t q = 0; q < kq; ++q) {
+    __m512i l[NB];
+    for (int b = 0; b < NB; ++b) l[b] = _mm512_loadu_si512(lanes + b * blk_stride + q * q_stride);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(Load4(bcast + r * ldb + 4 * q));
+      for (int b = 0; b < NB; ++b)
+        c[r][b] = kLanesU8 ? _mm512_dpbusd_epi32(c[r][b], l[b], a) : _mm512_dpbusd_epi32(c[r][b], a, l[b]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int b = 0; b < NB; ++b) _mm512_storeu_si512(acc + r * kQTileLanes + b * 16, c[r][b]);
+}
+
+// ---- AVX2: both operands widen to int16 and vpmaddwd sums pairs into int32
+// (exact); each lane keeps two partial sums until the end (TileAvx2x8).
+template <bool kU8>
+__attribute__((target("avx2"))) inline __m256i Widen16(__m128i v) {
+  return kU8 ? _mm256_cvtepu8_epi16(v) : _mm256_cvtepi8_epi16(v);
+}
+
+// ---- AVX2 with vpmaddubsw: MR rows x 16 lanes. vpmaddubsw sums two u8 x s8
+// products into int16, which saturates unless |w0| + |w1| <= 128 for every
+// pair of consecutive int8 values (QPackWeights checks that at pack time);
+// vpmaddwd with ones then sums the two pairs of a lane into int32.
+template <int MR, bool kLanesU8>
+__attribute__((target("avx2"))) void TileAvx2Ubs(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                                 const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  __m256i c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t q = 0; q < kq; ++q) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
+    for (int r = 0; r < MR; ++r) {
+      const __m256i a = _mm256_set1_epi32(Load4(bcast + r * ldb + 4 * q));
+      const __m256i p0 = kLanesU8 ? _mm256_maddubs_epi16(l0, a) : _mm256_maddubs_epi16(a, l0);
+      const __m256i p1 = kLanesU8 ? _mm256_maddubs_epi16(l1, a) : _mm256_maddubs_epi16(a, l1);
+      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
+      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes), c[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes + 8), c[r][1]);
+  }
+}
+
+template <bool kLanesU8>
+void Avx2UbsRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+                 int64_t q_stride, int32_t* acc) {
+  int r = 0;
+  for (; r + 3 <= mr; r += 3) TileAvx2Ubs<3, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (mr - r == 2) TileAvx2Ubs<2, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (mr - r == 1) TileAvx2Ubs<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+}
+
+// MR rows x 8 lanes (one group of the 16-lane block at `lanes`), the lane
+// bytes widened straight from memory.
+template <int MR, bool kLanesU8>
+__attribute__((target("avx2"))) void TileAvx2x8(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                                const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  __m256i c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
+  for (int64_t q = 0; q < kq; ++q) {
+    const uint8_t* l = lanes + q * q_stride;
+    const __m256i w0 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l)));
+    const __m256i w1 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 16)));
+    for (int r = 0; r < MR; ++r) {
+      const __m128i four = _mm_cvtsi32_si128(Load4(bcast + r * ldb + 4 * q));
+      const __m256i a = _mm256_broadcastq_epi64(kLanesU8 ? _mm_cvtepi8_epi16(four) : _mm_cvtepu8_epi16(four));
+      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(w0, a));
+      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(w1, a));
+    }
+  }
+  const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  for (int r = 0; r < MR; ++r)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes),
+                        _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(c[r][0], c[r][1]), order));
+}
+
+template <bool kLanesU8>
+void Avx2Rows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+              int64_t q_stride, int32_t* acc) {
+  for (int g = 0; g < 2; ++g) {
+    const uint8_t* lg = lanes + 32 * g;
+    int32_t* ag = acc + 8 * g;
+    int r = 0;
+    for (; r + 4 <= mr; r += 4) TileAvx2x8<4, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    if (mr - r == 3) TileAvx2x8<3, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    if (mr - r == 2) TileAvx2x8<2, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    if (mr - r == 1) TileAvx2x8<1, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+  }
+}
+
+template <int NB, bool kLanesU8>
+void VnniRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+              int64_t q_stride, int64_t blk_stride, int32_t* acc) {
+  switch (mr) {
+    case 1: return TileVnni<1, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 2: return TileVnni<2, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 3: return TileVnni<3, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 4: return TileVnni<4, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 5: return TileVnni<5, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    default: return TileVnni<6, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+  }
+}
+
+}  // namespace
+
+void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                    const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                    int32_t* acc, bool pairs_fit_int16) {
+  for (int b = 0; b < nb; ++b) {
+    if (pairs_fit_int16) {
+      if (lanes_u8) Avx2UbsRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+      else Avx2UbsRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+      continue;
+    }
+    if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+    else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+  }
+}
+
+void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                    const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
+                    int32_t* acc) {
+  if (nb == 2) {
+    if (lanes_u8) VnniRows<2, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    else VnniRows<2, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+  } else {
+    if (lanes_u8) VnniRows<1, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    else VnniRows<1, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+  }
+}
+
+}  // namespace cpu
+}  // namespace kaiwu
+#endif

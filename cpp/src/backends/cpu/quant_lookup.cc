@@ -1,0 +1,34 @@
+// kaiwu QLookup: y[i] = table[raw byte of x[i]] (passes/fuse_qdq_lookup.cc).
+#include <cstring>
+
+#include "backends/cpu/quant_kernels.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+class QLookupKernel : public Kernel {
+ public:
+  void Prepare(PrepareContext& ctx) override { size_ = ctx.in(0).size(); }
+  void Run(const KernelIO& io) const override {
+    const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
+    uint8_t table[256];
+    std::memcpy(table, io.inputs[1], 256);
+    uint8_t* y = static_cast<uint8_t*>(io.outputs[0]);
+    io.pool->ParallelFor(size_, 1.0, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = table[x[i]];
+    });
+  }
+
+ private:
+  int64_t size_ = 0;
+};
+
+}  // namespace
+
+void RegisterQuantLookupKernel(KernelRegistry& r) {
+  r.Register(OpId::kQLookup, {DType::kUInt8, DType::kInt8}, &MakeKernel<QLookupKernel>);
+}
+
+}  // namespace cpu
+}  // namespace kaiwu

@@ -1,0 +1,69 @@
+// The 16-bit float types of the CUDA kernels: float16 tensors hold __half,
+// bfloat16 tensors __nv_bfloat16. Half kernels load a 16-bit value, compute in
+// float and store the result rounded to nearest even (Load / Store below), so a
+// half kernel's math is its float32 kernel's. Included only by .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kaiwu/tensor.h"
+
+namespace kaiwu {
+namespace cuda {
+
+/// The element a kernel computes in for storage type T: float for the 16-bit
+/// floats, T otherwise.
+template <typename T> struct ComputeOf { using type = T; };
+template <> struct ComputeOf<__half> { using type = float; };
+template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
+template <typename T> using ComputeT = typename ComputeOf<T>::type;
+
+/// Storage -> compute type (exact).
+template <typename T>
+__device__ __forceinline__ ComputeT<T> Load(T x) { return x; }
+template <>
+__device__ __forceinline__ float Load<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float Load<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+/// Compute -> storage type: round to nearest even; past the largest finite
+/// value gives infinity, NaN stays NaN.
+template <typename T>
+__device__ __forceinline__ T Store(ComputeT<T> x) { return x; }
+template <>
+__device__ __forceinline__ __half Store<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 Store<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+/// Calls fn(T{}) with T the storage type of a floating-point dtype a kernel
+/// takes (checked at Prepare): __half, __nv_bfloat16, else float.
+template <typename Fn>
+void WithFloatType(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat16: return fn(__half{});
+    case DType::kBFloat16: return fn(__nv_bfloat16{});
+    default: return fn(float{});
+  }
+}
+
+/// f(float) applied to 16-bit storage: y = Store(f(Load(x))).
+template <typename T, typename F>
+struct Widened {
+  F f;
+  __device__ T operator()(T x) const { return Store<T>(f(Load(x))); }
+};
+
+/// f(float, float) -> float applied to 16-bit storage.
+template <typename T, typename F>
+struct Widened2 {
+  F f;
+  __device__ T operator()(T a, T b) const { return Store<T>(f(Load(a), Load(b))); }
+};
+
+}  // namespace cuda
+}  // namespace kaiwu

@@ -1,0 +1,136 @@
+// Shape inference of the optimizer's integer nodes (domain "kaiwu"):
+// QPackWeights (static: weights, scales, zero points and bias -> one packed
+// operand) and QLinearFused (an integer Conv or Gemm/MatMul over it), made by
+// passes/fuse_qdq.cc.
+#include <vector>
+
+#include "ops/op_registry.h"
+#include "ops/quant.h"
+
+namespace kaiwu {
+namespace {
+
+// A scalar operand: size 1.
+void ExpectScalar(const OpContext& ctx, int i, const char* what) {
+  if (ctx.HasInput(i) && ctx.in(i).size() != 1)
+    ctx.Error(what, " must have one element, got ", ShapeToString(ctx.in(i).shape));
+}
+
+DType FusedOutputDType(const OpContext& ctx) {
+  const int64_t code = ctx.node.GetInt("y_dtype", 2);
+  if (code == 1) return DType::kFloat32;
+  if (code == 2) return DType::kUInt8;
+  if (code == 3) return DType::kInt8;
+  ctx.Error("y_dtype must be 1 (float), 2 (uint8) or 3 (int8), got ", code);
+}
+
+// QPackWeights(w int8, w_scale, w_zp?, x_scale, x_zp?, bias?, y_scale?, y_zp?) -> uint8 [bytes].
+void InferQPackWeights(OpContext& ctx) {
+  ctx.ExpectInputs(4, 8);
+  ctx.ExpectDType(0, {DType::kInt8});
+  ctx.ExpectDType(1, {DType::kFloat32});
+  ctx.ExpectDType(3, {DType::kFloat32});
+  QPackParams& p = ctx.SetParams<QPackParams>();
+  const Shape& w = ctx.in(0).shape;
+  p.trans = ctx.node.GetInt("trans", 1) != 0;
+  if (w.size() < 2 || (!p.trans && w.size() != 2))
+    ctx.Error("the weight must be [n, k...] (trans) or [k, n], got ", ShapeToString(w));
+  p.n = p.trans ? w[0] : w[1];
+  p.k = p.trans ? NumElements(Shape(w.begin() + 1, w.end())) : w[0];
+  const int64_t ws = ctx.in(1).size();
+  if (ws != 1 && ws != p.n) ctx.Error("w_scale must have 1 or ", p.n, " elements");
+  p.w_per_channel = ws != 1;
+  if (ctx.HasInput(2)) {
+    ctx.ExpectDType(2, {DType::kInt8});
+    if (ctx.in(2).size() != ws) ctx.Error("w_zero_point must have w_scale's size");
+  }
+  ExpectScalar(ctx, 3, "x_scale");
+  if (ctx.HasInput(4)) {
+    ctx.ExpectDType(4, {DType::kUInt8, DType::kInt8});
+    ExpectScalar(ctx, 4, "x_zero_point");
+    p.x_dtype = ctx.in(4).dtype;
+  }
+  p.has_bias = ctx.HasInput(5);
+  if (p.has_bias) {
+    ctx.ExpectDType(5, {DType::kFloat32});
+    if (ctx.in(5).size() != p.n) ctx.Error("the bias must have ", p.n, " elements");
+  }
+  p.has_y = ctx.HasInput(6);
+  p.y_dtype = DType::kFloat32;
+  if (p.has_y) {
+    ctx.ExpectDType(6, {DType::kFloat32});
+    ExpectScalar(ctx, 6, "y_scale");
+    p.y_dtype = DType::kUInt8;
+    if (ctx.HasInput(7)) {
+      ctx.ExpectDType(7, {DType::kUInt8, DType::kInt8});
+      ExpectScalar(ctx, 7, "y_zero_point");
+      p.y_dtype = ctx.in(7).dtype;
+    }
+  }
+  p.packed_bytes = QPackedLayout(p.k, p.n).bytes();
+  ctx.SetOutput(0, DType::kUInt8, {p.packed_bytes});
+}
+
+// QLinearFused(x uint8/int8, packed uint8, residual float32?).
+void InferQLinearFused(OpContext& ctx) {
+  ctx.ExpectInputs(2, 3);
+  ctx.ExpectDType(0, {DType::kUInt8, DType::kInt8});
+  ctx.ExpectDType(1, {DType::kUInt8});
+  QFusedParams& p = ctx.SetParams<QFusedParams>();
+  p.conv = ctx.node.GetInt("conv", 0) != 0;
+  p.k = ctx.node.GetInt("k", 0);
+  p.n = ctx.node.GetInt("n", 0);
+  p.y_dtype = FusedOutputDType(ctx);
+  p.act = FusedActivation::FromNode(ctx.node);
+  if (p.k <= 0 || p.n <= 0) ctx.Error("attributes k and n must be positive");
+  if (ctx.in(1).size() != QPackedLayout(p.k, p.n).bytes())
+    ctx.Error("the packed operand has ", ctx.in(1).size(), " bytes, expected ",
+              QPackedLayout(p.k, p.n).bytes(), " for k=", p.k, ", n=", p.n);
+  const Shape& x = ctx.in(0).shape;
+  Shape out;
+  if (p.conv) {
+    if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
+    if (!ctx.node.Has("kernel_shape")) ctx.Error("missing attribute 'kernel_shape'");
+    p.group = ctx.node.GetInt("group", 1);
+    if (p.group != 1) ctx.Error("group must be 1, got ", p.group);
+    const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape");
+    if (kernel.size() + 2 != x.size()) ctx.Error("kernel_shape must have ", x.size() - 2, " dims");
+    p.geo = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
+    if (x[1] * p.geo.kernel_size() != p.k)
+      ctx.Error("X ", ShapeToString(x), " with kernel ", p.geo.kernel_size(), " does not give k=", p.k);
+    out = {x[0], p.n};
+    for (int64_t d : p.geo.OutShape()) out.push_back(d);
+  } else {
+    if (x.empty() || x.back() != p.k) ctx.Error("X ", ShapeToString(x), " must end in k=", p.k);
+    p.rows = NumElements(Shape(x.begin(), x.end() - 1));
+    out = x;
+    out.back() = p.n;
+  }
+  p.has_residual = ctx.HasInput(2);
+  if (p.has_residual) {
+    ctx.ExpectDType(2, {DType::kFloat32});
+    if (ctx.in(2).shape != out)
+      ctx.Error("the residual ", ShapeToString(ctx.in(2).shape), " must have the output shape ",
+                ShapeToString(out));
+  }
+  ctx.SetOutput(0, p.y_dtype, out);
+}
+
+// QLookup(x uint8/int8, table [256] uint8/int8): y = table[raw byte of x].
+void InferQLookup(OpContext& ctx) {
+  ctx.ExpectInputs(2, 2);
+  ctx.ExpectDType(0, {DType::kUInt8, DType::kInt8});
+  ctx.ExpectDType(1, {DType::kUInt8, DType::kInt8});
+  if (ctx.in(1).size() != 256) ctx.Error("the table must have 256 entries, got ", ctx.in(1).size());
+  ctx.SetOutput(0, ctx.in(1).dtype, ctx.in(0).shape);
+}
+
+}  // namespace
+
+void RegisterQuantFusedOps(OpRegistry& r) {
+  r.Define(OpId::kQLookup, &InferQLookup);
+  r.Define(OpId::kQPackWeights, &InferQPackWeights);
+  r.Define(OpId::kQLinearFused, &InferQLinearFused);
+}
+
+}  // namespace kaiwu

@@ -1,0 +1,266 @@
+#include "passes/mixed_precision.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "passes/rewrite_util.h"
+
+namespace kaiwu {
+
+int MixedPrecisionReport::half_nodes() const {
+  return static_cast<int>(std::count_if(nodes.begin(), nodes.end(), [](const Entry& e) { return e.half; }));
+}
+
+namespace {
+
+enum class Role {
+  kOther,     // dtype rules unknown here: never half, outputs as declared
+  kCompute,   // half whenever eligible
+  kMovement,  // half when an input already is
+  kFloat32,   // keeps float32 on purpose; outputs have the type input's dtype
+};
+
+struct OpRule {
+  Role role;
+  std::vector<int> t_inputs;  // inputs of the op's float type T; empty: all
+  bool all_outputs = false;   // every output is T (else output 0 only)
+};
+
+const std::unordered_map<std::string, OpRule>& Rules() {
+  static const std::unordered_map<std::string, OpRule> rules = [] {
+    std::unordered_map<std::string, OpRule> r;
+    for (const char* op : {"Conv", "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
+                           "Mean", "PRelu", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid",
+                           "Tanh", "Gelu", "HardSwish", "HardSigmoid", "Softplus", "Softsign",
+                           "Mish", "Neg", "Abs", "Clip", "MaxPool", "AveragePool",
+                           "GlobalAveragePool", "GlobalMaxPool", "FusedElementwise"})
+      r[op] = {Role::kCompute, {}, false};
+    r["MaxPool"].t_inputs = {0};  // output 1 (Indices) is int64: output 0 only
+    for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity",
+                           "Slice", "Gather", "Expand", "Tile", "DepthToSpace", "SpaceToDepth"})
+      r[op] = {Role::kMovement, {0}, false};
+    r["Concat"] = {Role::kMovement, {}, false};
+    r["Pad"] = {Role::kMovement, {0, 2}, false};
+    r["Split"] = {Role::kMovement, {0}, true};
+    for (const char* op : {"Softmax", "LogSoftmax", "Hardmax", "BatchNormalization",
+                           "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+                           "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                           "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "Exp",
+                           "Log", "Pow", "Sqrt", "Reciprocal", "Erf", "Einsum", "CumSum",
+                           "Resize", "Dropout"})
+      r[op] = {Role::kFloat32, {0}, false};
+    for (const char* op : {"LSTM", "GRU", "RNN"}) r[op] = {Role::kFloat32, {0}, true};
+    return r;
+  }();
+  return rules;
+}
+
+int OnnxCode(DType t) {
+  switch (t) {
+    case DType::kFloat16: return 10;
+    case DType::kBFloat16: return 16;
+    default: return 1;
+  }
+}
+
+class Rewriter {
+ public:
+  Rewriter(Graph* g, const MixedPrecisionOptions& o) : g_(*g), o_(o) {
+    const size_t n = g_.values.size();
+    fp32_.assign(n, false);
+    for (size_t v = 0; v < n; ++v) fp32_[v] = g_.values[v].dtype == DType::kFloat32;
+    half_of_.assign(n, -1);
+    pending_.assign(n, false);
+    static_ = StaticValues(g_);
+    keep_.insert(o_.keep_fp32.begin(), o_.keep_fp32.end());
+  }
+
+  MixedPrecisionReport Run() {
+    const size_t count = g_.nodes.size();  // casts are appended past it
+    for (size_t i = 0; i < count; ++i) Visit(i);
+    for (int& out : g_.outputs)
+      if (pending_[out]) Materialize(out);
+    g_.Verify();  // producers and order first: RemoveDeadNodes walks them
+    FoldIntegerCasts();
+    g_.RemoveDeadNodes();
+    g_.Verify();
+    return std::move(report_);
+  }
+
+ private:
+  bool IsFp32(int v) const { return v >= 0 && v < static_cast<int>(fp32_.size()) && fp32_[v]; }
+
+  std::vector<int> TInputs(const Node& n, const OpRule& rule) const {
+    std::vector<int> idx;
+    if (rule.t_inputs.empty()) {
+      for (int k = 0; k < n.num_inputs(); ++k) idx.push_back(k);
+    } else {
+      for (int k : rule.t_inputs)
+        if (k < n.num_inputs()) idx.push_back(k);
+    }
+    return idx;
+  }
+
+  std::vector<int> TOutputs(const Node& n, const OpRule& rule) const {
+    std::vector<int> idx;
+    for (int j = 0; j < static_cast<int>(n.outputs.size()); ++j)
+      if ((j == 0 || rule.all_outputs) && n.outputs[j] >= 0) idx.push_back(j);
+    return idx;
+  }
+
+  void Visit(size_t i) {
+    const Node snapshot = g_.nodes[i];
+    auto it = Rules().find(snapshot.op_type);
+    const bool known = it != Rules().end() && snapshot.domain == (snapshot.op_type == "FusedElementwise" ? "kaiwu" : "");
+    const OpRule rule = known ? it->second : OpRule{Role::kOther, {}, false};
+    bool any_fp32_input = false;
+    for (int v : snapshot.inputs) any_fp32_input = any_fp32_input || IsFp32(v);
+
+    std::string reason;
+    bool half = false;
+    if (rule.role == Role::kCompute || rule.role == Role::kMovement) {
+      const std::vector<int> t_in = TInputs(snapshot, rule);
+      bool all_fp32 = !t_in.empty(), any_half = false, all_static = true;
+      for (int k : t_in) {
+        const int v = snapshot.inputs[k];
+        if (v < 0) continue;
+        all_fp32 = all_fp32 && IsFp32(v);
+        any_half = any_half || pending_[v] || (half_of_[v] >= 0 && produced_half_.count(v));
+        all_static = all_static && static_[v];
+      }
+      for (int v : snapshot.inputs) all_static = all_static && (v < 0 || static_[v]);
+      if (!all_fp32) reason = "inputs are not float32";
+      else if (all_static) reason = "computed from weights at load";
+      else if (keep_.count(snapshot.name) || keep_.count(snapshot.op_type)) reason = "keep_fp32";
+      else if (!o_.has_kernel(NodeOp(snapshot), o_.half))
+        reason = std::string("no ") + DTypeName(o_.half) + " kernel";
+      else if (rule.role == Role::kMovement && !any_half) reason = "moves float32 data";
+      else half = true;
+    } else if (rule.role == Role::kFloat32) {
+      reason = keep_.count(snapshot.name) || keep_.count(snapshot.op_type) ? "keep_fp32"
+                                                                            : "float32 by rule";
+    } else {
+      reason = "float32 by rule";
+    }
+
+    if (half) {
+      for (int k : TInputs(snapshot, rule)) {
+        const int v = snapshot.inputs[k];
+        if (v >= 0) g_.nodes[i].inputs[k] = HalfVersion(v);
+      }
+      for (int j : TOutputs(snapshot, rule)) {
+        const int v = snapshot.outputs[j];
+        const int vh = NewHalfValue(v);
+        g_.nodes[i].outputs[j] = vh;
+        Mark(v);  // still a float32 value of the model, now made in half
+        half_of_[v] = vh;
+        produced_half_.insert(v);
+        pending_[v] = true;
+      }
+    } else {
+      for (int v : snapshot.inputs)
+        if (v >= 0 && pending_[v]) Materialize(v);
+      // Outputs of float32 nodes keep their dtype; a T-preserving op over a
+      // float32 type input makes float32 outputs.
+      if (rule.role != Role::kOther) {
+        const std::vector<int> t_in = TInputs(snapshot, rule);
+        if (!t_in.empty() && IsFp32(snapshot.inputs[t_in[0]]))
+          for (int j : TOutputs(snapshot, rule)) Mark(snapshot.outputs[j]);
+      } else if (snapshot.op_type == "Cast" && snapshot.GetInt("to", 0) == 1) {
+        Mark(snapshot.outputs[0]);
+      }
+    }
+    if (any_fp32_input)
+      report_.nodes.push_back({snapshot.name, snapshot.op_type, half, half ? "" : reason});
+  }
+
+  void Mark(int v) {
+    if (v >= 0 && v < static_cast<int>(fp32_.size())) fp32_[v] = true;
+  }
+
+  int NewHalfValue(int v) {
+    const Value src = g_.values[v];
+    const int vh = AddIntermediate(&g_, src.name + "/" + (o_.half == DType::kBFloat16 ? "bf16" : "fp16"));
+    Value& dst = g_.values[vh];
+    dst.dtype = o_.half;
+    dst.has_shape = src.has_shape;
+    dst.dims = src.dims;
+    Grow();
+    return vh;
+  }
+
+  void Grow() {
+    const size_t n = g_.values.size();
+    fp32_.resize(n, false);
+    half_of_.resize(n, -1);
+    pending_.resize(n, false);
+    static_.resize(n, false);
+  }
+
+  int AddCast(int from, int to_value, DType to) {
+    Node c;
+    c.op_type = "Cast";
+    c.name = g_.values[to_value].name + "/cast";
+    c.opset = g_.opset;
+    c.inputs = {from};
+    c.outputs = {to_value};
+    c.attrs["to"] = IntAttr(OnnxCode(to));
+    ++report_.casts;
+    return g_.AddNode(std::move(c));
+  }
+
+  // The half version of float32 value v: the value a half node made, or a Cast.
+  int HalfVersion(int v) {
+    if (half_of_[v] >= 0) return half_of_[v];
+    const bool st = static_[v];
+    const int vh = NewHalfValue(v);
+    AddCast(v, vh, o_.half);
+    half_of_[v] = vh;
+    static_[vh] = st;
+    return vh;
+  }
+
+  // A value now made in half by its producer is needed in float32: cast back.
+  void Materialize(int v) {
+    AddCast(half_of_[v], v, DType::kFloat32);
+    pending_[v] = false;
+  }
+
+  // Cast(u8 -> float32) feeding only Cast(float32 -> half): one exact cast.
+  void FoldIntegerCasts() {
+    std::vector<int> producer(g_.values.size(), -1);
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (int o : g_.nodes[i].outputs)
+        if (o >= 0) producer[o] = static_cast<int>(i);
+    for (Node& c : g_.nodes) {
+      if (c.op_type != "Cast" || c.GetInt("to", 0) != OnnxCode(o_.half) || c.inputs.empty()) continue;
+      const int mid = c.inputs[0];
+      if (mid < 0 || producer[mid] < 0) continue;
+      const Node& p = g_.nodes[producer[mid]];
+      if (p.op_type != "Cast" || p.GetInt("to", 0) != 1 || p.inputs.empty() || p.inputs[0] < 0) continue;
+      const DType src = g_.values[p.inputs[0]].dtype;
+      if (src != DType::kUInt8 && src != DType::kInt8 && src != DType::kBool) continue;
+      c.inputs[0] = p.inputs[0];  // the float32 cast dies if nothing else reads it
+    }
+  }
+
+  Graph& g_;
+  const MixedPrecisionOptions& o_;
+  std::vector<bool> fp32_, pending_, static_;
+  std::vector<int> half_of_;
+  std::set<int> produced_half_;
+  std::set<std::string> keep_;
+  MixedPrecisionReport report_;
+};
+
+}  // namespace
+
+MixedPrecisionReport ApplyMixedPrecision(Graph* g, const MixedPrecisionOptions& options) {
+  if (options.half != DType::kFloat16 && options.half != DType::kBFloat16)
+    Fail(StatusCode::kInternal, "mixed precision needs float16 or bfloat16, got ",
+         DTypeName(options.half));
+  return Rewriter(g, options).Run();
+}
+
+}  // namespace kaiwu

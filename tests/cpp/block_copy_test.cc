@@ -1,0 +1,94 @@
+// CopyBlocks against the element map it was compressed from: plain runs,
+// transposes (the prepacked-GEMM panel layout and odd sizes that leave 8 x 8
+// tile edges), several sources, and the fused finite check naming the element.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "runtime/block_copy.h"
+
+namespace kaiwu {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// Copies with the compressed blocks and checks every element against the map.
+void ExpectMatchesMap(const std::vector<int64_t>& index, const std::vector<float>& src) {
+  const int64_t n = static_cast<int64_t>(index.size());
+  std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), n);
+  std::vector<float> out(static_cast<size_t>(n), -1.0f);
+  const void* srcs[] = {src.data()};
+  CopyFault fault;
+  ASSERT_TRUE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, false, &fault));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], src[index[i]]) << "element " << i;
+}
+
+TEST(BlockCopy, TransposesOfEverySizeClass) {
+  // [rows, cols] -> [cols, rows], including sizes that are not multiples of 8.
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 5}, {8, 8}, {9, 17}, {64, 3}, {31, 64}, {100, 33}, {256, 256}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const std::vector<float> src = Random(rows * cols, static_cast<uint32_t>(rows * 131 + cols));
+    ExpectMatchesMap(TransposeIndex({rows, cols}, {1, 0}), src);
+  }
+}
+
+TEST(BlockCopy, PrepackedPanelLayout) {
+  // W [N, K] with N = panels x 16 -> [panels, K, 16], as prepack_gemm packs trans_b weights.
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{16, 7}, {32, 3136}, {48, 513}}) {
+    SCOPED_TRACE(testing::Message() << n << " x " << k);
+    const std::vector<float> src = Random(n * k, static_cast<uint32_t>(n + k));
+    std::vector<int64_t> index = TransposeIndex({n / 16, 16, k}, {0, 2, 1});
+    std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), n * k);
+    EXPECT_EQ(blocks.size(), static_cast<size_t>(n / 16));  // one strided block per panel
+    ExpectMatchesMap(index, src);
+  }
+}
+
+TEST(BlockCopy, RunsFromSeveralSourcesAndFiniteCheck) {
+  const std::vector<float> a = Random(40, 1), b = Random(40, 2);
+  // Destination: a[0:20], b[10:30], a[20:40] (LSTM gate repacking in small).
+  std::vector<int32_t> src;
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < 20; ++i) src.push_back(0), index.push_back(i);
+  for (int64_t i = 10; i < 30; ++i) src.push_back(1), index.push_back(i);
+  for (int64_t i = 20; i < 40; ++i) src.push_back(0), index.push_back(i);
+  std::vector<CopyBlock> blocks = CompressElementMap(src.data(), index.data(), 60);
+  std::vector<float> out(60);
+  const void* srcs[] = {a.data(), b.data()};
+  CopyFault fault;
+  ASSERT_TRUE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
+  for (int64_t i = 0; i < 60; ++i)
+    ASSERT_EQ(out[i], (src[i] ? b : a)[index[i]]) << "element " << i;
+  std::vector<float> bad = b;
+  bad[17] = std::nanf("");
+  const void* bad_srcs[] = {a.data(), bad.data()};
+  EXPECT_FALSE(CopyBlocks(blocks, bad_srcs, out.data(), DType::kFloat32, true, &fault));
+  EXPECT_EQ(fault.src, 1);
+  EXPECT_EQ(fault.index, 17);
+}
+
+TEST(BlockCopy, TransposeWithFiniteCheckNamesTheElement) {
+  const int64_t rows = 24, cols = 16;
+  std::vector<float> src = Random(rows * cols, 9);
+  src[5 * rows + 11] = INFINITY;  // source row 5, column 11
+  std::vector<int64_t> index = TransposeIndex({cols, rows}, {1, 0});
+  std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), rows * cols);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const void* srcs[] = {src.data()};
+  CopyFault fault;
+  EXPECT_FALSE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
+  EXPECT_EQ(fault.index, 5 * rows + 11);
+}
+
+}  // namespace
+}  // namespace kaiwu

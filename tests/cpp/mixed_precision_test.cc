@@ -1,0 +1,221 @@
+// Structure of the mixed-precision rewrite (passes/mixed_precision.h) on
+// hand-built policy graphs: which nodes run in half, where Casts go, that
+// weights are cast by static nodes, that graph inputs/outputs keep their
+// dtypes. Numerics are checked on the GPU (tests/python/test_cuda.py).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "passes/mixed_precision.h"
+#include "passes/rewrite_util.h"
+
+namespace kaiwu {
+namespace {
+
+int Val(Graph& g, const std::string& name, ValueKind kind, DType dtype = DType::kUndefined) {
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.dtype = dtype;
+  if (kind == ValueKind::kWeight || kind == ValueKind::kConstant) {
+    v.data = std::make_shared<Tensor>(dtype, Shape{1});
+    v.has_shape = true;
+    v.dims = {Dim{1, ""}};
+  }
+  return g.AddValue(v);
+}
+
+Node Op(const std::string& op, const std::string& name, std::vector<int> in, std::vector<int> out) {
+  Node n;
+  n.op_type = op;
+  n.name = name;
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+Attribute IntAttr(int64_t v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInt;
+  a.i = v;
+  return a;
+}
+
+// obs(u8) -> Cast(float) -> Div(255) -> Conv(W, B) -> Relu -> Flatten -> Gemm(W2, B2)
+// -> logits (output) -> Softmax -> probs (output)
+struct Policy {
+  Graph g;
+  int obs, logits, probs, w, w2;
+  Policy() {
+    obs = Val(g, "obs", ValueKind::kInput, DType::kUInt8);
+    g.inputs = {obs};
+    const int k255 = Val(g, "k255", ValueKind::kConstant, DType::kFloat32);
+    w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
+    const int b = Val(g, "B", ValueKind::kWeight, DType::kFloat32);
+    w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
+    const int b2 = Val(g, "B2", ValueKind::kWeight, DType::kFloat32);
+    const int f = Val(g, "f", ValueKind::kRuntime), x = Val(g, "x", ValueKind::kRuntime);
+    const int c = Val(g, "c", ValueKind::kRuntime), r = Val(g, "r", ValueKind::kRuntime);
+    const int fl = Val(g, "fl", ValueKind::kRuntime);
+    logits = Val(g, "logits", ValueKind::kRuntime);
+    probs = Val(g, "probs", ValueKind::kRuntime);
+    Node cast = Op("Cast", "to_float", {obs}, {f});
+    cast.attrs["to"] = IntAttr(1);
+    g.AddNode(cast);
+    g.AddNode(Op("Div", "scale", {f, k255}, {x}));
+    g.AddNode(Op("Conv", "conv", {x, w, b}, {c}));
+    g.AddNode(Op("Relu", "relu", {c}, {r}));
+    g.AddNode(Op("Flatten", "flatten", {r}, {fl}));
+    g.AddNode(Op("Gemm", "head", {fl, w2, b2}, {logits}));
+    g.AddNode(Op("Softmax", "softmax", {logits}, {probs}));
+    g.outputs = {logits, probs};
+    g.Verify();
+  }
+};
+
+MixedPrecisionOptions Options(DType half = DType::kFloat16, std::vector<std::string> keep = {},
+                              std::set<std::string> missing = {}) {
+  MixedPrecisionOptions o;
+  o.half = half;
+  o.keep_fp32 = std::move(keep);
+  o.has_kernel = [missing](OpId op, DType) { return !missing.count(OpName(op)); };
+  return o;
+}
+
+const MixedPrecisionReport::Entry* Find(const MixedPrecisionReport& r, const std::string& node) {
+  for (const auto& e : r.nodes)
+    if (e.node == node) return &e;
+  return nullptr;
+}
+
+const Node* ProducerOf(const Graph& g, int v) {
+  for (const Node& n : g.nodes)
+    for (int o : n.outputs)
+      if (o == v) return &n;
+  return nullptr;
+}
+
+const Node* NodeNamed(const Graph& g, const std::string& name) {
+  for (const Node& n : g.nodes)
+    if (n.name == name) return &n;
+  return nullptr;
+}
+
+TEST(MixedPrecision, PolicyRunsInHalfWithCastsAtTheEdges) {
+  Policy p;
+  MixedPrecisionReport r = ApplyMixedPrecision(&p.g, Options());
+  for (const char* n : {"scale", "conv", "relu", "flatten", "head"}) {
+    ASSERT_NE(Find(r, n), nullptr) << n;
+    EXPECT_TRUE(Find(r, n)->half) << n;
+  }
+  ASSERT_NE(Find(r, "softmax"), nullptr);
+  EXPECT_FALSE(Find(r, "softmax")->half);
+  EXPECT_EQ(Find(r, "softmax")->reason, "float32 by rule");
+  EXPECT_EQ(r.half_nodes(), 5);
+
+  // Every half node reads and writes float16 values.
+  for (const char* n : {"conv", "relu", "flatten", "head"}) {
+    const Node* node = NodeNamed(p.g, n);
+    ASSERT_NE(node, nullptr);
+    EXPECT_EQ(p.g.values[node->outputs[0]].dtype, DType::kFloat16) << n;
+    EXPECT_EQ(p.g.values[node->inputs[0]].dtype, DType::kFloat16) << n;
+  }
+  // Weights reach Conv and Gemm through Casts of the weights themselves (static nodes).
+  for (const char* n : {"conv", "head"}) {
+    const Node* node = NodeNamed(p.g, n);
+    for (int k = 1; k < 3; ++k) {
+      const Node* c = ProducerOf(p.g, node->inputs[k]);
+      ASSERT_NE(c, nullptr);
+      EXPECT_EQ(c->op_type, "Cast");
+      EXPECT_EQ(c->GetInt("to", 0), 10);
+      EXPECT_EQ(p.g.values[c->inputs[0]].kind, ValueKind::kWeight);
+    }
+  }
+  std::vector<bool> st = StaticValues(p.g);
+  EXPECT_TRUE(st[NodeNamed(p.g, "conv")->inputs[1]]);
+  // uint8 observations are cast to float16 once, without the float32 step.
+  const Node* first = ProducerOf(p.g, NodeNamed(p.g, "scale")->inputs[0]);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->op_type, "Cast");
+  EXPECT_EQ(first->inputs[0], p.obs);
+  EXPECT_EQ(NodeNamed(p.g, "to_float"), nullptr);
+  // Outputs keep their ids and float32: logits by a Cast back, probs by Softmax.
+  EXPECT_EQ(p.g.outputs, (std::vector<int>{p.logits, p.probs}));
+  const Node* back = ProducerOf(p.g, p.logits);
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->op_type, "Cast");
+  EXPECT_EQ(back->GetInt("to", 0), 1);
+  EXPECT_EQ(NodeNamed(p.g, "softmax")->inputs[0], p.logits);
+  EXPECT_EQ(r.casts, 7);  // obs, 255, W, B, W2, B2 in; logits out
+}
+
+TEST(MixedPrecision, BFloat16CastsToCode16) {
+  Policy p;
+  ApplyMixedPrecision(&p.g, Options(DType::kBFloat16));
+  const Node* c = ProducerOf(p.g, NodeNamed(p.g, "conv")->inputs[1]);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->GetInt("to", 0), 16);
+  EXPECT_EQ(p.g.values[NodeNamed(p.g, "conv")->outputs[0]].dtype, DType::kBFloat16);
+}
+
+TEST(MixedPrecision, KeepFp32ByNameOrOpType) {
+  Policy p;
+  MixedPrecisionReport r = ApplyMixedPrecision(&p.g, Options(DType::kFloat16, {"head", "Relu"}));
+  EXPECT_FALSE(Find(r, "head")->half);
+  EXPECT_EQ(Find(r, "head")->reason, "keep_fp32");
+  EXPECT_FALSE(Find(r, "relu")->half);
+  EXPECT_TRUE(Find(r, "conv")->half);
+  // relu reads conv's result back in float32; flatten only moves float32 data.
+  const Node* relu = NodeNamed(p.g, "relu");
+  EXPECT_EQ(ProducerOf(p.g, relu->inputs[0])->op_type, "Cast");
+  EXPECT_FALSE(Find(r, "flatten")->half);
+  EXPECT_EQ(Find(r, "flatten")->reason, "moves float32 data");
+  EXPECT_EQ(NodeNamed(p.g, "head")->inputs[1], p.w2);  // float32 weights as they were
+}
+
+TEST(MixedPrecision, MissingKernelKeepsFloat32) {
+  Policy p;
+  MixedPrecisionReport r = ApplyMixedPrecision(&p.g, Options(DType::kFloat16, {}, {"Conv"}));
+  EXPECT_FALSE(Find(r, "conv")->half);
+  EXPECT_EQ(Find(r, "conv")->reason, "no float16 kernel");
+  EXPECT_EQ(NodeNamed(p.g, "conv")->inputs[1], p.w);
+  EXPECT_TRUE(Find(r, "relu")->half);
+}
+
+TEST(MixedPrecision, NodesOverWeightsOnlyStayFloat32) {
+  Graph g;
+  const int x = Val(g, "x", ValueKind::kInput, DType::kFloat32);
+  const int a = Val(g, "A", ValueKind::kWeight, DType::kFloat32);
+  const int b = Val(g, "B", ValueKind::kWeight, DType::kFloat32);
+  const int ab = Val(g, "ab", ValueKind::kRuntime), y = Val(g, "y", ValueKind::kRuntime);
+  g.inputs = {x};
+  g.AddNode(Op("MatMul", "fold", {a, b}, {ab}));
+  g.AddNode(Op("MatMul", "run", {x, ab}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  MixedPrecisionReport r = ApplyMixedPrecision(&g, Options());
+  EXPECT_FALSE(Find(r, "fold")->half);
+  EXPECT_EQ(Find(r, "fold")->reason, "computed from weights at load");
+  EXPECT_TRUE(Find(r, "run")->half);
+  EXPECT_EQ(ProducerOf(g, y)->op_type, "Cast");
+}
+
+TEST(MixedPrecision, IntegerValuesAreNeverCast) {
+  Graph g;
+  const int x = Val(g, "x", ValueKind::kInput, DType::kFloat32);
+  const int idx = Val(g, "idx", ValueKind::kInput, DType::kInt64);
+  const int s = Val(g, "s", ValueKind::kRuntime), y = Val(g, "y", ValueKind::kRuntime);
+  g.inputs = {x, idx};
+  g.AddNode(Op("Relu", "relu", {x}, {s}));
+  g.AddNode(Op("Gather", "gather", {s, idx}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  ApplyMixedPrecision(&g, Options());
+  const Node* gather = NodeNamed(g, "gather");
+  EXPECT_EQ(g.values[gather->inputs[0]].dtype, DType::kFloat16);
+  EXPECT_EQ(gather->inputs[1], idx);  // indices untouched
+  EXPECT_EQ(ProducerOf(g, y)->op_type, "Cast");
+}
+
+}  // namespace
+}  // namespace kaiwu

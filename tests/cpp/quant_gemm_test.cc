@@ -1,0 +1,80 @@
+// The int8 micro tiles (backends/cpu/quant_gemm.h) on every ISA path the CPU
+// has, against an int64 reference at odd sizes, with extreme operands (255 x
+// -128 everywhere: the int16 pair sums that vpmaddubsw would saturate) and,
+// for the vpmaddubsw path, int8 operands that satisfy its pair bound.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "backends/cpu/quant_gemm.h"
+
+namespace kaiwu {
+namespace cpu {
+namespace {
+
+struct Case {
+  int mr, nb;
+  int64_t kq;
+  bool lanes_u8;
+};
+
+void Check(QIsa isa, const Case& c, bool extreme, bool pairs_fit, std::mt19937& rng) {
+  const int64_t blk = c.kq * 64 + 8, qs = 64;  // lanes: [block][q][16][4], a gap between blocks
+  const int64_t ldb = c.kq * 4 + 5;
+  std::vector<uint8_t> lanes(2 * blk), bcast(6 * ldb);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127), s7(-64, 64);
+  auto fill = [&](std::vector<uint8_t>& v, bool is_u8) {
+    for (auto& b : v) {
+      int x = is_u8 ? u8(rng) : (pairs_fit ? s7(rng) : s8(rng));
+      if (extreme) x = is_u8 ? 255 : -128;
+      b = static_cast<uint8_t>(x);
+    }
+  };
+  fill(lanes, c.lanes_u8);
+  fill(bcast, !c.lanes_u8);
+  int32_t acc[kQTileRows * kQTileLanes];
+  QMicroTile(isa, c.mr, c.nb, c.kq, bcast.data(), ldb, lanes.data(), qs, blk, c.lanes_u8, acc, pairs_fit);
+  for (int r = 0; r < c.mr; ++r)
+    for (int j = 0; j < 16 * c.nb; ++j) {
+      int64_t want = 0;
+      for (int64_t q = 0; q < c.kq; ++q)
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t lv = lanes[(j / 16) * blk + q * qs + (j % 16) * 4 + t];
+          const uint8_t bv = bcast[r * ldb + 4 * q + t];
+          const int64_t l = c.lanes_u8 ? int64_t(lv) : int64_t(int8_t(lv));
+          const int64_t b = c.lanes_u8 ? int64_t(int8_t(bv)) : int64_t(bv);
+          want += l * b;
+        }
+      ASSERT_EQ(acc[r * kQTileLanes + j], want)
+          << QIsaName(isa) << " mr=" << c.mr << " nb=" << c.nb << " kq=" << c.kq << " r=" << r << " j=" << j
+          << " extreme=" << extreme << " pairs_fit=" << pairs_fit;
+    }
+}
+
+TEST(QuantGemm, MicroTilesMatchInt64ReferenceOnEveryIsa) {
+  std::mt19937 rng(7);
+  for (QIsa isa : {QIsa::kScalar, QIsa::kAvx2, QIsa::kAvx512Vnni}) {
+    if (!QIsaSupported(isa)) continue;
+    for (Case c : {Case{1, 1, 1, true}, Case{6, 2, 37, true}, Case{5, 1, 64, false}, Case{3, 2, 13, false},
+                   Case{2, 2, 200, true}, Case{4, 1, 7, true}})
+      for (bool extreme : {false, true})
+        for (bool pairs_fit : {false, true}) {
+          if (extreme && pairs_fit) continue;  // -128 pairs do not fit the bound
+          Check(isa, c, extreme, pairs_fit, rng);
+        }
+  }
+}
+
+TEST(QuantGemm, IsaSelection) {
+  EXPECT_TRUE(QIsaSupported(QIsa::kScalar));
+  EXPECT_TRUE(QIsaSupported(QGemmIsa()));
+  const QIsa before = QGemmIsa();
+  SetQGemmIsa(QIsa::kScalar);
+  EXPECT_EQ(QGemmIsa(), QIsa::kScalar);
+  SetQGemmIsa(before);
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace kaiwu

@@ -1,0 +1,145 @@
+// The prepacked-B GEMM (backends/cpu/sgemm_packed.h) and the PackedGemm op
+// against float64 references: odd sizes (row tails of every tile height,
+// column tails inside a panel, k across cache blocks), bias and fused
+// activations, 1 and 2 threads (bit-identical), packing of B and B^T.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "backends/cpu/sgemm_packed.h"
+#include "backends/cpu/sgemm_packed_isa.h"
+#include "kernel_harness.h"
+
+namespace kaiwu {
+namespace {
+
+using testing::IntAttr;
+using testing::MakeNode;
+using testing::RunNode;
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double Act(FusedActivation::Kind kind, double x) {
+  switch (kind) {
+    case FusedActivation::Kind::kRelu: return x > 0 ? x : 0;
+    case FusedActivation::Kind::kTanh: return std::tanh(x);
+    default: return x;
+  }
+}
+
+std::vector<cpu::PackedIsa> AvailableIsas() {
+  std::vector<cpu::PackedIsa> isas;
+  for (auto isa : {cpu::PackedIsa::kScalar, cpu::PackedIsa::kAvx2, cpu::PackedIsa::kAvx512})
+    if (cpu::PackedIsaAvailable(isa)) isas.push_back(isa);
+  return isas;
+}
+
+// Every variant this CPU runs (scalar, AVX2, AVX-512), whatever the build
+// targets: the variants are compiled with their own flags and chosen by cpuid.
+TEST(SgemmPacked, MatchesFloat64Reference) {
+  for (cpu::PackedIsa isa : AvailableIsas()) {
+  SCOPED_TRACE(cpu::PackedIsaName(isa));
+  std::mt19937 rng(14);
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 18, 512}, {2, 33, 7},
+                         {5, 16, 300}, {6, 17, 256}, {7, 100, 257}, {13, 47, 31}, {25, 130, 600},
+                         {64, 64, 64}, {250, 19, 33}, {3, 257, 5}}) {
+    for (bool trans_b : {false, true})
+      for (auto kind : {FusedActivation::Kind::kNone, FusedActivation::Kind::kRelu,
+                        FusedActivation::Kind::kTanh})
+        for (bool with_bias : {false, true}) {
+          const int64_t lda = k + 3, ldc = n + 5, panels = (n + 15) / 16;
+          std::vector<float> a = Random(m * lda, rng), b = Random(k * n, rng),
+                             bias = Random(n, rng);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t q = k; q < lda; ++q) a[i * lda + q] = kNaN;  // never read
+          std::vector<float> packed(panels * k * 16);
+          cpu::PackB(trans_b, k, n, b.data(), packed.data());
+          cpu::Activation act;
+          act.kind = kind;
+          std::vector<float> c1(m * ldc, kNaN), c2(m * ldc, kNaN);
+          ThreadPool one(1), two(2);
+          const float* bp = with_bias ? bias.data() : nullptr;
+          cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c1.data(), ldc,
+                            &one);
+          cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c2.data(), ldc,
+                            &two);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double s = with_bias ? bias[j] : 0.0;
+              for (int64_t q = 0; q < k; ++q)
+                s += double(a[i * lda + q]) * (trans_b ? b[j * k + q] : b[q * n + j]);
+              const double want = Act(kind, s);
+              ASSERT_NEAR(c1[i * ldc + j], want, 1e-5 * (1 + std::sqrt(double(k))))
+                  << "m" << m << " n" << n << " k" << k << " trans_b " << trans_b;
+              // The same summation order with any split: bit-identical.
+              ASSERT_EQ(c1[i * ldc + j], c2[i * ldc + j]) << "m" << m << " n" << n << " k" << k;
+            }
+            for (int64_t j = n; j < ldc; ++j) ASSERT_TRUE(std::isnan(c1[i * ldc + j]));
+          }
+        }
+  }
+  }
+}
+
+// KAIWU_CPU_ISA caps the variant: "avx2" forces the AVX2 path on an AVX-512
+// machine (so CI covers it), "scalar" the portable one.
+TEST(SgemmPacked, EnvironmentCapsTheInstructionSet) {
+  const char* old = std::getenv("KAIWU_CPU_ISA");
+  const std::string saved = old ? old : "";
+  setenv("KAIWU_CPU_ISA", "avx2", 1);
+  EXPECT_EQ(cpu::DetectPackedIsa(), cpu::PackedIsaAvailable(cpu::PackedIsa::kAvx2)
+                                        ? cpu::PackedIsa::kAvx2
+                                        : cpu::PackedIsa::kScalar);
+  setenv("KAIWU_CPU_ISA", "scalar", 1);
+  EXPECT_EQ(cpu::DetectPackedIsa(), cpu::PackedIsa::kScalar);
+  unsetenv("KAIWU_CPU_ISA");
+  const cpu::PackedIsa widest = cpu::PackedIsaAvailable(cpu::PackedIsa::kAvx512)
+                                    ? cpu::PackedIsa::kAvx512
+                                    : cpu::PackedIsaAvailable(cpu::PackedIsa::kAvx2)
+                                          ? cpu::PackedIsa::kAvx2
+                                          : cpu::PackedIsa::kScalar;
+  EXPECT_EQ(cpu::DetectPackedIsa(), widest);
+  if (old) setenv("KAIWU_CPU_ISA", saved.c_str(), 1);
+}
+
+// The op: A of rank 3 (leading dims fold into M), bias [1, n], fused Relu,
+// against a float64 reference; a packed B of the wrong shape names the node.
+TEST(SgemmPacked, PackedGemmOp) {
+  std::mt19937 rng(3);
+  const int64_t n = 21, k = 40;
+  Tensor a = testing::RandomTensor({2, 3, k}, rng);
+  std::vector<float> b = Random(k * n, rng);
+  Tensor packed(DType::kFloat32, {2, k, 16});
+  cpu::PackB(false, k, n, b.data(), packed.As<float>());
+  Tensor bias = testing::RandomTensor({1, n}, rng);
+  Node node = MakeNode("PackedGemm", 3, 1,
+                       {{"n", IntAttr(n)}, {"_kaiwu_act", testing::StrAttr("Relu")}});
+  node.domain = "kaiwu";
+  for (int threads : {1, 2}) {
+    std::vector<Tensor> out = RunNode(node, {a, packed, bias}, threads);
+    ASSERT_EQ(out[0].shape(), (Shape{2, 3, n}));
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = bias.As<float>()[j];
+        for (int64_t q = 0; q < k; ++q) s += double(a.As<float>()[i * k + q]) * b[q * n + j];
+        EXPECT_NEAR(out[0].As<float>()[i * n + j], s > 0 ? s : 0, 1e-5);
+      }
+  }
+  testing::ExpectModelError(node, {testing::Info(DType::kFloat32, {2, 3, k}),
+                                   testing::Info(DType::kFloat32, {1, k, 16})},
+                            "packed B must be");
+}
+
+}  // namespace
+}  // namespace kaiwu

@@ -1,0 +1,168 @@
+"""precision="fp16" / "bf16" (mixed precision on the CUDA backend).
+
+On every machine: the option's errors (bad names, a CPU session, keep_fp32 names the model
+lacks). On a CUDA device (kaiwu_infer.cuda_available()), the five exported policies in
+float16 and bfloat16 against float32 onnxruntime:
+
+- relative error ||got - ref|| / ||ref|| per output <= 1e-2 (fp16) and <= 3e-2 (bf16: 8
+  mantissa bits against fp16's 11);
+- the same greedy action (argmax over the last axis of each output with more than one
+  column) on at least 99% of 256 rows;
+- refit from float32 weights equals a fresh half session built from those weights, bit for
+  bit (same conversions, same kernels);
+- feeds and results keep the model's dtypes; describe() lists each node's precision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kaiwu_infer as ki
+import policies
+from helpers import run_ort
+
+gpu = pytest.mark.skipif(not ki.cuda_available(),
+                         reason="kaiwu_infer built without CUDA, or no CUDA device")
+
+POLICIES = ("mlp", "atari_cnn", "impala_lstm", "gru_seq", "multi_input")
+RTOL = {"fp16": 1e-2, "bf16": 3e-2}
+_CACHE: dict = {}
+
+
+def _model(name):
+    if name not in _CACHE:
+        import onnx
+
+        data = policies.export_bytes(name)
+        _CACHE[name] = (data, onnx.load_from_string(data))
+    return _CACHE[name]
+
+
+def test_bad_precision_names_the_choices():
+    data, _ = _model("mlp")
+    with pytest.raises(ki.InputError, match="'fp32', 'fp16' or 'bf16'.*'half'"):
+        ki.Session(data, precision="half")
+
+
+def test_cpu_session_refuses_half_precision():
+    data, _ = _model("mlp")
+    with pytest.raises(ki.UnsupportedOpError, match="device='cuda'"):
+        ki.Session(data, precision="fp16")
+    # fp32 is the default and always accepted.
+    assert "precision: fp32" in ki.Session(data, precision="fp32").describe()
+
+
+def test_keep_fp32_names_must_exist_and_be_a_list():
+    data, _ = _model("mlp")
+    with pytest.raises(ki.InputError, match="keep_fp32: 'no_such_node'"):
+        ki.Session(data, keep_fp32=["no_such_node"])
+    with pytest.raises(ki.InputError, match="list of node names"):
+        ki.Session(data, keep_fp32="Gemm")
+    ki.Session(data, keep_fp32=["Gemm"])  # an op type of the model
+
+
+def _rel(got, ref):
+    return float(np.linalg.norm((got - ref).ravel()) / max(np.linalg.norm(ref.ravel()), 1e-30))
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("batch", [1, 7, 256])
+@pytest.mark.parametrize("name", POLICIES)
+def test_policy_in_half_precision_matches_fp32_onnxruntime(name, batch, precision):
+    data, model = _model(name)
+    sess = ki.Session(data, device="cuda", precision=precision)
+    feeds = policies.make_inputs(name, batch, seed=3000 + batch)
+    want = run_ort(model, feeds)
+    got = sess.run(feeds)
+    for k, ref in want.items():
+        assert got[k].dtype == ref.dtype, k
+        assert got[k].shape == ref.shape, k
+        err = _rel(got[k].astype(np.float64), ref.astype(np.float64))
+        assert err <= RTOL[precision], f"{name} b{batch} {precision} {k}: rel err {err:.2e}"
+        if batch == 256 and ref.ndim >= 2 and ref.shape[-1] > 1 and np.issubdtype(ref.dtype, np.floating):
+            agree = np.mean(np.argmax(got[k], -1) == np.argmax(ref, -1))
+            assert agree >= 0.99, f"{name} {precision} {k}: argmax agrees on {agree:.3f} of rows"
+
+
+@gpu
+def test_describe_lists_half_and_fp32_nodes():
+    data, _ = _model("impala_lstm")
+    text = ki.Session(data, device="cuda", precision="fp16").describe()
+    assert "precision: fp16" in text
+    assert "Conv" in text and ": fp16" in text
+    assert "LSTM" in text and "fp32 (float32 by rule)" in text
+    kept = ki.Session(data, device="cuda", precision="fp16", keep_fp32=["Conv"]).describe()
+    assert "fp32 (keep_fp32)" in kept
+
+
+def _with_weights(data: bytes, weights: dict) -> bytes:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load_from_string(data)
+    for i, init in enumerate(model.graph.initializer):
+        if init.name in weights:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(weights[init.name], init.name))
+    return model.SerializeToString()
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_refit_in_half_precision_equals_a_fresh_half_session(precision):
+    data, _ = _model("atari_cnn")
+    sess = ki.Session(data, device="cuda", precision=precision)
+    cpu = ki.Session(data)
+    rng = np.random.default_rng(5)
+    new = {k: (v + 0.05 * rng.standard_normal(v.shape)).astype(v.dtype)
+           for k, v in cpu.get_weights().items()}
+    feeds = policies.make_inputs("atari_cnn", 9, seed=4)
+    before = {k: np.array(v) for k, v in sess.run(feeds).items()}
+    sess.refit(new)
+    after = sess.run(feeds)
+    fresh = ki.Session(_with_weights(data, new), device="cuda", precision=precision)
+    want = fresh.run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(after[k], want[k], err_msg=k)
+        assert not np.array_equal(after[k], before[k]), k
+    # Weights read back are the float32 arrays given.
+    got_w = sess.get_weights()
+    for k, v in new.items():
+        np.testing.assert_array_equal(got_w[k], v, err_msg=k)
+
+
+@gpu
+def test_server_in_fp16_equals_an_fp16_session():
+    data, _ = _model("mlp")
+    sess = ki.Session(data, device="cuda", precision="fp16")
+    feeds = policies.make_inputs("mlp", 16, seed=8)
+    want = sess.run(feeds)
+    with ki.InferenceServer(data, device="cuda", precision="fp16", max_batch=16) as srv:
+        assert "precision: fp16" in srv.session.describe()
+        futs = [srv.submit(i, {k: v[i:i + 1] for k, v in feeds.items()}) for i in range(16)]
+        rows = [f.result(timeout=30) for f in futs]
+    for k, ref in want.items():
+        got = np.concatenate([r[k] for r in rows])
+        np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * float(np.abs(ref).max()), err_msg=k)
+
+
+@gpu
+def test_device_resident_fp16_run_moves_no_host_bytes():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    data, model = _model("mlp")
+    sess = ki.Session(data, device="cuda", precision="fp16")
+    feeds = policies.make_inputs("mlp", 32, seed=9)
+    dev = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+    torch.cuda.synchronize()
+    sess.io_stats(reset=True)
+    out = sess.run(dev, output_device="cuda")
+    got = {k: torch.from_dlpack(v).cpu().numpy() for k, v in out.items()}
+    stats = sess.io_stats()
+    assert stats["h2d_bytes"] == 0 and stats["d2h_bytes"] == 0 and stats["staging_bytes"] == 0
+    want = run_ort(model, feeds)
+    for k, ref in want.items():
+        assert got[k].dtype == np.float32
+        assert _rel(got[k], ref) <= RTOL["fp16"], k
