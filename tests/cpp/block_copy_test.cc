@@ -3,11 +3,13 @@
 // tile edges), several sources, and the fused finite check naming the element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "runtime/block_copy.h"
 
 namespace kaiwu {
@@ -88,6 +90,45 @@ TEST(BlockCopy, TransposeWithFiniteCheckNamesTheElement) {
   CopyFault fault;
   EXPECT_FALSE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
   EXPECT_EQ(fault.index, 5 * rows + 11);
+}
+
+TEST(BlockCopy, ParallelPiecesEqualTheSerialCopy) {
+  ThreadPool pool(4);
+  // A long contiguous run, a transpose, and a panel layout, each large enough to be split.
+  const int64_t n = 600, k = 1000;
+  const std::vector<float> src = Random(n * k, 21);
+  std::vector<std::vector<int64_t>> maps = {TransposeIndex({n, k}, {1, 0}),
+                                            TransposeIndex({n / 8, 8, k}, {0, 2, 1})};
+  maps.emplace_back(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) maps.back()[i] = i;
+  for (const auto& index : maps) {
+    std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), n * k);
+    std::vector<CopyBlock> pieces;
+    SplitBlocks(blocks, 1 << 16, &pieces);
+    int64_t largest = 0;
+    for (const CopyBlock& b : blocks) largest = std::max(largest, b.size());
+    if (largest > (1 << 16)) EXPECT_GT(pieces.size(), blocks.size());
+    for (const CopyBlock& p : pieces) EXPECT_LE(p.size(), std::max<int64_t>(1 << 16, 8 * p.cols));
+    int64_t covered = 0;
+    for (const CopyBlock& p : pieces) covered += p.size();
+    EXPECT_EQ(covered, n * k);
+    std::vector<float> serial(static_cast<size_t>(n * k)), parallel(static_cast<size_t>(n * k), -1.0f);
+    const void* srcs[] = {src.data()};
+    CopyFault fault;
+    ASSERT_TRUE(CopyBlocks(blocks, srcs, serial.data(), DType::kFloat32, true, &fault));
+    ASSERT_TRUE(CopyBlocksParallel(blocks, srcs, parallel.data(), DType::kFloat32, true, &fault, &pool));
+    ASSERT_EQ(serial, parallel);
+    for (int64_t i = 0; i < n * k; i += 9973) ASSERT_EQ(parallel[i], src[index[i]]);
+  }
+  // A NaN deep in the source is found by whichever piece reads it.
+  std::vector<float> bad = src;
+  bad[n * k - 12345] = std::nanf("");
+  std::vector<CopyBlock> blocks = CompressElementMap(nullptr, maps.back().data(), n * k);
+  std::vector<float> out(static_cast<size_t>(n * k));
+  const void* srcs[] = {bad.data()};
+  CopyFault fault;
+  EXPECT_FALSE(CopyBlocksParallel(blocks, srcs, out.data(), DType::kFloat32, true, &fault, &pool));
+  EXPECT_EQ(fault.index, n * k - 12345);
 }
 
 }  // namespace

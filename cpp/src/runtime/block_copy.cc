@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/thread_pool.h"
 #include "kaiwu/status.h"
 
 namespace kaiwu {
@@ -156,10 +157,11 @@ void Transpose32Avx2(const void*, int64_t, int64_t, int64_t, void*) {}
 #endif
 
 template <typename U>
-bool CopyTyped(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst_base,
+bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, void* dst_base,
                U mask, CopyFault* fault) {
   U* dst = static_cast<U*>(dst_base);
-  for (const CopyBlock& b : blocks) {
+  for (size_t bi = 0; bi < count; ++bi) {
+    const CopyBlock& b = blocks[bi];
     const U* src = static_cast<const U*>(srcs[b.src]) + b.src_offset;
     U* out = dst + b.dst_offset;
     auto fail = [&](int64_t r, int64_t c) {
@@ -226,18 +228,79 @@ bool CopyTyped(const std::vector<CopyBlock>& blocks, const void* const* srcs, vo
   return true;
 }
 
+bool CopyBlockRange(const CopyBlock* blocks, size_t count, const void* const* srcs, void* dst,
+                    DType dtype, bool check, CopyFault* fault) {
+  switch (DTypeSize(dtype)) {
+    case 1: return CopyTyped<uint8_t>(blocks, count, srcs, dst, 0, fault);
+    case 2: return CopyTyped<uint16_t>(blocks, count, srcs, dst, check ? ExponentMask<uint16_t>(dtype) : 0, fault);
+    case 4: return CopyTyped<uint32_t>(blocks, count, srcs, dst, check ? ExponentMask<uint32_t>(dtype) : 0, fault);
+    case 8: return CopyTyped<uint64_t>(blocks, count, srcs, dst, check ? ExponentMask<uint64_t>(dtype) : 0, fault);
+    default: Fail(StatusCode::kInternal, "CopyBlocks: no copy for dtype ", DTypeName(dtype));
+  }
+}
+
 }  // namespace
 
 bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                 DType dtype, bool check_finite, CopyFault* fault) {
-  const bool check = check_finite && IsFloat(dtype);
-  switch (DTypeSize(dtype)) {
-    case 1: return CopyTyped<uint8_t>(blocks, srcs, dst, 0, fault);
-    case 2: return CopyTyped<uint16_t>(blocks, srcs, dst, check ? ExponentMask<uint16_t>(dtype) : 0, fault);
-    case 4: return CopyTyped<uint32_t>(blocks, srcs, dst, check ? ExponentMask<uint32_t>(dtype) : 0, fault);
-    case 8: return CopyTyped<uint64_t>(blocks, srcs, dst, check ? ExponentMask<uint64_t>(dtype) : 0, fault);
-    default: Fail(StatusCode::kInternal, "CopyBlocks: no copy for dtype ", DTypeName(dtype));
+  return CopyBlockRange(blocks.data(), blocks.size(), srcs, dst, dtype,
+                        check_finite && IsFloat(dtype), fault);
+}
+
+void SplitBlocks(const std::vector<CopyBlock>& blocks, int64_t max_elements,
+                 std::vector<CopyBlock>* out) {
+  out->clear();
+  for (const CopyBlock& b : blocks) {
+    if (b.size() <= max_elements) {
+      out->push_back(b);
+      continue;
+    }
+    if (b.col_stride == 1 && b.row_stride == b.cols) {  // one contiguous run
+      for (int64_t e = 0; e < b.size(); e += max_elements) {
+        CopyBlock p = b;
+        p.rows = 1;
+        p.cols = std::min(max_elements, b.size() - e);
+        p.row_stride = p.cols;
+        p.src_offset = b.src_offset + e;
+        p.dst_offset = b.dst_offset + e;
+        out->push_back(p);
+      }
+      continue;
+    }
+    const int64_t rows = std::max<int64_t>(8, (max_elements / std::max<int64_t>(b.cols, 1)) & ~int64_t{7});
+    for (int64_t r = 0; r < b.rows; r += rows) {
+      CopyBlock p = b;
+      p.rows = std::min(rows, b.rows - r);
+      p.src_offset = b.src_offset + r * b.row_stride;
+      p.dst_offset = b.dst_offset + r * b.cols;
+      out->push_back(p);
+    }
   }
+}
+
+bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
+                        DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool) {
+  constexpr int64_t kPiece = 1 << 16;  // elements per task
+  int64_t total = 0;
+  for (const CopyBlock& b : blocks) total += b.size();
+  if (!pool || pool->num_threads() < 2 || total < 4 * kPiece)
+    return CopyBlocks(blocks, srcs, dst, dtype, check_finite, fault);
+  std::vector<CopyBlock> pieces;
+  SplitBlocks(blocks, kPiece, &pieces);
+  const bool check = check_finite && IsFloat(dtype);
+  std::vector<CopyFault> faults(pieces.size());
+  std::vector<char> failed(pieces.size(), 0);
+  pool->ParallelFor(static_cast<int64_t>(pieces.size()), static_cast<double>(kPiece),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i)
+                        failed[i] = !CopyBlockRange(&pieces[i], 1, srcs, dst, dtype, check, &faults[i]);
+                    });
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (failed[i]) {
+      *fault = faults[i];
+      return false;
+    }
+  return true;
 }
 
 bool AllRowsContiguous(const std::vector<CopyBlock>& blocks) {

@@ -11,6 +11,8 @@
 
 namespace kaiwu {
 
+class ThreadPool;
+
 /// rows x cols destination elements, contiguous from dst_offset, read from
 /// source `src` at src_offset + r * row_stride + c * col_stride (elements).
 struct CopyBlock {
@@ -46,6 +48,17 @@ struct CopyFault {
 /// NaN or Inf it reads and returns false with `fault` naming it.
 bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                 DType dtype, bool check_finite, CopyFault* fault);
+
+/// CopyBlocks with large copies split into pieces of about 64K elements run on
+/// `pool` (in place when the copy is small or the pool has one thread). On a
+/// non-finite value, `fault` names the first piece's (in destination order).
+bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
+                        DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool);
+
+/// `blocks` cut into blocks of at most about `max_elements` (row ranges of a
+/// strided block, multiples of 8 rows; element ranges of a contiguous run).
+void SplitBlocks(const std::vector<CopyBlock>& blocks, int64_t max_elements,
+                 std::vector<CopyBlock>* out);
 
 /// True when every block reads contiguous runs (col_stride 1): what a device
 /// copy engine does without a kernel.

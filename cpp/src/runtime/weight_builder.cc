@@ -210,8 +210,8 @@ void WeightBuilder::RunSteps(WeightSet* next) {
       for (int v : s.sources) step_srcs_.push_back(next->pointers[v]);
       CopyFault fault;
       const int out = s.outputs[0];
-      CopyBlocks(s.blocks, step_srcs_.data(), next->buffers[out]->host.data(), statics_.dtype(out),
-                 false, &fault);
+      CopyBlocksParallel(s.blocks, step_srcs_.data(), next->buffers[out]->host.data(),
+                         statics_.dtype(out), false, &fault, threads_);
       continue;
     }
     step_outs_.clear();
@@ -268,8 +268,9 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
   } else {
     for (const Write& w : writes_) {
       CopyFault fault;
-      if (!CopyBlocks(*w.blocks, srcs_.data() + w.first_src, next->buffers[w.value]->host.data(),
-                      statics_.dtype(w.value), options.check_finite, &fault)) {
+      if (!CopyBlocksParallel(*w.blocks, srcs_.data() + w.first_src,
+                              next->buffers[w.value]->host.data(), statics_.dtype(w.value),
+                              options.check_finite, &fault, threads_)) {
         problems.push_back("'" + std::string(src_names_[w.first_src + fault.src]) +
                            "' holds a non-finite value at flat index " + std::to_string(fault.index));
         refuse();

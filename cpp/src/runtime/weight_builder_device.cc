@@ -117,8 +117,8 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
     const DType dt = statics_.dtype(w.value);
     if (!w.on_device) {
       CopyFault fault;
-      if (!CopyBlocks(*w.blocks, srcs_.data() + w.first_src, b->host.data(), dt,
-                      options.check_finite, &fault)) {
+      if (!CopyBlocksParallel(*w.blocks, srcs_.data() + w.first_src, b->host.data(), dt,
+                              options.check_finite, &fault, threads_)) {
         problems->push_back("'" + std::string(src_names_[w.first_src + fault.src]) +
                             "' holds a non-finite value at flat index " + std::to_string(fault.index));
         return;

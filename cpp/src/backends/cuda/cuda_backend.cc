@@ -3,6 +3,7 @@
 // caller-stream ordering with events, the replay of a plan's launches as CUDA
 // graphs, and a refit's weight copies. Pinned memory and result blocks: memory.cc.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -53,6 +54,7 @@ class CudaStream final : public DeviceBackend::Stream {
     if (needs & kNeedDnnHandle) ctx_.dnn = CreateDnnHandle(ctx_.stream);
     const char* env = std::getenv("KAIWU_CUDA_GRAPHS");
     graphs_on_ = !(env && std::string(env) == "0");
+    if (const char* spin = std::getenv("KAIWU_CUDA_SPIN_US")) spin_us_ = std::atoi(spin);
     // The error flag lives in mapped page-locked memory: kernels write it over
     // PCIe (only when they find bad data) and the host reads it after the run's
     // event, with no copy queued per run.
@@ -245,7 +247,7 @@ class CudaStream final : public DeviceBackend::Stream {
       if (counters) IoCounters::Add(counters->stream_signals, 1);
     }
     if (counters) IoCounters::Add(counters->status_reads, 1);
-    cudaError_t sync = cudaEventSynchronize(done_);
+    cudaError_t sync = Wait();
     in_used_ = out_used_ = 0;
     job_used_ = 0;
     struct Clear {
@@ -315,6 +317,19 @@ class CudaStream final : public DeviceBackend::Stream {
   }
 
  private:
+  // The run's event: polled for up to spin_us_ (a short run is over before a
+  // sleeping thread could be woken), then waited for asleep (a long one does
+  // not hold a core).
+  cudaError_t Wait() {
+    if (spin_us_ > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+      do {
+        cudaError_t q = cudaEventQuery(done_);
+        if (q != cudaErrorNotReady) return q;
+      } while (std::chrono::steady_clock::now() < until);
+    }
+    return cudaEventSynchronize(done_);
+  }
   struct Pending {
     void* host;
     const void* stage;
@@ -346,6 +361,7 @@ class CudaStream final : public DeviceBackend::Stream {
   std::vector<cudaEvent_t> wait_events_;  // one per caller stream waited for
   void* blas_workspace_ = nullptr;
   bool graphs_on_ = true;
+  int spin_us_ = 200;  // KAIWU_CUDA_SPIN_US
   std::vector<Graph> graphs_;
   uint64_t clock_ = 0;
   // Refit copies: job tables (staged, then on the device), used since the last Finish.
