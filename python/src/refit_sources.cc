@@ -71,7 +71,7 @@ bool ReadTorch(const Torch& torch, py::object obj, const std::string_view name, 
                RefitSource* out, std::vector<py::object>* keep) {
   const Names& n = N();
   const bool cuda = obj.attr(n.is_cuda).ptr() == Py_True;
-  if (cuda && (device_ordinal < 0 || Call(obj, n.get_device()).cast<int>() != device_ordinal))
+  if (cuda && (device_ordinal < 0 || Call(obj, n.get_device).cast<int>() != device_ordinal))
     obj = Call(Call(obj, n.detach), n.cpu);  // another device: through the host
   PyObject* dt = obj.attr(n.dtype).ptr();
   out->view.dtype = DType::kUndefined;

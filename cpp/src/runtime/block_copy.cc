@@ -280,7 +280,7 @@ void SplitBlocks(const std::vector<CopyBlock>& blocks, int64_t max_elements,
 
 bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                         DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool) {
-  constexpr int64_t kPiece = 1 << 16;  // elements per task
+  constexpr int64_t kPiece = 1 << 14;  // elements per task (64 KB of float32)
   int64_t total = 0;
   for (const CopyBlock& b : blocks) total += b.size();
   if (!pool || pool->num_threads() < 2 || total < 4 * kPiece)
