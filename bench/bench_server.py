@@ -109,6 +109,7 @@ WORKERS = [1]
 MAX_WAIT = [500]
 SPLIT = [True]
 DEVICE = ["cpu"]  # where the server's session runs (--device)
+PRECISION = ["fp32"]  # the server session's precision (--precision)
 
 
 def run_threads(mode, policy, n_actors, seconds, threads):
@@ -117,7 +118,7 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     path, stateful, on = policy.path, policy.stateful, policy.obs_name
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], device=DEVICE[0],
+                                 split_batches=SPLIT[0], device=DEVICE[0], precision=PRECISION[0],
                                  state={"h0": "hn", "c0": "cn"} if stateful else None)
 
         def make(a):
@@ -184,7 +185,7 @@ def run_async(mode, policy, n_actors, seconds, threads):
     srv = None
     if mode == "server":
         srv = ki.InferenceServer(policy.path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], device=DEVICE[0],
+                                 split_batches=SPLIT[0], device=DEVICE[0], precision=PRECISION[0],
                                  state={"h0": "hn", "c0": "cn"} if policy.stateful else None)
     fixed = np.random.default_rng(0).standard_normal((1, 18)).astype(np.float32)
     envs = [FakeEnv(1, policy, a) for a in range(n_actors)]
@@ -295,7 +296,7 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     srv, name = None, None
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], device=DEVICE[0],
+                                 split_batches=SPLIT[0], device=DEVICE[0], precision=PRECISION[0],
                                  state={"h0": "hn", "c0": "cn"} if stateful else None)
         name = srv.serve_shm(max_clients=n_procs, max_rows=rows)
     ps = [ctx.Process(target=proc_main, args=(mode, policy, rows, seconds, name, q, gos[i], i))
@@ -349,6 +350,7 @@ def main():
     ap.add_argument("--no-ceiling", action="store_true", help="skip the MLP queries/s ceiling runs")
     ap.add_argument("--name", default="", help="output file stem (default server)")
     ap.add_argument("--device", default="cpu", help="where the server's session runs: cpu or cuda")
+    ap.add_argument("--precision", default="fp32", help="the server session's precision: fp32, fp16 or bf16 (GPU)")
     ap.add_argument("--modes", default="server,kaiwu_per_actor,onnxruntime_per_actor,no_engine",
                     help="comma list of modes to run (no_engine: threads only, the harness's own bound)")
     ap.add_argument("--no-split", action="store_true",
@@ -364,6 +366,7 @@ def main():
     MAX_WAIT[0] = args.max_wait_us
     SPLIT[0] = not args.no_split
     DEVICE[0] = args.device
+    PRECISION[0] = args.precision
     if args.sweep:
         policies = build_policies(tempfile.mkdtemp())
         for n in (64,):
@@ -437,6 +440,7 @@ def main():
         "python": sys.version.split()[0],
         "command": env_prefix() + "PYTHONPATH=python python bench/bench_server.py " + " ".join(sys.argv[1:]),
         "server_threads": threads,
+        "server_precision": PRECISION[0],
         "server_device": ki.Session(policies["mlp"].path, threads=1, device=args.device).device,
         "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",
         "seconds_per_run": args.seconds,
