@@ -285,11 +285,19 @@ bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const*
   for (const CopyBlock& b : blocks) total += b.size();
   if (!pool || pool->num_threads() < 2 || total < 4 * kPiece)
     return CopyBlocks(blocks, srcs, dst, dtype, check_finite, fault);
-  std::vector<CopyBlock> pieces;
+  // Scratch kept per calling thread (a steady refit allocates nothing here),
+  // named through references: the workers must see the caller's vectors, not
+  // their own thread's.
+  thread_local std::vector<CopyBlock> tl_pieces;
+  thread_local std::vector<CopyFault> tl_faults;
+  thread_local std::vector<char> tl_failed;
+  std::vector<CopyBlock>& pieces = tl_pieces;
+  std::vector<CopyFault>& faults = tl_faults;
+  std::vector<char>& failed = tl_failed;
   SplitBlocks(blocks, kPiece, &pieces);
   const bool check = check_finite && IsFloat(dtype);
-  std::vector<CopyFault> faults(pieces.size());
-  std::vector<char> failed(pieces.size(), 0);
+  faults.assign(pieces.size(), CopyFault{});
+  failed.assign(pieces.size(), 0);
   pool->ParallelFor(static_cast<int64_t>(pieces.size()), static_cast<double>(kPiece),
                     [&](int64_t begin, int64_t end) {
                       for (int64_t i = begin; i < end; ++i)
