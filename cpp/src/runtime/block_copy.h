@@ -49,8 +49,9 @@ struct CopyFault {
 bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                 DType dtype, bool check_finite, CopyFault* fault);
 
-/// CopyBlocks with large copies split into pieces of about 64K elements run on
-/// `pool` (in place when the copy is small or the pool has one thread). On a
+/// CopyBlocks with copies of 256K elements and more split into pieces of 16K
+/// elements run on `pool` (in place when the copy is smaller or the pool has
+/// one thread). On a
 /// non-finite value, `fault` names the first piece's (in destination order).
 bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                         DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool);
