@@ -3,11 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
-
 #include "backends/copy_geometry.h"
+#include "core/transpose.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -47,51 +44,13 @@ void TransposeRows(const void* src_v, void* dst_v, int64_t a0, int64_t a1, int64
   }
 }
 
-#if defined(__AVX__)
-// An 8x8 block of 4-byte elements: dst[a * ldd + b] = src[a + b * lds].
-inline void Transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds);
-  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-  __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
-  _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
-  _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
-  _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
-  _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
-  _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
-  _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
-  _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
-}
-
-// 4-byte elements (float32, int32): 8x8 register transposes, scalar edges.
+// 4-byte elements (float32, int32): core/transpose (8x8 AVX2 register tiles).
 template <>
 void TransposeRows<uint32_t>(const void* src_v, void* dst_v, int64_t a0, int64_t a1,
                              int64_t cols, int64_t ld) {
-  const float* src = static_cast<const float*>(src_v);
-  float* dst = static_cast<float*>(dst_v);
-  const int64_t a8 = a0 + (a1 - a0) / 8 * 8, b8 = cols / 8 * 8;
-  for (int64_t b = 0; b < b8; b += 8)
-    for (int64_t a = a0; a < a8; a += 8) Transpose8x8(src + a + b * ld, ld, dst + a * cols + b, cols);
-  for (int64_t a = a0; a < a1; ++a) {  // edges: the last rows, and the last columns
-    const float* s = src + a;
-    float* d = dst + a * cols;
-    for (int64_t b = a < a8 ? b8 : 0; b < cols; ++b) d[b] = s[b * ld];
-  }
+  Transpose32(static_cast<const uint32_t*>(src_v) + a0, a1 - a0, cols, ld,
+              static_cast<uint32_t*>(dst_v) + a0 * cols);
 }
-#endif
 
 }  // namespace
 
