@@ -11,6 +11,24 @@
 
 namespace kaiwu {
 
+namespace {
+
+// The device copy of one block into `dst_base` from `src` (elements of es bytes).
+DeviceCopyJob CopyJob(const CopyBlock& b, char* dst_base, const void* src, int es) {
+  DeviceCopyJob j;
+  j.dst = dst_base + b.dst_offset * es;
+  j.src = src;
+  j.src_offset = b.src_offset;
+  j.rows = b.rows;
+  j.cols = b.cols;
+  j.row_stride = b.row_stride;
+  j.col_stride = b.col_stride;
+  j.elem_size = es;
+  return j;
+}
+
+}  // namespace
+
 void WeightBuilder::PrepareDevice(const WeightSet& ws) {
   if (device_prepared_) return;
   const auto& steps = statics_.steps();
@@ -57,18 +75,8 @@ void WeightBuilder::QueueCopySteps(const WeightSet& next, size_t begin, size_t e
     const int out = s.outputs[0];
     const int es = static_cast<int>(DTypeSize(statics_.dtype(out)));
     char* dst = static_cast<char*>(next.buffers[out]->device.get());
-    for (const CopyBlock& b : s.blocks) {
-      DeviceCopyJob j;
-      j.dst = dst + b.dst_offset * es;
-      j.src = next.device_pointers[s.sources[b.src]];
-      j.src_offset = b.src_offset;
-      j.rows = b.rows;
-      j.cols = b.cols;
-      j.row_stride = b.row_stride;
-      j.col_stride = b.col_stride;
-      j.elem_size = es;
-      jobs_.push_back(j);
-    }
+    for (const CopyBlock& b : s.blocks)
+      jobs_.push_back(CopyJob(b, dst, next.device_pointers[s.sources[b.src]], es));
     next.buffers[out]->host_current = false;
   }
   stream_->CopyElements(jobs_);
@@ -131,15 +139,7 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
     b->host_current = false;
     const int es = static_cast<int>(DTypeSize(dt));
     for (const CopyBlock& blk : *w.blocks) {
-      DeviceCopyJob j;
-      j.dst = static_cast<char*>(b->device.get()) + blk.dst_offset * es;
-      j.src = srcs_[w.first_src + blk.src];
-      j.src_offset = blk.src_offset;
-      j.rows = blk.rows;
-      j.cols = blk.cols;
-      j.row_stride = blk.row_stride;
-      j.col_stride = blk.col_stride;
-      j.elem_size = es;
+      DeviceCopyJob j = CopyJob(blk, static_cast<char*>(b->device.get()), srcs_[w.first_src + blk.src], es);
       j.check = options.check_finite && IsFloat(dt) ? es : 0;
       j.tag = static_cast<int>(w.first_src + blk.src);
       jobs_.push_back(j);

@@ -143,17 +143,18 @@ void StaticProgram::CompileCopies(const Graph& graph, const WeightSet& ws) {
   const size_t nv = graph.values.size();
   dropped_.assign(nv, false);
   steps_.clear();
+  auto kernel_step = [&](int n) {  // node n run by its kernel
+    Step s;
+    s.node = n;
+    for (int in : graph.nodes[n].inputs)
+      if (in >= 0) s.sources.push_back(in);
+    s.outputs = graph.nodes[n].outputs;
+    return s;
+  };
   auto kernel_steps = [&] {
     steps_.clear();
     std::fill(dropped_.begin(), dropped_.end(), false);
-    for (int n : nodes_) {
-      Step s;
-      s.node = n;
-      for (int in : graph.nodes[n].inputs)
-        if (in >= 0) s.sources.push_back(in);
-      s.outputs = graph.nodes[n].outputs;
-      steps_.push_back(std::move(s));
-    }
+    for (int n : nodes_) steps_.push_back(kernel_step(n));
   };
 
   // Which static nodes only move float32 elements that come from weights.
@@ -280,12 +281,7 @@ void StaticProgram::CompileCopies(const Graph& graph, const WeightSet& ws) {
   }
   for (int n : nodes_) {
     if (!moves[n]) {
-      Step s;
-      s.node = n;
-      for (int in : graph.nodes[n].inputs)
-        if (in >= 0) s.sources.push_back(in);
-      s.outputs = graph.nodes[n].outputs;
-      steps_.push_back(std::move(s));
+      steps_.push_back(kernel_step(n));
       continue;
     }
     for (int out : graph.nodes[n].outputs) {
