@@ -173,13 +173,13 @@ def timeit(fn, min_time: float, min_reps: int = 5, max_reps: int = 2000) -> dict
             "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))], "reps": len(times)}
 
 
-def bench_policy(name, build, min_time, threads, optimize=True):
-    import onnxruntime as ort
-
+def refit_case(build):
+    """The exported policy and two weight sets to alternate between (state_dict and ONNX
+    names): (module, input names, output names, dynamic axes, example args, model,
+    sd_a, sd_b, onnx_a, onnx_b)."""
     module, ex, ins, outs, dyn = build()
     args = tuple(ex[n] for n in ins)
     model = kt.export(module, args, input_names=ins, output_names=outs, dynamic_axes=dyn)
-    sess = kt.load(model, threads=threads, optimize=optimize)
     sd_a = {k: v.clone() for k, v in module.state_dict().items()}
     torch.manual_seed(123)
     sd_b = {k: (v + 0.01 * torch.randn_like(v)) if v.is_floating_point() else v.clone()
@@ -187,6 +187,14 @@ def bench_policy(name, build, min_time, threads, optimize=True):
     m = kt.RefitMap.from_model(model)
     onnx_a = {k: np.ascontiguousarray(v) for k, v in m.apply(sd_a)[0].items()}
     onnx_b = {k: np.ascontiguousarray(v) for k, v in m.apply(sd_b)[0].items()}
+    return module, ins, outs, dyn, args, model, sd_a, sd_b, onnx_a, onnx_b
+
+
+def bench_policy(name, build, min_time, threads, optimize=True):
+    import onnxruntime as ort
+
+    module, ins, outs, dyn, args, model, sd_a, sd_b, onnx_a, onnx_b = refit_case(build)
+    sess = kt.load(model, threads=threads, optimize=optimize)
     n_bytes = sum(a.nbytes for a in onnx_a.values())
     n_params = sum(v.numel() for k, v in sd_a.items() if v.is_floating_point())
 
@@ -237,7 +245,7 @@ def bench_policy(name, build, min_time, threads, optimize=True):
     # sanity: the refitted session computes what torch computes with the same weights
     sess.refit(sd_b)
     module.load_state_dict(sd_b)
-    feeds = {n: ex[n].numpy() for n in ins}
+    feeds = {n: a.numpy() for n, a in zip(ins, args)}
     got = sess.run(feeds)
     with torch.no_grad():
         want = module(*args)
@@ -353,17 +361,8 @@ def cuda_bandwidth(n_bytes: int) -> dict:
 def bench_policy_cuda(name, build, min_time):
     """Whole-model refit of a GPU session: from host numpy (ONNX names), from a CPU torch
     state_dict, and from a state_dict of torch CUDA tensors on the same GPU."""
-    module, ex, ins, outs, dyn = build()
-    args = tuple(ex[n] for n in ins)
-    model = kt.export(module, args, input_names=ins, output_names=outs, dynamic_axes=dyn)
+    module, ins, outs, dyn, args, model, sd_a, sd_b, onnx_a, onnx_b = refit_case(build)
     sess = kt.load(model, device="cuda")
-    sd_a = {k: v.clone() for k, v in module.state_dict().items()}
-    torch.manual_seed(123)
-    sd_b = {k: (v + 0.01 * torch.randn_like(v)) if v.is_floating_point() else v.clone()
-            for k, v in sd_a.items()}
-    m = kt.RefitMap.from_model(model)
-    onnx_a = {k: np.ascontiguousarray(v) for k, v in m.apply(sd_a)[0].items()}
-    onnx_b = {k: np.ascontiguousarray(v) for k, v in m.apply(sd_b)[0].items()}
     cuda_a = {k: v.cuda() for k, v in sd_a.items()}
     cuda_b = {k: v.cuda() for k, v in sd_b.items()}
     n_bytes = sum(a.nbytes for a in onnx_a.values())
@@ -384,7 +383,7 @@ def bench_policy_cuda(name, build, min_time):
     # sanity: after the last refit the session computes what torch computes
     sess.refit(cuda_b)
     module.load_state_dict(sd_b)
-    feeds = {n: ex[n].numpy() for n in ins}
+    feeds = {n: a.numpy() for n, a in zip(ins, args)}
     got = sess.run(feeds)
     with torch.no_grad():
         want = module(*args)
