@@ -190,6 +190,18 @@ def refit_case(build):
     return module, ins, outs, dyn, args, model, sd_a, sd_b, onnx_a, onnx_b
 
 
+def err_after_refit(sess, module, weights, sd, args, ins, outs) -> float:
+    """Max |kaiwu - torch| over the outputs after sess.refit(weights) and
+    module.load_state_dict(sd) (the same values), on the example inputs."""
+    sess.refit(weights)
+    module.load_state_dict(sd)
+    got = sess.run({n: a.numpy() for n, a in zip(ins, args)})
+    with torch.no_grad():
+        want = module(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    return max(float(np.abs(np.asarray(got[o]) - w.numpy()).max()) for o, w in zip(outs, want))
+
+
 def bench_policy(name, build, min_time, threads, optimize=True):
     import onnxruntime as ort
 
@@ -243,14 +255,7 @@ def bench_policy(name, build, min_time, threads, optimize=True):
         tmod.load_state_dict(pick(sd_a, sd_b))
 
     # sanity: the refitted session computes what torch computes with the same weights
-    sess.refit(sd_b)
-    module.load_state_dict(sd_b)
-    feeds = {n: a.numpy() for n, a in zip(ins, args)}
-    got = sess.run(feeds)
-    with torch.no_grad():
-        want = module(*args)
-    want = want if isinstance(want, tuple) else (want,)
-    err = max(float(np.abs(np.asarray(got[o]) - w.numpy()).max()) for o, w in zip(outs, want))
+    err = err_after_refit(sess, module, sd_b, sd_b, args, ins, outs)
 
     res = {"policy": name, "params": int(n_params), "weight_bytes": int(n_bytes),
            "weights": len(onnx_a), "max_abs_err_vs_torch": err}
@@ -380,16 +385,8 @@ def bench_policy_cuda(name, build, min_time):
                     ("torch_cuda_state_dict", lambda: sess.refit(pick(cuda_a, cuda_b)))]:
         res[key] = timeit(fn, min_time)
         res[key]["GBps"] = n_bytes / (res[key]["median_ms"] * 1e-3) / 1e9
-    # sanity: after the last refit the session computes what torch computes
-    sess.refit(cuda_b)
-    module.load_state_dict(sd_b)
-    feeds = {n: a.numpy() for n, a in zip(ins, args)}
-    got = sess.run(feeds)
-    with torch.no_grad():
-        want = module(*args)
-    want = want if isinstance(want, tuple) else (want,)
-    res["max_abs_err_vs_torch"] = max(float(np.abs(np.asarray(got[o]) - w.numpy()).max())
-                                      for o, w in zip(outs, want))
+    # sanity: after a refit from CUDA tensors the session computes what torch computes
+    res["max_abs_err_vs_torch"] = err_after_refit(sess, module, cuda_b, sd_b, args, ins, outs)
     return res
 
 
