@@ -166,3 +166,86 @@ def test_device_resident_fp16_run_moves_no_host_bytes():
     for k, ref in want.items():
         assert got[k].dtype == np.float32
         assert _rel(got[k], ref) <= RTOL["fp16"], k
+
+
+def _channels_last_conv_model() -> "onnx.ModelProto":
+    """NHWC float input -> Transpose -> Conv 3x3 + Relu -> MaxPool 3/2 ceil_mode -> residual
+    Add with a Conv 2x2 SAME_UPPER (asymmetric pads: the im2col path) -> Conv 1x1 -> dilated
+    Conv 3x3 -> Flatten; batch dynamic."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(21)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+        helper.make_node("Conv", ["xt", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], ceil_mode=1),
+        helper.make_node("Relu", ["p"], ["pr"]),
+        helper.make_node("Conv", ["pr", "w2", "b2"], ["c2"], auto_pad="SAME_UPPER"),
+        helper.make_node("Add", ["p", "c2"], ["s"]),
+        helper.make_node("Conv", ["s", "w3"], ["c3"]),
+        helper.make_node("Conv", ["c3", "w4", "b4"], ["c4"], pads=[2, 2, 2, 2], dilations=[2, 2]),
+        helper.make_node("Flatten", ["c4"], ["y"]),
+    ]
+    inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 8, 2, 2), w("b2", 8), w("w3", 4, 8, 1, 1),
+             w("w4", 6, 4, 3, 3), w("b4", 6)]
+    graph = helper.make_graph(nodes, "channels_last", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 13, 11, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_convs_run_channels_last_and_match_onnxruntime(precision, monkeypatch):
+    """Half-precision 2-D convs and max pools run NHWC (cuDNN, or the channels-last im2col for
+    asymmetric pads), with transposes only at the edges; results match float32 onnxruntime and
+    the NCHW kernels (KAIWU_CUDNN=0 turns the layout off)."""
+    model = _channels_last_conv_model()
+    data = model.SerializeToString()
+    sess = ki.Session(data, device="cuda", precision=precision)
+    text = sess.describe()
+    if "layout_nhwc" not in text:
+        pytest.skip("this build has no cuDNN: half convs stay NCHW")
+    assert "NhwcConv: 4" in text and "NhwcMaxPool: 1" in text, text
+    monkeypatch.setenv("KAIWU_CUDNN", "0")
+    nchw = ki.Session(data, device="cuda", precision=precision)
+    monkeypatch.delenv("KAIWU_CUDNN")
+    assert "NhwcConv" not in nchw.describe()
+    for batch in (1, 5, 64):
+        feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 13, 11, 3)).astype(np.float32)}
+        ref = run_ort(model, feeds)["y"]
+        got = sess.run(feeds)["y"]
+        other = nchw.run(feeds)["y"]
+        assert got.shape == ref.shape == other.shape
+        assert _rel(got.astype(np.float64), ref) <= RTOL[precision], (batch, _rel(got, ref))
+        assert _rel(got.astype(np.float64), other) <= RTOL[precision], (batch, _rel(got, other))
+
+
+@gpu
+def test_channels_last_session_refits_its_transposed_weights():
+    """The NHWC weights are derived by static nodes: a refit re-derives them (equal to a fresh
+    session) and runs in flight before it keep the old ones."""
+    from onnx import numpy_helper
+
+    model = _channels_last_conv_model()
+    data = model.SerializeToString()
+    sess = ki.Session(data, device="cuda", precision="fp16")
+    if "layout_nhwc" not in sess.describe():
+        pytest.skip("this build has no cuDNN: half convs stay NCHW")
+    rng = np.random.default_rng(7)
+    new = {i.name: (numpy_helper.to_array(i) + 0.1 * rng.standard_normal(numpy_helper.to_array(i).shape)
+                    ).astype(np.float32) for i in model.graph.initializer}
+    feeds = {"x": rng.standard_normal((9, 13, 11, 3)).astype(np.float32)}
+    before = sess.run(feeds)["y"]
+    sess.refit(new)
+    after = sess.run(feeds)["y"]
+    fresh = ki.Session(_with_weights(data, new), device="cuda", precision="fp16").run(feeds)["y"]
+    np.testing.assert_array_equal(after, fresh)
+    assert not np.array_equal(after, before)

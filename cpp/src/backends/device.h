@@ -102,6 +102,9 @@ class DeviceBackend {
   virtual Location Locate(const void* p) const = 0;
   /// This device's ordinal (the N of "cuda:N").
   virtual int ordinal() const = 0;
+  /// True when 16-bit float convolutions run faster channels-last here (the
+  /// session then runs passes/layout_nhwc.cc after the mixed-precision pass).
+  virtual bool ChannelsLastHalfConvs() const { return false; }
 
   /// Pools of equal-sized device blocks for results handed to callers.
   class ResultPool {

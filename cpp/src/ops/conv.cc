@@ -1,4 +1,5 @@
-// Shape inference of Conv MaxPool AveragePool GlobalMaxPool GlobalAveragePool.
+// Shape inference of Conv MaxPool AveragePool GlobalMaxPool GlobalAveragePool,
+// and of their channels-last forms NhwcConv and NhwcMaxPool.
 #include "ops/conv.h"
 
 #include <vector>
@@ -83,6 +84,50 @@ void InferGlobalPool(OpContext& ctx) {
   ctx.SetOutput(0, ctx.in(0).dtype, out);
 }
 
+// NhwcConv (domain kaiwu; made by passes/layout_nhwc.cc): Conv's attributes
+// and math on channels-last tensors, 2-D only: X [N, H, W, C],
+// W [M, KH, KW, C / group], optional B [M] -> Y [N, OH, OW, M].
+void InferNhwcConv(OpContext& ctx) {
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(1, {dtype});
+  const Shape& x = ctx.in(0).shape;
+  const Shape& w = ctx.in(1).shape;
+  if (x.size() != 4) ctx.Error("X must have rank 4 (N, H, W, C), got ", ShapeToString(x));
+  if (w.size() != 4) ctx.Error("W must have rank 4 (M, KH, KW, C / group), got ", ShapeToString(w));
+  const int64_t n = x[0], c = x[3], m = w[0];
+  ConvParams& p = ctx.SetParams<ConvParams>();
+  p.group = ctx.node.GetInt("group", 1);
+  if (p.group < 1 || c % p.group != 0 || m % p.group != 0 || w[3] * p.group != c)
+    ctx.Error("group ", p.group, " does not fit X ", ShapeToString(x), " and W ", ShapeToString(w));
+  const std::vector<int64_t> kernel = {w[1], w[2]};
+  if (ctx.node.Has("kernel_shape") && ctx.node.GetInts("kernel_shape") != kernel)
+    ctx.Error("kernel_shape does not match W ", ShapeToString(w));
+  p.geo = MakeGeometry(ctx, Shape{x[1], x[2]}, kernel, /*allow_ceil=*/false);
+  p.act = FusedActivation::FromNode(ctx.node);
+  p.has_bias = ctx.HasInput(2);
+  if (p.has_bias) {
+    ctx.ExpectDType(2, {dtype});
+    if (ctx.in(2).shape != Shape{m}) ctx.Error("B must have shape [", m, "]");
+  }
+  const Shape o = p.geo.OutShape();
+  ctx.SetOutput(0, dtype, Shape{n, o[0], o[1], m});
+}
+
+// NhwcMaxPool (domain kaiwu): MaxPool's attributes (no Indices output) on a
+// channels-last 2-D tensor X [N, H, W, C] -> Y [N, OH, OW, C].
+void InferNhwcMaxPool(OpContext& ctx) {
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  const Shape& x = ctx.in(0).shape;
+  if (x.size() != 4) ctx.Error("X must have rank 4 (N, H, W, C), got ", ShapeToString(x));
+  if (!ctx.node.Has("kernel_shape")) ctx.Error("missing attribute 'kernel_shape'");
+  if (ctx.node.outputs.size() > 1 && ctx.node.outputs[1] >= 0) ctx.Error("has no Indices output");
+  PoolParams& p = ctx.SetParams<PoolParams>();
+  p.geo = MakeGeometry(ctx, Shape{x[1], x[2]}, ctx.node.GetInts("kernel_shape"), /*allow_ceil=*/true);
+  const Shape o = p.geo.OutShape();
+  ctx.SetOutput(0, ctx.in(0).dtype, Shape{x[0], o[0], o[1], x[3]});
+}
+
 }  // namespace
 
 void RegisterConvOps(OpRegistry& r) {
@@ -91,6 +136,8 @@ void RegisterConvOps(OpRegistry& r) {
   r.Define(OpId::kAveragePool, &InferPool<false>);
   r.Define(OpId::kGlobalMaxPool, &InferGlobalPool<true>);
   r.Define(OpId::kGlobalAveragePool, &InferGlobalPool<false>);
+  r.Define(OpId::kNhwcConv, &InferNhwcConv);
+  r.Define(OpId::kNhwcMaxPool, &InferNhwcMaxPool);
 }
 
 }  // namespace kaiwu

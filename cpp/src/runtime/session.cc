@@ -11,6 +11,7 @@
 #include "core/memory_budget.h"
 #include "core/thread_pool.h"
 #include "onnx/loader.h"
+#include "passes/layout_nhwc.h"
 #include "passes/mixed_precision.h"
 #include "passes/pass_manager.h"
 #include "plan/execution_plan.h"
@@ -285,6 +286,12 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   g.RemoveDeadNodes();
   ApplyPrecision(g, impl->device, options, names_before, &impl->precision,
                  &impl->precision_report);
+  if (options.optimize && impl->device && impl->precision != "fp32" &&
+      impl->device->ChannelsLastHalfConvs()) {
+    const KernelRegistry& kernels = impl->device->kernels();
+    if (int n = ConvertToNhwc(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
+      impl->pass_stats.fired["layout_nhwc"] += n;
+  }
   impl->ops_after = CountOps(g);
   int threads = options.threads > 0 ? options.threads : ThreadPool::PhysicalCores();
   impl->pool = std::make_unique<ThreadPool>(threads);

@@ -37,6 +37,29 @@ struct ConvWindow {
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
 };
 
+// The channels-last column matrix: col[img * P + p][(kh * KW + kw) * C + c]
+// = x[img][ih][iw][c] (0 in the padding), so reads and writes run along c. One
+// thread per element; I as below.
+template <typename I, typename T>
+__global__ void Im2ColNhwcKernel(ConvWindow g, I images, const T* __restrict__ x,
+                                 T* __restrict__ col) {
+  const I C = static_cast<I>(g.c), H = static_cast<I>(g.h), W = static_cast<I>(g.w);
+  const I OW = static_cast<I>(g.ow), KW = static_cast<I>(g.kw);
+  const I P = static_cast<I>(g.oh) * OW, taps = static_cast<I>(g.kh) * KW;
+  const I total = images * P * taps * C;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(blockDim.x) * gridDim.x) {
+    const I c = i % C, r = i / C;
+    const I tap = r % taps, pix = r / taps;  // pix = img * P + p
+    const I p = pix % P, img = pix / P;
+    const I ih = (p / OW) * static_cast<I>(g.stride_h) - static_cast<I>(g.pad_h) +
+                 (tap / KW) * static_cast<I>(g.dil_h);
+    const I iw = (p % OW) * static_cast<I>(g.stride_w) - static_cast<I>(g.pad_w) +
+                 (tap % KW) * static_cast<I>(g.dil_w);
+    col[i] = ih >= 0 && ih < H && iw >= 0 && iw < W ? x[((img * H + ih) * W + iw) * C + c] : T(0.f);
+  }
+}
+
 // col[img][k][p] for images x + img * C * H * W, img < images: row
 // k = (c * KH + kh) * KW + kw (the layout of W's [C, KH, KW]), column
 // p = oh * OW + ow; taps in the padding read 0. One thread per (image,
@@ -97,7 +120,8 @@ struct DnnConv {
 // with symmetric pads, or null when cuDNN cannot run it as we compute it
 // (its output shape differs, or no FMA-math algorithm fits).
 std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const ConvWindow& g,
-                                     cudnnDataType_t type) {
+                                     cudnnDataType_t type,
+                                     cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW) {
   const bool half = type != CUDNN_DATA_FLOAT;
   for (int64_t v : {n, m, g.c, g.h, g.w, g.kh, g.kw, g.oh, g.ow})
     if (v <= 0 || v > INT_MAX) return nullptr;
@@ -107,9 +131,9 @@ std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const 
   CheckDnn(cudnnCreateTensorDescriptor(&d->y), "cudnnCreateTensorDescriptor");
   CheckDnn(cudnnCreateFilterDescriptor(&d->w), "cudnnCreateFilterDescriptor");
   CheckDnn(cudnnCreateConvolutionDescriptor(&d->conv), "cudnnCreateConvolutionDescriptor");
-  CheckDnn(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, type, i(n), i(g.c), i(g.h), i(g.w)),
+  CheckDnn(cudnnSetTensor4dDescriptor(d->x, format, type, i(n), i(g.c), i(g.h), i(g.w)),
            "cudnnSetTensor4dDescriptor (x)");
-  CheckDnn(cudnnSetFilter4dDescriptor(d->w, type, CUDNN_TENSOR_NCHW, i(m), i(g.c / group), i(g.kh),
+  CheckDnn(cudnnSetFilter4dDescriptor(d->w, type, format, i(m), i(g.c / group), i(g.kh),
                                       i(g.kw)),
            "cudnnSetFilter4dDescriptor");
   CheckDnn(cudnnSetConvolution2dDescriptor(d->conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w),
@@ -123,7 +147,7 @@ std::unique_ptr<DnnConv> MakeDnnConv(int64_t n, int64_t m, int64_t group, const 
   CheckDnn(cudnnGetConvolution2dForwardOutputDim(d->conv, d->x, d->w, &on, &om, &ooh, &oow),
            "cudnnGetConvolution2dForwardOutputDim");
   if (on != n || om != m || ooh != g.oh || oow != g.ow) return nullptr;
-  CheckDnn(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, type, on, om, ooh, oow),
+  CheckDnn(cudnnSetTensor4dDescriptor(d->y, format, type, on, om, ooh, oow),
            "cudnnSetTensor4dDescriptor (y)");
   bool found = false;
   WithQueryHandle([&](cudnnHandle_t h) {
@@ -159,6 +183,44 @@ __global__ void BiasActivationKernel(I total, I M, I P, const T* __restrict__ bi
     float v = ToFloat(y[i]);
     if (bias) v += ToFloat(bias[(i / P) % M]);
     y[i] = FromFloat<T>(act(v));
+  }
+}
+
+// Channels-last y[..., m] = act(y[..., m] + bias[m]); I as above.
+template <typename I, typename T>
+__global__ void BiasActivationNhwcKernel(I total, I M, const T* __restrict__ bias,
+                                         DeviceActivation act, T* __restrict__ y) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<I>(blockDim.x) * gridDim.x) {
+    float v = ToFloat(y[i]);
+    if (bias) v += ToFloat(bias[i % M]);
+    y[i] = FromFloat<T>(act(v));
+  }
+}
+
+// The same over 16-byte packs of V channels (M % V == 0, y aligned): packs
+// never straddle a pixel, so pack i covers channels (i * V) % M onward.
+template <int V, typename T>
+struct alignas(sizeof(T) * V) ChannelPack {
+  T v[V];
+};
+
+template <int V, typename T>
+__global__ void BiasActivationNhwcPackKernel(int64_t packs, int64_t M, const T* __restrict__ bias,
+                                             DeviceActivation act, T* __restrict__ y) {
+  auto* yp = reinterpret_cast<ChannelPack<V, T>*>(y);
+  const uint32_t m_packs = static_cast<uint32_t>(M / V);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    ChannelPack<V, T> p = yp[i];
+    const int64_t c0 = static_cast<int64_t>(static_cast<uint64_t>(i) % m_packs) * V;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float v = ToFloat(p.v[j]);
+      if (bias) v += ToFloat(bias[c0 + j]);
+      p.v[j] = FromFloat<T>(act(v));
+    }
+    yp[i] = p;
   }
 }
 
@@ -299,9 +361,142 @@ class ConvKernel : public CudaKernel {
 #endif
 };
 
+// NhwcConv (passes/layout_nhwc.cc): X [N, H, W, C], W [M, KH, KW, C] -> Y
+// [N, OH, OW, M], group 1. cuDNN's channels-last kernels when cuDNN is built
+// and the pads are symmetric; otherwise a channels-last im2col and one GEMM per
+// chunk of images (Y[pixels, M] = col[pixels, K] x W[M, K]^T). Then the bias /
+// activation epilogue.
+template <typename T>
+class NhwcConvKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    const T* w = static_cast<const T*>(io.inputs[1]);
+    const T* bias = has_bias_ ? static_cast<const T*>(io.inputs[2]) : nullptr;
+    T* y = static_cast<T*>(io.outputs[0]);
+    const DeviceContext& dev = Dev(io);
+    const int64_t total = n_ * p_ * m_;
+    if (total == 0) return;
+#if KAIWU_WITH_CUDNN
+    if (dnn_) {
+      if (!dev.dnn) Fail(StatusCode::kInternal, "NhwcConv: the run context has no cuDNN handle");
+      const float one = 1.f, zero = 0.f;
+      CheckDnn(cudnnConvolutionForward(static_cast<cudnnHandle_t>(dev.dnn), &one, dnn_->x, x, dnn_->w, w,
+                                       dnn_->conv, dnn_->algo, io.scratch, dnn_->workspace, &zero, dnn_->y, y),
+               "NhwcConv cudnnConvolutionForward");
+    } else
+#endif
+    if (k_ == 0) {
+      CheckCuda(cudaMemsetAsync(y, 0, total * sizeof(T), dev.stream), "NhwcConv memset");
+    } else {
+      const int64_t in_image = win_.h * win_.w * win_.c;
+      for (int64_t n0 = 0; n0 < n_; n0 += chunk_) {
+        const int64_t images = std::min(chunk_, n_ - n0);
+        const T* col = x + n0 * in_image;
+        if (!pointwise_) {
+          T* scratch = static_cast<T*>(io.scratch);
+          const int64_t threads = images * p_ * k_;
+          if (threads <= kInt32Elements)
+            Im2ColNhwcKernel<int32_t><<<GridFor(threads), kBlock, 0, dev.stream>>>(
+                win_, static_cast<int32_t>(images), col, scratch);
+          else
+            Im2ColNhwcKernel<int64_t><<<GridFor(threads), kBlock, 0, dev.stream>>>(win_, images, col,
+                                                                                   scratch);
+          CheckLaunch("NhwcConv im2col kernel");
+          col = scratch;
+        }
+        // Column-major Y^T[M, pixels] = W^T... as cuBLAS sees it: op(A) = W
+        // (K x M stored, transposed), B = col (K x pixels).
+        GemmStridedBatched<T>(dev, CUBLAS_OP_T, CUBLAS_OP_N, m_, images * p_, k_, 1.f, w, k_, 0, col,
+                              k_, 0, y + n0 * p_ * m_, m_, 0, 1, "NhwcConv GEMM");
+      }
+    }
+    constexpr int V = 16 / sizeof(T);
+    if ((bias || act_.active()) && m_ % V == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+      BiasActivationNhwcPackKernel<V, T><<<GridFor(total / V), kBlock, 0, dev.stream>>>(
+          total / V, m_, bias, act_, y);
+      CheckLaunch("NhwcConv bias/activation kernel");
+    } else if (bias || act_.active()) {
+      if (total <= kInt32Elements)
+        BiasActivationNhwcKernel<int32_t><<<GridFor(total), kBlock, 0, dev.stream>>>(
+            static_cast<int32_t>(total), static_cast<int32_t>(m_), bias, act_, y);
+      else
+        BiasActivationNhwcKernel<int64_t><<<GridFor(total), kBlock, 0, dev.stream>>>(total, m_, bias,
+                                                                                      act_, y);
+      CheckLaunch("NhwcConv bias/activation kernel");
+    }
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const ConvParams& p = ctx.Params<ConvParams>();
+    const Shape& x = ctx.in(0).shape;
+    const Shape& w = ctx.in(1).shape;
+    if (p.group != 1) Unsupported(ctx, "grouped NhwcConv");
+    const SpatialGeometry& geo = p.geo;
+    n_ = x[0];
+    m_ = w[0];
+    win_.c = x[3];
+    win_.h = geo.in[1];
+    win_.w = geo.in[2];
+    win_.oh = geo.out[1];
+    win_.ow = geo.out[2];
+    win_.kh = geo.kernel[1];
+    win_.kw = geo.kernel[2];
+    win_.stride_h = geo.stride[1];
+    win_.stride_w = geo.stride[2];
+    win_.pad_h = geo.pad_begin[1];
+    win_.pad_w = geo.pad_begin[2];
+    win_.dil_h = geo.dilation[1];
+    win_.dil_w = geo.dilation[2];
+    p_ = geo.out_size();
+    k_ = win_.c * geo.kernel_size();
+    pointwise_ = geo.IsPointwise();
+    has_bias_ = p.has_bias;
+    act_ = DeviceActivation::From(p.act);
+    if (p_ > INT_MAX || k_ > INT_MAX || m_ > INT_MAX)
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(),
+           ": Conv GEMM dimensions beyond 32-bit are not supported by the CUDA backend");
+    const int64_t per_image = p_ * k_;
+    const int64_t fit = kMaxScratchBytes / static_cast<int64_t>(sizeof(T)) /
+                        std::max<int64_t>(per_image, 1);
+    chunk_ = std::max<int64_t>(1, std::min<int64_t>({n_, fit, INT_MAX / std::max<int64_t>(p_, 1)}));
+    ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(T);
+#if KAIWU_WITH_CUDNN
+    dnn_.reset();
+    const bool symmetric = geo.pad_begin[1] == geo.pad_end[1] && geo.pad_begin[2] == geo.pad_end[2];
+    if (DnnChannelsLast() && symmetric) {
+      try {
+        dnn_ = MakeDnnConv(n_, m_, 1, win_, kDnnType<T>, CUDNN_TENSOR_NHWC);
+      } catch (const Error&) {
+        dnn_.reset();  // cuDNN refused this conv: im2col runs it
+      }
+      if (dnn_) {
+        ctx.scratch_bytes = dnn_->workspace;
+        ctx.device_needs |= kNeedDnnHandle;
+      }
+    }
+#endif
+  }
+
+ private:
+  ConvWindow win_{};
+  DeviceActivation act_;
+  int64_t n_ = 0, m_ = 0;
+  int64_t p_ = 0, k_ = 0;  // output pixels per image; GEMM depth (KH * KW * C)
+  int64_t chunk_ = 1;      // images per im2col + GEMM round
+  bool pointwise_ = false, has_bias_ = false;
+#if KAIWU_WITH_CUDNN
+  std::unique_ptr<DnnConv> dnn_;
+#endif
+};
+
 }  // namespace
 
 void RegisterConvKernels(KernelRegistry& r) {
+  r.Register(OpId::kNhwcConv, DType::kFloat32, &MakeKernel<NhwcConvKernel<float>>);
+  r.Register(OpId::kNhwcConv, DType::kFloat16, &MakeKernel<NhwcConvKernel<__half>>);
+  r.Register(OpId::kNhwcConv, DType::kBFloat16, &MakeKernel<NhwcConvKernel<__nv_bfloat16>>);
   r.Register(OpId::kConv, DType::kFloat32, &MakeKernel<ConvKernel<float>>);
   r.Register(OpId::kConv, DType::kFloat16, &MakeKernel<ConvKernel<__half>>);
   r.Register(OpId::kConv, DType::kBFloat16, &MakeKernel<ConvKernel<__nv_bfloat16>>);

@@ -412,6 +412,7 @@ class Device final : public DeviceBackend {
   }
   Location Locate(const void* p) const override { return cuda::Locate(p); }
   int ordinal() const override { return ordinal_; }
+  bool ChannelsLastHalfConvs() const override { return DnnChannelsLast(); }
   std::shared_ptr<ResultPool> NewResultPool(size_t bytes) const override {
     return cuda::NewResultPool(ordinal_, bytes);
   }

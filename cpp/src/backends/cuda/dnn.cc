@@ -20,6 +20,15 @@ bool DnnEnabled() {
 #endif
 }
 
+bool DnnChannelsLast() {
+#if KAIWU_WITH_CUDNN
+  const char* env = std::getenv("KAIWU_CUDNN");
+  return !(env && std::string(env) == "0");
+#else
+  return false;
+#endif
+}
+
 #if KAIWU_WITH_CUDNN
 
 void CheckDnn(cudnnStatus_t status, const char* what) {

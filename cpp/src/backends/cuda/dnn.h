@@ -15,11 +15,16 @@
 namespace kaiwu {
 namespace cuda {
 
-/// True when this build has cuDNN and KAIWU_CUDNN is "1" (read per call). Off by
-/// default: a conv shape's first cuDNN run can take up to a second (kernel
-/// loading), which stalls a server whose batch sizes are new unless it was
-/// started with warm-up (InferenceServer::Warmup); measured in bench/notes/cuda.md.
+/// True when this build has cuDNN and KAIWU_CUDNN is "1" (read per call): every
+/// NCHW conv with symmetric pads runs on cuDNN. Off by default: a conv shape's
+/// first cuDNN run can take up to a second (kernel loading), which stalls a
+/// server whose batch sizes are new unless it was started with warm-up
+/// (InferenceServer::Warmup); measured in bench/notes/cuda.md.
 bool DnnEnabled();
+/// True when this build has cuDNN and KAIWU_CUDNN is not "0" (the default):
+/// half-precision sessions run their 2-D convs channels-last (NhwcConv), on
+/// cuDNN's tensor-core kernels.
+bool DnnChannelsLast();
 /// A handle bound to `stream` (nullptr without cuDNN); DestroyDnnHandle frees it.
 void* CreateDnnHandle(cudaStream_t stream);
 void DestroyDnnHandle(void* handle);

@@ -171,6 +171,64 @@ __global__ void MapKernel(int64_t n, const X* x, Y* y, F f) {
   KAIWU_CUDA_LOOP(i, n) y[i] = f(x[i]);
 }
 
+/// V elements moved as one aligned load or store (16 bytes for the widest type).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+/// Elements per thread of the packed kernels: 16 bytes of the widest of the types.
+template <typename... T>
+constexpr int PackWidth() {
+  size_t w = 1;
+  for (size_t s : {sizeof(T)...}) w = s > w ? s : w;
+  return static_cast<int>(16 / w) > 0 ? static_cast<int>(16 / w) : 1;
+}
+
+inline bool PackAligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+/// MapKernel over packs of V: n_packs = n / V, every pointer aligned.
+template <int V, typename X, typename Y, typename F>
+__global__ void MapPackKernel(int64_t n_packs, const X* x, Y* y, F f) {
+  KAIWU_CUDA_LOOP(i, n_packs) {
+    const Pack<X, V> a = reinterpret_cast<const Pack<X, V>*>(x)[i];
+    Pack<Y, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = f(a.v[j]);
+    reinterpret_cast<Pack<Y, V>*>(y)[i] = o;
+  }
+}
+
+/// BinaryKernel when each input is whole (kFull) or one element (kScalar): packs of V.
+template <int V, typename A, typename B, typename O, typename F>
+__global__ void BinaryPackKernel(int64_t n_packs, bool a_full, bool b_full, const A* a, const B* b,
+                                 O* o, F f) {
+  const A a0 = a[0];
+  const B b0 = b[0];
+  KAIWU_CUDA_LOOP(i, n_packs) {
+    Pack<A, V> pa;
+    Pack<B, V> pb;
+    if (a_full) {
+      pa = reinterpret_cast<const Pack<A, V>*>(a)[i];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) pa.v[j] = a0;
+    }
+    if (b_full) {
+      pb = reinterpret_cast<const Pack<B, V>*>(b)[i];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) pb.v[j] = b0;
+    }
+    Pack<O, V> po;
+#pragma unroll
+    for (int j = 0; j < V; ++j) po.v[j] = f(pa.v[j], pb.v[j]);
+    reinterpret_cast<Pack<O, V>*>(o)[i] = po;
+  }
+}
+
 /// o[i] = f(a[..], b[..]) under broadcasting. o may be a (in-place folds).
 template <typename A, typename B, typename O, typename F>
 __global__ void BinaryKernel(ElementIndexer<2> ix, int64_t n, const A* a, const B* b, O* o, F f) {
@@ -184,7 +242,12 @@ __global__ void BinaryKernel(ElementIndexer<2> ix, int64_t n, const A* a, const 
 template <typename X, typename Y, typename F>
 void LaunchMap(int64_t n, const X* x, Y* y, F f, cudaStream_t stream, const char* what) {
   if (n <= 0) return;
-  MapKernel<<<GridFor(n), kBlock, 0, stream>>>(n, x, y, f);
+  constexpr int V = PackWidth<X, Y>();
+  if (V > 1 && n % V == 0 && PackAligned(x, sizeof(X) * V) && PackAligned(y, sizeof(Y) * V)) {
+    MapPackKernel<V><<<GridFor(n / V), kBlock, 0, stream>>>(n / V, x, y, f);
+  } else {
+    MapKernel<<<GridFor(n), kBlock, 0, stream>>>(n, x, y, f);
+  }
   CheckLaunch(what);
 }
 
@@ -192,7 +255,17 @@ template <typename A, typename B, typename O, typename F>
 void LaunchBinary(const ElementIndexer<2>& ix, int64_t n, const A* a, const B* b, O* o, F f,
                   cudaStream_t stream, const char* what) {
   if (n <= 0) return;
-  BinaryKernel<<<GridFor(n), kBlock, 0, stream>>>(ix, n, a, b, o, f);
+  constexpr int V = PackWidth<A, B, O>();
+  const bool a_full = ix.access[0] == Access::kFull, b_full = ix.access[1] == Access::kFull;
+  const bool packable = (a_full || ix.access[0] == Access::kScalar) &&
+                        (b_full || ix.access[1] == Access::kScalar) && V > 1 && n % V == 0 &&
+                        (!a_full || PackAligned(a, sizeof(A) * V)) &&
+                        (!b_full || PackAligned(b, sizeof(B) * V)) && PackAligned(o, sizeof(O) * V);
+  if (packable) {
+    BinaryPackKernel<V><<<GridFor(n / V), kBlock, 0, stream>>>(n / V, a_full, b_full, a, b, o, f);
+  } else {
+    BinaryKernel<<<GridFor(n), kBlock, 0, stream>>>(ix, n, a, b, o, f);
+  }
   CheckLaunch(what);
 }
 

@@ -96,6 +96,30 @@ __global__ void MaxPoolKernel(PoolWindow g, int64_t planes, bool col_major,
   }
 }
 
+// NhwcMaxPool: x [N, H, W, C] -> y [N, OH, OW, C] (2-D: the window's dims 1
+// and 2), one thread per output element so that neighbouring threads read
+// neighbouring channels; max from -inf with fmaxf as MaxPoolKernel<false>.
+template <typename T>
+__global__ void MaxPoolNhwcKernel(PoolWindow g, int64_t total, int64_t C, const T* __restrict__ x,
+                                  T* __restrict__ y) {
+  const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2];
+  KAIWU_CUDA_LOOP(i, total) {
+    const int64_t c = i % C, r = i / C;
+    const int64_t ow = r % OW, oh = (r / OW) % OH, n = r / (OW * OH);
+    const T* xn = x + n * H * W * C + c;
+    float best = -INFINITY;
+    for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+      const int64_t ih = g.Pos(1, oh, kh);
+      if (ih < 0 || ih >= H) continue;
+      for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+        const int64_t iw = g.Pos(2, ow, kw);
+        if (iw >= 0 && iw < W) best = fmaxf(best, Load(xn[(ih * W + iw) * C]));
+      }
+    }
+    y[i] = Store<T>(best);
+  }
+}
+
 // Number of taps k of dim d at output o inside [lo, hi).
 __device__ int64_t TapsInside(const PoolWindow& g, int d, int64_t o, int64_t lo, int64_t hi) {
   int64_t n = 0;
@@ -253,6 +277,79 @@ class GlobalPoolKernel : public CudaKernel {
   int64_t planes_ = 0, size_ = 0;
 };
 
+// The same over 16-byte packs of V channels (C % V == 0, x and y aligned).
+template <int V, typename T>
+struct alignas(sizeof(T) * V) PoolPack {
+  T v[V];
+};
+
+template <int V, typename T>
+__global__ void MaxPoolNhwcPackKernel(PoolWindow g, int64_t packs, int64_t C, const T* __restrict__ x,
+                                      T* __restrict__ y) {
+  const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2], CP = C / V;
+  const auto* xp = reinterpret_cast<const PoolPack<V, T>*>(x);
+  auto* yp = reinterpret_cast<PoolPack<V, T>*>(y);
+  KAIWU_CUDA_LOOP(i, packs) {
+    const int64_t cp = i % CP, r = i / CP;
+    const int64_t ow = r % OW, oh = (r / OW) % OH, n = r / (OW * OH);
+    const PoolPack<V, T>* xn = xp + n * H * W * CP + cp;
+    float best[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) best[j] = -INFINITY;
+    for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+      const int64_t ih = g.Pos(1, oh, kh);
+      if (ih < 0 || ih >= H) continue;
+      for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+        const int64_t iw = g.Pos(2, ow, kw);
+        if (iw < 0 || iw >= W) continue;
+        const PoolPack<V, T> v = xn[(ih * W + iw) * CP];
+#pragma unroll
+        for (int j = 0; j < V; ++j) best[j] = fmaxf(best[j], Load(v.v[j]));
+      }
+    }
+    PoolPack<V, T> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = Store<T>(best[j]);
+    yp[i] = o;
+  }
+}
+
+class NhwcMaxPoolKernel : public CudaKernel {
+ public:
+  void Run(const KernelIO& io) const override {
+    if (total_ == 0) return;
+    WithFloatType(dtype_, [&](auto t) {
+      using T = decltype(t);
+      constexpr int V = 16 / sizeof(T);
+      const T* x = static_cast<const T*>(io.inputs[0]);
+      T* y = static_cast<T*>(io.outputs[0]);
+      if (channels_ % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+          reinterpret_cast<uintptr_t>(y) % 16 == 0)
+        MaxPoolNhwcPackKernel<V, T><<<GridFor(total_ / V), kBlock, 0, Dev(io).stream>>>(
+            window_, total_ / V, channels_, x, y);
+      else
+        MaxPoolNhwcKernel<T><<<GridFor(total_), kBlock, 0, Dev(io).stream>>>(window_, total_, channels_, x,
+                                                                           y);
+    });
+    CheckLaunch("NhwcMaxPool kernel");
+  }
+
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const PoolParams& p = ctx.Params<PoolParams>();
+    const Shape& x = ctx.in(0).shape;
+    window_ = PoolWindow::From(p.geo);
+    channels_ = x[3];
+    total_ = x[0] * p.geo.out_size() * channels_;
+    dtype_ = ctx.in(0).dtype;
+  }
+
+ private:
+  DType dtype_ = DType::kFloat32;
+  PoolWindow window_{};
+  int64_t channels_ = 0, total_ = 0;
+};
+
 template <typename K, bool kMax>
 std::unique_ptr<Kernel> MakePool(const Node&) {
   return std::make_unique<K>(kMax);
@@ -267,6 +364,7 @@ void RegisterPoolKernels(KernelRegistry& r) {
   r.Register(OpId::kAveragePool, floats, &MakePool<PoolKernel, false>);
   r.Register(OpId::kGlobalMaxPool, floats, &MakePool<GlobalPoolKernel, true>);
   r.Register(OpId::kGlobalAveragePool, floats, &MakePool<GlobalPoolKernel, false>);
+  r.Register(OpId::kNhwcMaxPool, floats, &MakeKernel<NhwcMaxPoolKernel>);
 }
 
 }  // namespace cuda

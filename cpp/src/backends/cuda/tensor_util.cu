@@ -127,7 +127,11 @@ void StridedCopy::Run(const void* src, void* dst, cudaStream_t stream) const {
   const int r = static_cast<int>(shape_.size());
   // 32-bit index arithmetic when every index fits (the grid stride stays below 2^30).
   const bool small = total_ <= (int64_t{1} << 30) && max_offset_ < (int64_t{1} << 31);
-  if (r >= 2 && strides_[r - 2] == 1 && strides_[r - 1] != 0 && strides_[r - 1] != 1) {
+  // Tiles pay when both transposed dims fill them; a few channels moved to the
+  // end (NCHW -> NHWC of an image input) gather instead: 32x32 tiles would
+  // leave most of each block idle.
+  if (r >= 2 && strides_[r - 2] == 1 && strides_[r - 1] != 0 && strides_[r - 1] != 1 &&
+      shape_[r - 1] >= 8 && shape_[r - 2] >= 8) {
     if (small) {
       KAIWU_CUDA_BY_ELEM(elem_, LaunchTranspose<U, int32_t>(src, dst, shape_, strides_, offset_,
                                                             total_, stream));

@@ -1,0 +1,215 @@
+#include "passes/layout_nhwc.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "passes/match_util.h"
+#include "passes/rewrite_util.h"
+
+namespace kaiwu {
+
+namespace {
+
+const std::vector<int64_t> kToNhwc = {0, 2, 3, 1};
+const std::vector<int64_t> kToNchw = {0, 3, 1, 2};
+
+// Elementwise ops a Transpose commutes with when every operand is transposed
+// the same way or holds a single element (broadcast alike in any layout).
+const std::set<std::string> kElementwise = {
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Sqrt", "Elu", "Selu",
+    "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Gelu", "Mish", "Identity", "Cast",
+    "Erf", "Log", "Clip", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Add", "Sub", "Mul",
+    "Div", "Max", "Min", "Pow", "Sum", "Mean"};
+
+bool IsHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// The rank of v, looking through the static nodes that derive a conv weight
+// (Cast to half, BatchNorm folding) when v carries no shape.
+int RankOf(const Graph& g, const std::vector<int>& producer, int v) {
+  for (int hops = 0; hops < 8 && v >= 0; ++hops) {
+    const int r = KnownRank(g, v);
+    if (r >= 0) return r;
+    if (g.values[v].data) return static_cast<int>(g.values[v].data->shape().size());
+    const int p = producer[v];
+    if (p < 0 || g.nodes[p].inputs.empty()) return -1;
+    v = g.nodes[p].inputs[0];
+  }
+  return -1;
+}
+
+// True when v holds one element in every run: a one-element weight or
+// constant, or a static Cast / unary node over one (mixed precision casts a
+// scalar operand to half by a static node).
+bool OneElement(const Graph& g, const std::vector<int>& producer, int v) {
+  for (int hops = 0; hops < 4 && v >= 0; ++hops) {
+    const Value& val = g.values[v];
+    if (val.data) return val.data->size() == 1;
+    const int p = producer[v];
+    if (p < 0 || g.nodes[p].num_inputs() != 1 || !g.nodes[p].domain.empty() ||
+        !kElementwise.count(g.nodes[p].op_type))
+      return false;
+    v = g.nodes[p].inputs[0];
+  }
+  return false;
+}
+
+int AddTranspose(Graph* g, int x, const std::vector<int64_t>& perm, const std::string& hint,
+                 int out = -1) {
+  if (out < 0) {
+    out = AddIntermediate(g, hint);
+    g->values[out].dtype = g->values[x].dtype;
+  }
+  Node t;
+  t.op_type = "Transpose";
+  t.name = g->values[out].name;
+  t.opset = g->opset;
+  t.inputs = {x};
+  t.outputs = {out};
+  t.attrs["perm"] = IntsAttr(perm);
+  g->AddNode(std::move(t));
+  return out;
+}
+
+// Conv / MaxPool node i -> T(NCHW->NHWC) -> op -> T(NHWC->NCHW); false when it does not qualify.
+bool Convert(Graph* g, const std::vector<int>& producer, size_t i,
+             const std::function<bool(OpId, DType)>& has_kernel) {
+  const Node n = g->nodes[i];
+  if (!n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.empty() || n.outputs[0] < 0)
+    return false;
+  const bool conv = n.op_type == "Conv";
+  if (!conv && n.op_type != "MaxPool") return false;
+  const int x = n.inputs[0];
+  const DType dtype = g->values[x].dtype;
+  if (!IsHalf(dtype) || !has_kernel(conv ? OpId::kNhwcConv : OpId::kNhwcMaxPool, dtype)) return false;
+  if (conv) {
+    if (n.num_inputs() < 2 || n.inputs[1] < 0 || n.GetInt("group", 1) != 1) return false;
+    if (RankOf(*g, producer, n.inputs[1]) != 4) return false;
+  } else {
+    if (n.outputs.size() > 1 && n.outputs[1] >= 0) return false;  // Indices: NCHW positions
+    if (n.GetInts("kernel_shape").size() != 2) return false;
+  }
+  Node op = n;
+  op.op_type = conv ? "NhwcConv" : "NhwcMaxPool";
+  op.domain = "kaiwu";
+  op.opset = 1;
+  op.outputs.resize(1);
+  op.attrs.erase("storage_order");
+  op.inputs[0] = AddTranspose(g, x, kToNhwc, n.name + "_in_nhwc");
+  if (conv) op.inputs[1] = AddTranspose(g, n.inputs[1], kToNhwc, n.name + "_w_nhwc");
+  const int y = n.outputs[0];
+  const int y_nhwc = AddIntermediate(g, n.name + "_nhwc");
+  g->values[y_nhwc].dtype = g->values[y].dtype;
+  op.outputs[0] = y_nhwc;
+  op.name = n.name;
+  MarkRemoved(&g->nodes[i]);
+  g->AddNode(std::move(op));
+  AddTranspose(g, y_nhwc, kToNchw, "", y);
+  return true;
+}
+
+// The perm of a default-domain Transpose with an explicit perm, or empty.
+std::vector<int64_t> PermOf(const Node& t) {
+  if (t.op_type != "Transpose" || !t.domain.empty() || !t.HasInput(0)) return {};
+  return t.GetInts("perm");
+}
+
+// Elementwise node whose operands are all T(perm)(a) or one-element constants:
+// reads the a's and writes a new value, followed by T(perm) into its old output.
+int SinkTransposes(Graph* g) {
+  const std::vector<int> producer = Producers(*g);
+  int fired = 0;
+  const size_t count = g->nodes.size();
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = g->nodes[i];
+    const bool fused = n.op_type == "FusedElementwise" && n.domain == "kaiwu";
+    if (!fused && (!n.domain.empty() || !kElementwise.count(n.op_type))) continue;
+    if (n.outputs.size() != 1 || n.outputs[0] < 0) continue;
+    std::vector<int64_t> perm;
+    bool ok = true;
+    for (int v : n.inputs) {
+      if (v < 0) continue;
+      const int p = producer[v];
+      const std::vector<int64_t> q = p >= 0 ? PermOf(g->nodes[p]) : std::vector<int64_t>{};
+      if (!q.empty()) {
+        if (perm.empty()) perm = q;
+        ok = ok && q == perm;
+      } else {
+        ok = ok && OneElement(*g, producer, v);
+      }
+    }
+    if (!ok || perm.empty()) continue;
+    Node moved = n;
+    for (int& v : moved.inputs)
+      if (v >= 0 && producer[v] >= 0 && !PermOf(g->nodes[producer[v]]).empty())
+        v = g->nodes[producer[v]].inputs[0];
+    const int y = n.outputs[0];
+    const int mid = AddIntermediate(g, n.name + "_t");
+    g->values[mid].dtype = g->values[y].dtype;
+    moved.outputs[0] = mid;
+    MarkRemoved(&g->nodes[i]);
+    g->AddNode(std::move(moved));
+    AddTranspose(g, mid, perm, "", y);
+    ++fired;
+  }
+  if (fired) RemoveMarkedNodes(g);
+  return fired;
+}
+
+// T2(T1(x)) reads x through one Transpose, or none when the perms cancel (kept
+// as an identity Transpose only where its output is a graph output).
+int FoldTransposes(Graph* g) {
+  const std::vector<int> producer = Producers(*g);
+  int fired = 0;
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    Node& t2 = g->nodes[i];
+    const std::vector<int64_t> p2 = PermOf(t2);
+    if (p2.empty()) continue;
+    const int p = producer[t2.inputs[0]];
+    if (p < 0) continue;
+    const std::vector<int64_t> p1 = PermOf(g->nodes[p]);
+    if (p1.size() != p2.size()) continue;
+    bool valid = true;
+    for (int64_t k : p2) valid = valid && k >= 0 && k < static_cast<int64_t>(p1.size());
+    if (!valid) continue;
+    std::vector<int64_t> q(p2.size());
+    bool identity = true;
+    for (size_t k = 0; k < q.size(); ++k) {
+      q[k] = p1[p2[k]];
+      identity = identity && q[k] == static_cast<int64_t>(k);
+    }
+    const int x = g->nodes[p].inputs[0];
+    const int out = t2.outputs[0];
+    if (identity && !IsGraphOutput(*g, out)) {
+      MarkRemoved(&t2);
+      ReplaceUses(g, out, x);
+    } else {
+      t2.inputs[0] = x;
+      t2.attrs["perm"] = IntsAttr(q);
+    }
+    ++fired;
+    break;  // producers changed: the caller loops
+  }
+  if (fired) RemoveMarkedNodes(g);
+  return fired;
+}
+
+}  // namespace
+
+int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel) {
+  int converted = 0;
+  {
+    const std::vector<int> producer = Producers(*g);
+    const size_t count = g->nodes.size();
+    for (size_t i = 0; i < count; ++i) converted += Convert(g, producer, i, has_kernel) ? 1 : 0;
+  }
+  if (!converted) return 0;
+  RemoveMarkedNodes(g);
+  for (int round = 0; round < 1000; ++round)
+    if (!SinkTransposes(g) && !FoldTransposes(g)) break;
+  g->RemoveDeadNodes();
+  g->Verify();
+  return converted;
+}
+
+}  // namespace kaiwu

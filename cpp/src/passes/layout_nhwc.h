@@ -1,0 +1,26 @@
+// Channels-last layout for device sessions in half precision: tensor-core
+// convolutions read and write NHWC, so a model exported in NCHW would pay a
+// layout conversion on both sides of every conv. This pass rewrites each 2-D
+// Conv (group 1, symmetric pads) and MaxPool on a 16-bit float tensor as
+//   Transpose(NCHW->NHWC) -> NhwcConv / NhwcMaxPool -> Transpose(NHWC->NCHW)
+// with the conv's weight transposed to [M, KH, KW, C] by a static node (so a
+// refit re-derives it), then moves transposes down through elementwise ops
+// (unary, Cast, binary ops whose other operands are one-element constants or
+// transposed the same way, FusedElementwise) and cancels inverse pairs. What
+// is left are the conversions at the edges of the conv stack, e.g. one
+// Transpose before the Flatten of the head; a channels-last input
+// (Transpose(0, 3, 1, 2) of an NHWC observation) loses its Transpose.
+#pragma once
+
+#include <functional>
+
+#include "ir/graph.h"
+#include "ops/op.h"
+
+namespace kaiwu {
+
+/// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
+/// which NHWC ops the backend runs. Returns the convs and pools converted.
+int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel);
+
+}  // namespace kaiwu

@@ -1,0 +1,173 @@
+// passes/layout_nhwc.cc on hand-built half-precision graphs: which nodes
+// become channels-last, which transposes are left, and what is never touched.
+// The numbers (NhwcConv / NhwcMaxPool kernels against onnxruntime) are checked
+// on a GPU by tests/python/test_precision.py.
+#include <gtest/gtest.h>
+
+#include "passes/layout_nhwc.h"
+
+namespace kaiwu {
+namespace {
+
+int Val(Graph& g, const std::string& name, DType t, ValueKind kind = ValueKind::kRuntime) {
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.dtype = t;
+  return g.AddValue(v);
+}
+
+int Data(Graph& g, const std::string& name, Shape shape, ValueKind kind) {
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.dtype = DType::kFloat16;
+  v.data = std::make_shared<Tensor>(DType::kFloat16, shape);
+  v.has_shape = true;
+  for (int64_t d : shape) v.dims.push_back(Dim{d, ""});
+  return g.AddValue(v);
+}
+
+Node Op(const std::string& op, std::vector<int> in, std::vector<int> out) {
+  Node n;
+  n.op_type = op;
+  n.name = op + std::to_string(out.empty() ? 0 : out[0]);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+Attribute Ints(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+int Count(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.op_type == op;
+  return n;
+}
+
+bool AllKernels(OpId, DType) { return true; }
+
+// x -> [Transpose(0,3,1,2) when channels_last_input] -> Conv(+Relu) -> MaxPool
+//   -> r = pooled + Conv2(Relu(pooled)) * 0.5 -> Flatten -> y
+Graph ResidualStack(bool channels_last_input) {
+  Graph g;
+  int x = Val(g, "x", DType::kFloat16, ValueKind::kInput);
+  g.inputs = {x};
+  int a = x;
+  if (channels_last_input) {
+    a = Val(g, "a", DType::kFloat16);
+    Node t = Op("Transpose", {x}, {a});
+    t.attrs["perm"] = Ints({0, 3, 1, 2});
+    g.AddNode(t);
+  }
+  int w1 = Data(g, "w1", {8, 3, 3, 3}, ValueKind::kWeight);
+  int b1 = Data(g, "b1", {8}, ValueKind::kWeight);
+  int w2 = Data(g, "w2", {8, 8, 3, 3}, ValueKind::kWeight);
+  int half = Data(g, "half", {}, ValueKind::kConstant);
+  int c1 = Val(g, "c1", DType::kFloat16), p = Val(g, "p", DType::kFloat16);
+  int r = Val(g, "r", DType::kFloat16), c2 = Val(g, "c2", DType::kFloat16);
+  int s = Val(g, "s", DType::kFloat16), sum = Val(g, "sum", DType::kFloat16);
+  int y = Val(g, "y", DType::kFloat16);
+  Node conv1 = Op("Conv", {a, w1, b1}, {c1});
+  conv1.attrs["pads"] = Ints({1, 1, 1, 1});
+  conv1.attrs["kernel_shape"] = Ints({3, 3});
+  g.AddNode(conv1);
+  Node pool = Op("MaxPool", {c1}, {p});
+  pool.attrs["kernel_shape"] = Ints({2, 2});
+  pool.attrs["strides"] = Ints({2, 2});
+  g.AddNode(pool);
+  g.AddNode(Op("Relu", {p}, {r}));
+  Node conv2 = Op("Conv", {r, w2}, {c2});
+  conv2.attrs["pads"] = Ints({1, 1, 1, 1});
+  g.AddNode(conv2);
+  g.AddNode(Op("Mul", {c2, half}, {s}));
+  g.AddNode(Op("Add", {p, s}, {sum}));
+  g.AddNode(Op("Flatten", {sum}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  return g;
+}
+
+TEST(LayoutNhwc, ConvStackRunsChannelsLastWithTransposesOnlyAtTheEdges) {
+  Graph g = ResidualStack(/*channels_last_input=*/false);
+  EXPECT_EQ(ConvertToNhwc(&g, AllKernels), 3);
+  EXPECT_EQ(Count(g, "Conv"), 0);
+  EXPECT_EQ(Count(g, "MaxPool"), 0);
+  EXPECT_EQ(Count(g, "NhwcConv"), 2);
+  EXPECT_EQ(Count(g, "NhwcMaxPool"), 1);
+  // The input into NHWC, the two weights (static nodes), and back before Flatten.
+  EXPECT_EQ(Count(g, "Transpose"), 4);
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "Flatten") {
+      const Node& t = g.nodes[g.values[n.inputs[0]].producer];
+      EXPECT_EQ(t.op_type, "Transpose");
+      EXPECT_EQ(t.GetInts("perm"), (std::vector<int64_t>{0, 3, 1, 2}));
+    }
+    if (n.op_type == "NhwcConv") EXPECT_EQ(n.domain, "kaiwu");
+  }
+}
+
+TEST(LayoutNhwc, ChannelsLastInputLosesItsTranspose) {
+  Graph g = ResidualStack(/*channels_last_input=*/true);
+  EXPECT_EQ(ConvertToNhwc(&g, AllKernels), 3);
+  // Two weight transposes and the one before Flatten: the input's pair cancelled.
+  EXPECT_EQ(Count(g, "Transpose"), 3);
+  for (const Node& n : g.nodes)
+    if (n.op_type == "NhwcConv" && n.inputs[0] == g.inputs[0]) return;
+  ADD_FAILURE() << "the first NhwcConv should read the NHWC input directly";
+}
+
+TEST(LayoutNhwc, LeavesFloat32GroupedAndUnsupportedConvsAlone) {
+  Graph g = ResidualStack(false);
+  // Without kernels for the NHWC ops nothing changes.
+  EXPECT_EQ(ConvertToNhwc(&g, [](OpId, DType) { return false; }), 0);
+  EXPECT_EQ(Count(g, "Conv"), 2);
+  EXPECT_EQ(Count(g, "Transpose"), 0);
+
+  Graph f;
+  int x = Val(f, "x", DType::kFloat32, ValueKind::kInput);
+  f.inputs = {x};
+  Value w;
+  w.name = "w";
+  w.kind = ValueKind::kWeight;
+  w.dtype = DType::kFloat32;
+  w.data = std::make_shared<Tensor>(DType::kFloat32, Shape{4, 2, 3, 3});
+  int wv = f.AddValue(w);
+  int y = Val(f, "y", DType::kFloat32);
+  f.AddNode(Op("Conv", {x, wv}, {y}));
+  f.outputs = {y};
+  f.Verify();
+  EXPECT_EQ(ConvertToNhwc(&f, AllKernels), 0);  // float32 stays NCHW
+
+  Graph h = ResidualStack(false);
+  for (Node& n : h.nodes)
+    if (n.op_type == "Conv") n.attrs["group"] = Attribute{Attribute::Kind::kInt, 2};
+  EXPECT_EQ(ConvertToNhwc(&h, AllKernels), 1);  // only the MaxPool
+  EXPECT_EQ(Count(h, "Conv"), 2);
+}
+
+TEST(LayoutNhwc, GraphOutputsKeepTheirNamesAndLayout) {
+  // x -> Conv -> y (a graph output): y is still written NCHW under its own name.
+  Graph g;
+  int x = Val(g, "x", DType::kFloat16, ValueKind::kInput);
+  g.inputs = {x};
+  int w = Data(g, "w", {4, 3, 1, 1}, ValueKind::kWeight);
+  int y = Val(g, "y", DType::kFloat16);
+  g.AddNode(Op("Conv", {x, w}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  EXPECT_EQ(ConvertToNhwc(&g, AllKernels), 1);
+  ASSERT_EQ(g.outputs.size(), 1u);
+  EXPECT_EQ(g.values[g.outputs[0]].name, "y");
+  const Node& last = g.nodes[g.values[g.outputs[0]].producer];
+  EXPECT_EQ(last.op_type, "Transpose");
+  EXPECT_EQ(last.GetInts("perm"), (std::vector<int64_t>{0, 3, 1, 2}));
+}
+
+}  // namespace
+}  // namespace kaiwu
