@@ -1,7 +1,7 @@
 """Cold start of the GPU path: what the first run of a new batch size costs, in a
 Session and in an InferenceServer stepped by many thread actors.
 
-    KAIWU_CUDNN=1 PYTHONPATH=python python bench/bench_coldstart.py [--actors 256]
+    KAIWU_CUDNN=1 PYTHONPATH=python python bench/bench_coldstart.py [--actors 256] [--precision fp16]
 
 Part 1: a fresh Session of the IMPALA+LSTM policy runs batch sizes 1..256 once
 (the run that builds the plan) and again (warm). Part 2: one server is stepped by
@@ -26,10 +26,10 @@ sys.path.insert(0, HERE)
 import bench_server as bs  # noqa: E402
 
 
-def first_runs(ki, policy, device):
+def first_runs(ki, policy, device, precision="fp32"):
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
-    s = ki.Session(policy.path, device=device)
+    s = ki.Session(policy.path, device=device, precision=precision)
     line = [f"session load {1e3 * (time.perf_counter() - t0):.0f} ms; first/second run (ms):"]
     for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         feeds = {policy.obs_name: rng.integers(0, 256, (b, *policy.obs_shape)).astype(policy.dtype),
@@ -44,10 +44,10 @@ def first_runs(ki, policy, device):
     return " ".join(line)
 
 
-def server_rounds(ki, policy, device, actors, seconds, workers, warmup):
+def server_rounds(ki, policy, device, actors, seconds, workers, warmup, precision="fp32"):
     t0 = time.perf_counter()
     srv = ki.InferenceServer(policy.path, device=device, workers=workers, state={"h0": "hn", "c0": "cn"},
-                             warmup=warmup)
+                             warmup=warmup, precision=precision)
     on = policy.obs_name
     out = [f"server start{' with warmup' if warmup else ''}: {1e3 * (time.perf_counter() - t0):.0f} ms"]
     for rnd in range(2):
@@ -81,13 +81,15 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warmup", action="store_true", help="start the server with warmup=True")
+    ap.add_argument("--precision", default="fp32", help="fp32, fp16 or bf16 (fp16/bf16: channels-last convs)")
     args = ap.parse_args()
     import kaiwu_infer as ki
 
     policy = bs.build_policies(tempfile.mkdtemp())["impala_lstm"]
-    tag = bs.env_prefix() or "(defaults) "
-    print(tag + first_runs(ki, policy, args.device), flush=True)
-    for line in server_rounds(ki, policy, args.device, args.actors, args.seconds, args.workers, args.warmup):
+    tag = (bs.env_prefix() or "(defaults) ") + f"precision={args.precision} "
+    print(tag + first_runs(ki, policy, args.device, args.precision), flush=True)
+    for line in server_rounds(ki, policy, args.device, args.actors, args.seconds, args.workers, args.warmup,
+                              args.precision):
         print(tag + line, flush=True)
 
 

@@ -249,3 +249,18 @@ def test_channels_last_session_refits_its_transposed_weights():
     fresh = ki.Session(_with_weights(data, new), device="cuda", precision="fp16").run(feeds)["y"]
     np.testing.assert_array_equal(after, fresh)
     assert not np.array_equal(after, before)
+
+
+@gpu
+def test_server_warms_up_by_default_when_convs_run_channels_last():
+    """warmup=None (the default) builds every padded batch size's plan at start when the session
+    runs channels-last half convs on cuDNN (a new size's first run is slow there), not otherwise."""
+    data, _ = _model("atari_cnn")
+    with ki.InferenceServer(data, device="cuda", precision="fp16", max_batch=8) as srv:
+        if "layout_nhwc" not in srv.session.describe():
+            pytest.skip("this build has no cuDNN: half convs stay NCHW")
+        assert srv.session.plans >= 4  # batch sizes 1, 2, 4, 8
+    with ki.InferenceServer(data, device="cuda", max_batch=8) as srv:
+        assert srv.session.plans == 0
+    with ki.InferenceServer(data, device="cuda", precision="fp16", max_batch=8, warmup=False) as srv:
+        assert srv.session.plans == 0
