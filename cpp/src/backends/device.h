@@ -146,6 +146,16 @@ class DeviceBackend {
     // mean equal launches.
     /// Launches the recording for `key`; false if there is none.
     virtual bool Replay(const std::vector<const void*>& key) = 0;
+    /// A device-to-device feed (`out` false) or result (`out` true) copy made
+    /// part of the run's recording: queued before Replay / BeginRecord, it is
+    /// recorded as one launch per direction that reads this run's pointers.
+    /// False when this stream does not queue it (then CopyIn / CopyOut it).
+    virtual bool QueueDeviceCopy(bool /*out*/, void* /*dst*/, const void* /*src*/, size_t /*bytes*/) {
+      return false;
+    }
+    /// Launches the queued copies of one direction directly, when neither a
+    /// replay nor a kept recording ran them (before / after launching the steps).
+    virtual void FlushQueuedCopies(bool /*out*/) {}
     /// Starts recording the launches that follow; false when recording is
     /// off (then launch directly).
     virtual bool BeginRecord() = 0;

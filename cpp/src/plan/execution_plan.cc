@@ -17,6 +17,7 @@ struct ExecutionPlan::RunContext {
   std::vector<const void*> in_flat;
   std::vector<void*> out_flat;
   std::vector<const void*> graph_key;  // device plans: the weight addresses of this run
+  std::vector<char> queued_out;         // device plans: output copies queued into the recording
   ~RunContext() { AlignedFree(arena); }
 };
 
@@ -383,9 +384,22 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
     stream.Begin(io);
     // Feeds into the plan's input buffers: staged, one DMA from page-locked
     // memory, or device to device. The recorded steps read only these buffers.
-    for (size_t i = 0; i < input_values_.size(); ++i)
-      stream.CopyIn(const_cast<void*>(ptr[input_values_[i]]), feeds[i], input_bytes_[i],
-                    feed_kinds ? feed_kinds[i] : MemKind::kHost);
+    // Device feeds and device results are queued to be part of the recording.
+    for (size_t i = 0; i < input_values_.size(); ++i) {
+      const MemKind kind = feed_kinds ? feed_kinds[i] : MemKind::kHost;
+      void* dst = const_cast<void*>(ptr[input_values_[i]]);
+      if (kind != MemKind::kDevice || !stream.QueueDeviceCopy(false, dst, feeds[i], input_bytes_[i]))
+        stream.CopyIn(dst, feeds[i], input_bytes_[i], kind);
+    }
+    auto out_src = [&](int v) { return slot_[v] == Slot::kStatic ? weights.device_pointers[v] : ptr[v]; };
+    std::vector<char>& queued_out = ctx.queued_out;
+    queued_out.assign(output_copies_.size(), 0);
+    for (size_t c = 0; c < output_copies_.size(); ++c) {
+      const auto& [k, v] = output_copies_[c];
+      if (out_kinds && out_kinds[k] == MemKind::kDevice)
+        queued_out[c] = stream.QueueDeviceCopy(
+            true, outputs[k], out_src(v), static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));
+    }
     // The steps' launches depend only on this context's buffers and the
     // weights' addresses: replay them as one recorded graph when possible.
     bool ran = false;
@@ -405,10 +419,15 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
         ran = stream.EndRecord(ctx.graph_key, recorded);
       }
     }
-    if (!ran) launch_steps();
-    for (const auto& [k, v] : output_copies_) {
-      const void* src = slot_[v] == Slot::kStatic ? weights.device_pointers[v] : ptr[v];
-      stream.CopyOut(outputs[k], src,
+    if (!ran) {
+      stream.FlushQueuedCopies(false);
+      launch_steps();
+      stream.FlushQueuedCopies(true);
+    }
+    for (size_t c = 0; c < output_copies_.size(); ++c) {
+      if (queued_out[c]) continue;
+      const auto& [k, v] = output_copies_[c];
+      stream.CopyOut(outputs[k], out_src(v),
                      static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype),
                      out_kinds ? out_kinds[k] : MemKind::kHost);
     }

@@ -3,6 +3,8 @@
 // caller-stream ordering with events, the replay of a plan's launches as CUDA
 // graphs, and a refit's weight copies. Pinned memory and result blocks: memory.cc.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/dnn.h"
 #include "backends/cuda/memory.h"
+#include "backends/cuda/run_copy.h"
 #include "backends/cuda/weight_copy.h"
 #include "backends/device.h"
 
@@ -63,6 +66,14 @@ class CudaStream final : public DeviceBackend::Stream {
     void* flag_device = nullptr;
     CheckCuda(cudaHostGetDevicePointer(&flag_device, flag_, 0), "cudaHostGetDevicePointer (error flag)");
     ctx_.error_flag = static_cast<int*>(flag_device);
+    // The run's device feed and result copy tables, read by the recorded copy launches.
+    void* tables = nullptr;
+    CheckCuda(cudaHostAlloc(&tables, 2 * sizeof(RunCopyTable), cudaHostAllocMapped),
+              "cudaHostAlloc (copy tables)");
+    copy_host_ = static_cast<RunCopyTable*>(tables);
+    void* tables_device = nullptr;
+    CheckCuda(cudaHostGetDevicePointer(&tables_device, tables, 0), "cudaHostGetDevicePointer (copy tables)");
+    copy_dev_ = static_cast<const RunCopyTable*>(tables_device);
   }
 
   // Refit copies.
@@ -151,6 +162,7 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
     cudaFreeHost(flag_);
+    cudaFreeHost(copy_host_);
     if (job_device_) cudaFree(job_device_);
     if (fault_) cudaFree(fault_);
     if (foreign_) cudaEventDestroy(foreign_);
@@ -250,6 +262,9 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaError_t sync = Wait();
     in_used_ = out_used_ = 0;
     job_used_ = 0;
+    copy_n_[0] = copy_n_[1] = 0;
+    copy_max_[0] = copy_max_[1] = 0;
+    copies_ran_ = false;
     struct Clear {
       std::vector<Pending>& v;
       ~Clear() { v.clear(); }
@@ -270,11 +285,32 @@ class CudaStream final : public DeviceBackend::Stream {
     }
   }
 
+  bool QueueDeviceCopy(bool out, void* dst, const void* src, size_t bytes) override {
+    if (!graphs_on_) return false;
+    if (bytes == 0) return true;
+    const int d = out ? 1 : 0;
+    if (copy_n_[d] >= kMaxRunCopies) return false;
+    copy_host_[d].jobs[copy_n_[d]++] = FlatCopy{dst, src, static_cast<int64_t>(bytes)};
+    copy_max_[d] = std::max(copy_max_[d], static_cast<int64_t>(bytes));
+    Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
+    return true;
+  }
+
+  void FlushQueuedCopies(bool out) override {
+    const int d = out ? 1 : 0;
+    if (copies_ran_ || copy_n_[d] == 0) return;
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the table before the launch
+    LaunchRunCopies(copy_dev_ + d, copy_n_[d], RunCopyBlocks(copy_max_[d]), ctx_.stream);
+  }
+
   bool Replay(const std::vector<const void*>& key) override {
+    const CopySig sig = Sig();
     for (Graph& g : graphs_) {
-      if (g.key != key) continue;
+      if (g.key != key || g.sig != sig) continue;
       g.last_use = ++clock_;
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // the copy tables before the launch
       CheckCuda(cudaGraphLaunch(g.exec, ctx_.stream), "cudaGraphLaunch");
+      copies_ran_ = true;
       return true;
     }
     return false;
@@ -287,10 +323,13 @@ class CudaStream final : public DeviceBackend::Stream {
       graphs_on_ = false;
       return false;
     }
+    // The queued feed copies first: recorded, they read the table at every replay.
+    if (copy_n_[0]) LaunchRunCopiesNoThrow(0);
     return true;
   }
 
   bool EndRecord(const std::vector<const void*>& key, bool ok) override {
+    if (ok && copy_n_[1]) ok = LaunchRunCopiesNoThrow(1);
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(ctx_.stream, &graph);
     cudaGraphExec_t exec = nullptr;
@@ -311,8 +350,10 @@ class CudaStream final : public DeviceBackend::Stream {
       cudaGraphExecDestroy(lru->exec);
       graphs_.erase(lru);
     }
-    graphs_.push_back(Graph{key, exec, ++clock_});
+    graphs_.push_back(Graph{key, Sig(), exec, ++clock_});
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     CheckCuda(cudaGraphLaunch(exec, ctx_.stream), "cudaGraphLaunch");
+    copies_ran_ = true;
     return true;
   }
 
@@ -341,8 +382,24 @@ class CudaStream final : public DeviceBackend::Stream {
     IoCounters::Add(counters_->*copies, 1);
     IoCounters::Add(counters_->*bytes, n);
   }
+  // What a recording's copy launches are: copies and blocks per direction.
+  using CopySig = std::array<int64_t, 4>;
+  CopySig Sig() const {
+    return {copy_n_[0], copy_n_[0] ? RunCopyBlocks(copy_max_[0]) : 0, copy_n_[1],
+            copy_n_[1] ? RunCopyBlocks(copy_max_[1]) : 0};
+  }
+  // A copy launch while recording: false (no throw) when it could not be queued.
+  bool LaunchRunCopiesNoThrow(int d) {
+    try {
+      LaunchRunCopies(copy_dev_ + d, copy_n_[d], RunCopyBlocks(copy_max_[d]), ctx_.stream);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
   struct Graph {
     std::vector<const void*> key;
+    CopySig sig;
     cudaGraphExec_t exec;
     uint64_t last_use;
   };
@@ -364,6 +421,11 @@ class CudaStream final : public DeviceBackend::Stream {
   int spin_us_ = 200;  // KAIWU_CUDA_SPIN_US
   std::vector<Graph> graphs_;
   uint64_t clock_ = 0;
+  // This run's queued device feed [0] and result [1] copies (QueueDeviceCopy).
+  RunCopyTable* copy_host_ = nullptr;        // two tables in mapped page-locked memory
+  const RunCopyTable* copy_dev_ = nullptr;   // their device address
+  int64_t copy_n_[2] = {0, 0}, copy_max_[2] = {0, 0};
+  bool copies_ran_ = false;  // a replay or a kept recording ran them
   // Refit copies: job tables (staged, then on the device), used since the last Finish.
   std::unique_ptr<PinnedBuffer> job_stage_;
   void* job_device_ = nullptr;

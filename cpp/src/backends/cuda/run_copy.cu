@@ -1,0 +1,48 @@
+#include "backends/cuda/run_copy.h"
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_util.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+__global__ void RunCopyKernel(const RunCopyTable* __restrict__ table) {
+  __shared__ FlatCopy job;
+  if (threadIdx.x == 0) job = table->jobs[blockIdx.y];  // one read over PCIe per block
+  __syncthreads();
+  if (job.bytes <= 0) return;
+  const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const uintptr_t d = reinterpret_cast<uintptr_t>(job.dst), s = reinterpret_cast<uintptr_t>(job.src);
+  if (((d | s) & 15) == 0) {
+    const int64_t vecs = job.bytes / 16;
+    uint4* dv = static_cast<uint4*>(job.dst);
+    const uint4* sv = static_cast<const uint4*>(job.src);
+    for (int64_t i = start; i < vecs; i += step) dv[i] = sv[i];
+    char* db = static_cast<char*>(job.dst);
+    const char* sb = static_cast<const char*>(job.src);
+    for (int64_t i = vecs * 16 + start; i < job.bytes; i += step) db[i] = sb[i];
+  } else {
+    char* db = static_cast<char*>(job.dst);
+    const char* sb = static_cast<const char*>(job.src);
+    for (int64_t i = start; i < job.bytes; i += step) db[i] = sb[i];
+  }
+}
+
+}  // namespace
+
+unsigned RunCopyBlocks(int64_t max_bytes) {
+  const int64_t per_block = int64_t{kBlock} * 16 * 4;  // 4 steps of 16 bytes per thread
+  const int64_t b = (max_bytes + per_block - 1) / per_block;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 1024 ? 1024 : b));
+}
+
+void LaunchRunCopies(const RunCopyTable* table, int n, unsigned blocks, cudaStream_t stream) {
+  if (n <= 0) return;
+  RunCopyKernel<<<dim3(blocks, static_cast<unsigned>(n)), kBlock, 0, stream>>>(table);
+  CheckLaunch("feed/result copy kernel");
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
