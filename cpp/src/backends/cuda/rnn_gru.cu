@@ -4,6 +4,9 @@
 // sequence_lens, initial_h, clip, and Y and/or Y_h. The method is in
 // rnn_common.cuh; with linear_before_reset = 0 a step runs two GEMMs: h * Rzr^T,
 // the z/r gate kernel producing r . h, then (r . h) * Rh^T before the update.
+#include <algorithm>
+#include <cstdlib>
+
 #include "backends/cuda/rnn_common.cuh"
 
 namespace kaiwu {
@@ -78,10 +81,94 @@ __global__ void GruStepKernel(GruStepArgs a) {
   }
 }
 
+// linear_before_reset = 1, hidden <= 128: every step of one direction in one
+// launch. One thread per gate row (3H threads) holds its row of R in registers
+// for the whole sequence; the block keeps h of kGruRows batch rows in shared
+// memory, and per step each thread computes its gate row's h * R[j]^T for every
+// row (reading h as broadcast float4s), then threads do GruStepKernel's math
+// per (row, hidden unit). One launch instead of a GEMM and a gate kernel per
+// step, which at small batches are all launch latency.
+constexpr int kGruRows = 4;
+constexpr int kGruMaxHidden = 128;
+constexpr int kGruThreads = 3 * kGruMaxHidden;
+
+size_t GruSequenceSmem(int64_t H) {
+  return sizeof(float) * static_cast<size_t>(kGruRows * (2 * H + 3 * H));
+}
+
+__global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs a, const float* __restrict__ R) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = static_cast<int>(a.g.hidden), G = 3 * H;  // H <= kGruMaxHidden, H % 4 == 0
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * kGruRows;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kGruRows), a.g.batch - b0));
+  const int tid = threadIdx.x;
+  float* hs = sm;                  // h [kGruRows][H]
+  float* hn = hs + kGruRows * H;   // the step's new h [kGruRows][H]
+  float* hr = hn + kGruRows * H;   // h * R^T [kGruRows][G]
+  float4 w[kGruMaxHidden / 4];     // row tid of R (zeros past H)
+#pragma unroll
+  for (int q = 0; q < kGruMaxHidden / 4; ++q)
+    w[q] = tid < G && 4 * q < H ? __ldg(reinterpret_cast<const float4*>(R + static_cast<int64_t>(tid) * H) + q)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = tid; i < kGruRows * H; i += blockDim.x) hs[i] = i < rows * H ? a.h[b0 * H + i] : 0.f;
+  __syncthreads();
+  for (int64_t s = 0; s < a.g.seq; ++s) {
+    a.s = s;
+    if (tid < G) {
+#pragma unroll
+      for (int r = 0; r < kGruRows; ++r) {
+        const float4* h4 = reinterpret_cast<const float4*>(hs + r * H);
+        float acc = 0.f;
+#pragma unroll
+        for (int q = 0; q < kGruMaxHidden / 4; ++q) {
+          if (4 * q < H) {
+            const float4 hv = h4[q];
+            acc += hv.x * w[q].x + hv.y * w[q].y + hv.z * w[q].z + hv.w * w[q].w;
+          }
+        }
+        hr[r * G + tid] = acc;
+      }
+    }
+    __syncthreads();
+    for (int r = 0; r < rows; ++r) {
+      const int64_t b = b0 + r;
+      const int64_t t = a.Time(b);
+      for (int j = tid; j < H; j += blockDim.x) {
+        const int i = r * H + j;
+        if (t < 0) {  // this row's sequence has ended: h stays
+          hn[i] = hs[i];
+          continue;
+        }
+        const float* xw = a.xw + a.g.XRow(t, b) * G + j;
+        const float wbh = a.bias ? a.bias[2 * H + j] : 0.f;
+        const float rbh = a.bias ? a.bias[G + 2 * H + j] : 0.f;
+        float z, rg;
+        GruZr(a, hr + r * G + j, xw, j, &z, &rg);
+        const float pre = xw[2 * H] + wbh + rg * (hr[r * G + 2 * H + j] + rbh);
+        const float hh = tanhf(a.g.Clip(pre));
+        const float h_new = (1.f - z) * hh + z * hs[i];
+        hn[i] = h_new;
+        if (a.y) a.y[a.g.YOffset(t, a.d, b) + j] = h_new;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < rows * H; i += blockDim.x) hs[i] = hn[i];
+    __syncthreads();
+  }
+  for (int i = tid; i < rows * H; i += blockDim.x) a.h[b0 * H + i] = hs[i];
+}
+
 class GruKernel : public RnnKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     linear_before_reset_ = PrepareRnn(ctx, 3, {"Sigmoid", "Tanh"}).linear_before_reset;
+    // Up to this batch the sequence kernel runs (bench/results/h100/gru_sequence_ab.md);
+    // KAIWU_GRU_SEQUENCE_MAX_BATCH sets it (0: never).
+    int64_t max_batch = 32;
+    if (const char* env = std::getenv("KAIWU_GRU_SEQUENCE_MAX_BATCH")) max_batch = std::atoll(env);
+    sequence_smem_ = GruSequenceSmem(g_.hidden);
+    sequence_kernel_ = linear_before_reset_ && g_.batch <= max_batch && g_.hidden > 0 &&
+                       g_.hidden <= kGruMaxHidden && g_.hidden % 4 == 0;
   }
 
   void Run(const KernelIO& io) const override {
@@ -104,6 +191,13 @@ class GruKernel : public RnnKernel {
       args.d = d;
       args.bias = bias ? bias + d * 2 * G : nullptr;
       const float* rd = r + d * G * H;
+      if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd) & 15) == 0) {
+        GruSequenceKernel<<<static_cast<unsigned>((batch + kGruRows - 1) / kGruRows), kGruThreads,
+                            sequence_smem_, dev.stream>>>(args, rd);
+        CheckLaunch("GRU sequence kernel");
+        RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
+        continue;
+      }
       for (int64_t s = 0; s < g_.seq; ++s) {
         args.s = s;
         if (linear_before_reset_) {
@@ -124,6 +218,8 @@ class GruKernel : public RnnKernel {
 
  private:
   bool linear_before_reset_ = false;
+  bool sequence_kernel_ = false;  // GruSequenceKernel runs the steps
+  size_t sequence_smem_ = 0;
 };
 
 }  // namespace
