@@ -10,8 +10,10 @@
 // activation.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
@@ -381,6 +383,14 @@ class NhwcConvKernel : public CudaKernel {
     if (dnn_) {
       if (!dev.dnn) Fail(StatusCode::kInternal, "NhwcConv: the run context has no cuDNN handle");
       const float one = 1.f, zero = 0.f;
+      if (fused_) {
+        // y = act(conv(x) + 0 * y + bias): the epilogue in cuDNN's kernel.
+        CheckDnn(cudnnConvolutionBiasActivationForward(
+                     static_cast<cudnnHandle_t>(dev.dnn), &one, dnn_->x, x, dnn_->w, w, dnn_->conv, dnn_->algo,
+                     io.scratch, dnn_->workspace, &zero, dnn_->y, y, fused_->bias, bias, fused_->act, dnn_->y, y),
+                 "NhwcConv cudnnConvolutionBiasActivationForward");
+        return;
+      }
       CheckDnn(cudnnConvolutionForward(static_cast<cudnnHandle_t>(dev.dnn), &one, dnn_->x, x, dnn_->w, w,
                                        dnn_->conv, dnn_->algo, io.scratch, dnn_->workspace, &zero, dnn_->y, y),
                "NhwcConv cudnnConvolutionForward");
@@ -464,6 +474,7 @@ class NhwcConvKernel : public CudaKernel {
     ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(T);
 #if KAIWU_WITH_CUDNN
     dnn_.reset();
+    fused_.reset();
     const bool symmetric = geo.pad_begin[1] == geo.pad_end[1] && geo.pad_begin[2] == geo.pad_end[2];
     if (DnnChannelsLast() && symmetric) {
       try {
@@ -474,12 +485,43 @@ class NhwcConvKernel : public CudaKernel {
       if (dnn_) {
         ctx.scratch_bytes = dnn_->workspace;
         ctx.device_needs |= kNeedDnnHandle;
+        fused_ = MakeDnnBiasActivation(*dnn_, m_, kDnnType<T>, p);
       }
     }
 #endif
   }
 
  private:
+#if KAIWU_WITH_CUDNN
+  // Bias and ReLU (or none) folded into cuDNN's conv kernel: cuDNN runs the
+  // identity only with IMPLICIT_PRECOMP_GEMM. KAIWU_CUDNN_FUSE=0 turns it off.
+  struct DnnBiasActivation {
+    cudnnTensorDescriptor_t bias = nullptr;
+    cudnnActivationDescriptor_t act = nullptr;
+    ~DnnBiasActivation() {
+      if (bias) cudnnDestroyTensorDescriptor(bias);
+      if (act) cudnnDestroyActivationDescriptor(act);
+    }
+  };
+  static std::unique_ptr<DnnBiasActivation> MakeDnnBiasActivation(const DnnConv& d, int64_t m,
+                                                                   cudnnDataType_t type, const ConvParams& p) {
+    const char* env = std::getenv("KAIWU_CUDNN_FUSE");
+    if (env && std::string(env) == "0") return nullptr;
+    if (!p.has_bias) return nullptr;
+    const bool relu = p.act.kind == FusedActivation::Kind::kRelu;
+    if (!relu && (p.act.active() || d.algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)) return nullptr;
+    auto f = std::make_unique<DnnBiasActivation>();
+    if (cudnnCreateTensorDescriptor(&f->bias) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetTensor4dDescriptor(f->bias, CUDNN_TENSOR_NCHW, type, 1, static_cast<int>(m), 1, 1) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnCreateActivationDescriptor(&f->act) != CUDNN_STATUS_SUCCESS ||
+        cudnnSetActivationDescriptor(f->act, relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                     CUDNN_NOT_PROPAGATE_NAN, 0.0) != CUDNN_STATUS_SUCCESS)
+      return nullptr;
+    return f;
+  }
+  std::unique_ptr<DnnBiasActivation> fused_;
+#endif
   ConvWindow win_{};
   DeviceActivation act_;
   int64_t n_ = 0, m_ = 0;
