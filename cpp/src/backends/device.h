@@ -129,8 +129,10 @@ class DeviceBackend {
     virtual void Begin(const DeviceRunIO* io) = 0;
     /// Queues a copy into device memory from memory of kind `src_kind`; `src`
     /// may be reused once this returns when kHost, once Finish returns otherwise.
+    /// `recorded`: a staged (kHost) copy may be deferred into the run's
+    /// recording (one copy of the whole staging; see QueueDeviceCopy).
     virtual void CopyIn(void* device_dst, const void* src, size_t bytes,
-                        MemKind src_kind = MemKind::kHost) = 0;
+                        MemKind src_kind = MemKind::kHost, bool recorded = false) = 0;
     /// Queues a copy out of device memory; `dst` is written when Finish returns.
     virtual void CopyOut(void* dst, const void* device_src, size_t bytes,
                          MemKind dst_kind = MemKind::kHost) = 0;
@@ -153,6 +155,11 @@ class DeviceBackend {
     virtual bool QueueDeviceCopy(bool /*out*/, void* /*dst*/, const void* /*src*/, size_t /*bytes*/) {
       return false;
     }
+    /// A result for host memory `dst` (not page-locked) gathered by the
+    /// recording into one device-to-host copy of the run's staging, queued
+    /// like QueueDeviceCopy; `dst` is written when Finish returns. False when
+    /// not queued (then CopyOut it).
+    virtual bool QueueHostResult(void* /*dst*/, const void* /*device_src*/, size_t /*bytes*/) { return false; }
     /// Launches the queued copies of one direction directly, when neither a
     /// replay nor a kept recording ran them (before / after launching the steps).
     virtual void FlushQueuedCopies(bool /*out*/) {}

@@ -384,21 +384,27 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
     stream.Begin(io);
     // Feeds into the plan's input buffers: staged, one DMA from page-locked
     // memory, or device to device. The recorded steps read only these buffers.
-    // Device feeds and device results are queued to be part of the recording.
+    // Device feeds and device and host results are queued to be part of the
+    // recording (not when timing steps: each step's Finish ends the run's copies).
+    const bool queue = step_seconds == nullptr;
     for (size_t i = 0; i < input_values_.size(); ++i) {
       const MemKind kind = feed_kinds ? feed_kinds[i] : MemKind::kHost;
       void* dst = const_cast<void*>(ptr[input_values_[i]]);
-      if (kind != MemKind::kDevice || !stream.QueueDeviceCopy(false, dst, feeds[i], input_bytes_[i]))
-        stream.CopyIn(dst, feeds[i], input_bytes_[i], kind);
+      if (!queue || kind != MemKind::kDevice || !stream.QueueDeviceCopy(false, dst, feeds[i], input_bytes_[i]))
+        stream.CopyIn(dst, feeds[i], input_bytes_[i], kind, queue);
     }
     auto out_src = [&](int v) { return slot_[v] == Slot::kStatic ? weights.device_pointers[v] : ptr[v]; };
     std::vector<char>& queued_out = ctx.queued_out;
     queued_out.assign(output_copies_.size(), 0);
     for (size_t c = 0; c < output_copies_.size(); ++c) {
       const auto& [k, v] = output_copies_[c];
-      if (out_kinds && out_kinds[k] == MemKind::kDevice)
-        queued_out[c] = stream.QueueDeviceCopy(
-            true, outputs[k], out_src(v), static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype));
+      const size_t bytes = static_cast<size_t>(outputs_[k].size()) * DTypeSize(outputs_[k].dtype);
+      const MemKind kind = out_kinds ? out_kinds[k] : MemKind::kHost;
+      if (!queue) continue;
+      if (kind == MemKind::kDevice)
+        queued_out[c] = stream.QueueDeviceCopy(true, outputs[k], out_src(v), bytes);
+      else if (kind == MemKind::kHost)
+        queued_out[c] = stream.QueueHostResult(outputs[k], out_src(v), bytes);
     }
     // The steps' launches depend only on this context's buffers and the
     // weights' addresses: replay them as one recorded graph when possible.

@@ -163,6 +163,8 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaStreamDestroy(ctx_.stream);
     cudaFreeHost(flag_);
     cudaFreeHost(copy_host_);
+    if (in_mirror_) cudaFree(in_mirror_);
+    if (out_mirror_) cudaFree(out_mirror_);
     if (job_device_) cudaFree(job_device_);
     if (fault_) cudaFree(fault_);
     if (foreign_) cudaEventDestroy(foreign_);
@@ -192,7 +194,7 @@ class CudaStream final : public DeviceBackend::Stream {
     if (io->result_block) WaitForReaders(io->result_block, ctx_.stream);
   }
 
-  void CopyIn(void* device_dst, const void* src, size_t bytes, MemKind kind) override {
+  void CopyIn(void* device_dst, const void* src, size_t bytes, MemKind kind, bool recorded) override {
     if (bytes == 0) return;
     if (kind == MemKind::kDevice) {
       CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyDefault, ctx_.stream),
@@ -211,9 +213,20 @@ class CudaStream final : public DeviceBackend::Stream {
       Fail(StatusCode::kInternal, "CUDA staging (in) overflow: ", in_used_ + bytes, " > ", in_.bytes);
     char* stage = static_cast<char*>(in_.ptr) + in_used_;
     std::memcpy(stage, src, bytes);
-    CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
-              "copy to device");
-    in_used_ += DeviceBackend::StagingBytes(bytes);
+    // Recorded runs: one copy of the whole staging to its device mirror, then
+    // the recording's copy launch moves each feed into place.
+    if (recorded && graphs_on_ && copy_n_[0] < kMaxRunCopies && in_used_ == in_mirror_end_ &&
+        EnsureMirrors()) {
+      copy_host_[0].jobs[copy_n_[0]++] = FlatCopy{device_dst, static_cast<char*>(in_mirror_) + in_used_,
+                                                  static_cast<int64_t>(bytes)};
+      copy_max_[0] = std::max(copy_max_[0], static_cast<int64_t>(bytes));
+      in_used_ += DeviceBackend::StagingBytes(bytes);
+      in_mirror_end_ = in_used_;
+    } else {
+      CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
+                "copy to device");
+      in_used_ += DeviceBackend::StagingBytes(bytes);
+    }
     Count(&IoCounters::staging_copies, &IoCounters::staging_bytes, bytes);
     Count(&IoCounters::h2d_copies, &IoCounters::h2d_bytes, bytes);
   }
@@ -250,6 +263,8 @@ class CudaStream final : public DeviceBackend::Stream {
     io_ = nullptr;
     counters_ = nullptr;
     cudaError_t launch = cudaGetLastError();
+    if (out_mirror_end_ > 0 && launch == cudaSuccess)
+      launch = cudaMemcpyAsync(out_.ptr, out_mirror_, out_mirror_end_, cudaMemcpyDeviceToHost, ctx_.stream);
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
     // The caller's later work on its stream starts after the run (an event
     // wait on the device, queued before the host waits below).
@@ -265,6 +280,8 @@ class CudaStream final : public DeviceBackend::Stream {
     copy_n_[0] = copy_n_[1] = 0;
     copy_max_[0] = copy_max_[1] = 0;
     copies_ran_ = false;
+    in_mirror_end_ = out_mirror_end_ = 0;
+    staging_sent_ = false;
     struct Clear {
       std::vector<Pending>& v;
       ~Clear() { v.clear(); }
@@ -296,8 +313,26 @@ class CudaStream final : public DeviceBackend::Stream {
     return true;
   }
 
+  bool QueueHostResult(void* dst, const void* src, size_t bytes) override {
+    if (!graphs_on_) return false;
+    if (bytes == 0) return true;
+    if (copy_n_[1] >= kMaxRunCopies || out_used_ != out_mirror_end_ || out_used_ + bytes > out_.bytes ||
+        !EnsureMirrors())
+      return false;
+    char* stage = static_cast<char*>(out_.ptr) + out_used_;
+    copy_host_[1].jobs[copy_n_[1]++] =
+        FlatCopy{static_cast<char*>(out_mirror_) + out_used_, src, static_cast<int64_t>(bytes)};
+    copy_max_[1] = std::max(copy_max_[1], static_cast<int64_t>(bytes));
+    pending_.push_back(Pending{dst, stage, bytes});
+    out_used_ += DeviceBackend::StagingBytes(bytes);
+    out_mirror_end_ = out_used_;
+    Count(&IoCounters::d2h_copies, &IoCounters::d2h_bytes, bytes);
+    return true;
+  }
+
   void FlushQueuedCopies(bool out) override {
     const int d = out ? 1 : 0;
+    if (!out) SendStaging();
     if (copies_ran_ || copy_n_[d] == 0) return;
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the table before the launch
     LaunchRunCopies(copy_dev_ + d, copy_n_[d], RunCopyBlocks(copy_max_[d]), ctx_.stream);
@@ -305,6 +340,7 @@ class CudaStream final : public DeviceBackend::Stream {
 
   bool Replay(const std::vector<const void*>& key) override {
     const CopySig sig = Sig();
+    SendStaging();
     for (Graph& g : graphs_) {
       if (g.key != key || g.sig != sig) continue;
       g.last_use = ++clock_;
@@ -318,6 +354,7 @@ class CudaStream final : public DeviceBackend::Stream {
 
   bool BeginRecord() override {
     if (!graphs_on_) return false;
+    SendStaging();
     if (cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       cudaGetLastError();
       graphs_on_ = false;
@@ -388,6 +425,30 @@ class CudaStream final : public DeviceBackend::Stream {
     return {copy_n_[0], copy_n_[0] ? RunCopyBlocks(copy_max_[0]) : 0, copy_n_[1],
             copy_n_[1] ? RunCopyBlocks(copy_max_[1]) : 0};
   }
+  // The staged feeds' one host-to-device copy into the mirror (once per run).
+  void SendStaging() {
+    if (staging_sent_ || in_mirror_end_ == 0) return;
+    CheckCuda(cudaMemcpyAsync(in_mirror_, in_.ptr, in_mirror_end_, cudaMemcpyHostToDevice, ctx_.stream),
+              "copy to device");
+    staging_sent_ = true;
+  }
+  // Device mirrors of the staging buffers (allocated at first use).
+  bool EnsureMirrors() {
+    if (mirrors_ok_) return true;
+    // Without them (no device memory) copies stay one call each.
+    if (in_.bytes && !in_mirror_ && cudaMalloc(&in_mirror_, in_.bytes) != cudaSuccess) {
+      in_mirror_ = nullptr;
+      cudaGetLastError();
+      return false;
+    }
+    if (out_.bytes && !out_mirror_ && cudaMalloc(&out_mirror_, out_.bytes) != cudaSuccess) {
+      out_mirror_ = nullptr;
+      cudaGetLastError();
+      return false;
+    }
+    mirrors_ok_ = true;
+    return true;
+  }
   // A copy launch while recording: false (no throw) when it could not be queued.
   bool LaunchRunCopiesNoThrow(int d) {
     try {
@@ -426,6 +487,13 @@ class CudaStream final : public DeviceBackend::Stream {
   const RunCopyTable* copy_dev_ = nullptr;   // their device address
   int64_t copy_n_[2] = {0, 0}, copy_max_[2] = {0, 0};
   bool copies_ran_ = false;  // a replay or a kept recording ran them
+  // Device mirrors of the staging buffers: staged feeds [0, in_mirror_end_)
+  // go over in one copy; queued host results [0, out_mirror_end_) come back in one.
+  void* in_mirror_ = nullptr;
+  void* out_mirror_ = nullptr;
+  bool mirrors_ok_ = false;
+  size_t in_mirror_end_ = 0, out_mirror_end_ = 0;
+  bool staging_sent_ = false;
   // Refit copies: job tables (staged, then on the device), used since the last Finish.
   std::unique_ptr<PinnedBuffer> job_stage_;
   void* job_device_ = nullptr;
