@@ -1,7 +1,8 @@
 // The implicit-GEMM Conv path on shapes the small sweep misses: panels that
 // span several images, channel counts around the 8-row register tile, wide
 // rows (contiguous loads and stores), large strides, groups, fused
-// activations and several threads, against a float64 reference.
+// activations, several threads and several chunks of images, against a
+// float64 reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,6 +44,9 @@ TEST(ConvPerfImplicit, MatchesReference) {
       {3, 16, 32, 32, 12, 3, 3, 1, 1, 1, 1, "Tanh"},  // 12 rows: one full tile and a tail
       {2, 6, 17, 19, 20, 3, 5, 2, 2, 2, 2, "LeakyRelu"},
       {3, 8, 8, 8, 9, 3, 3, 1, 1, 1, 1, "Relu"},      // 8 wide: 2 rows per vector
+      // Chunks of 3 images (a partial last one, per-thread shares of 5 and 6
+      // images with 2 threads), each prefetching the next: 16 wide, 2 vectors a row.
+      {11, 16, 16, 16, 12, 3, 3, 1, 1, 1, 1, ""},
       {2, 10, 7, 33, 24, 1, 1, 1, 0, 1, 2, ""},       // grouped pointwise
   };
   std::mt19937 rng(5);

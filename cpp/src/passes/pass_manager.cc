@@ -13,6 +13,7 @@ struct Rule {
 constexpr Rule kRules[] = {
     {"eliminate_identity", EliminateIdentity},
     {"fold_conv_batchnorm", FoldConvBatchNorm},
+    {"fold_scale_into_conv", FoldScaleIntoConv},
     {"fuse_activation", FuseActivation},
     // Structural folds first, then fusions (MatMul+Add before elementwise chains
     // so the Add lands in the Gemm; a later sweep fuses activations into them).

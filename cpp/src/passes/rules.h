@@ -11,6 +11,9 @@ int EliminateIdentity(Graph* g);
 /// Conv followed by BatchNormalization becomes one Conv whose weight and bias
 /// are computed from the originals by static nodes (recomputed on refit).
 int FoldConvBatchNorm(Graph* g);
+/// Div / Mul by a static scalar feeding only a Conv's input (uint8 frames / 255)
+/// becomes a Conv over the undivided input with W / c computed by a static node.
+int FoldScaleIntoConv(Graph* g);
 /// Conv/Gemm/MatMul followed by an activation (Relu, LeakyRelu, Tanh, Sigmoid,
 /// Clip with constant bounds, HardSigmoid, HardSwish): the kernel applies it.
 int FuseActivation(Graph* g);

@@ -61,7 +61,8 @@ class ConvGemm {
   void RunRearranged(const float* x, const float* w, const float* bias, float* y,
                      float* scratch, int64_t slots, ThreadPool* pool) const;
   void RunChunk(const float* x, const float* w, const float* bias, float* y, float* slot,
-                int64_t slots, int64_t n0, int64_t nn, ThreadPool* pool) const;
+                int64_t slots, int64_t n0, int64_t nn, ThreadPool* pool, const float* next_x,
+                int64_t next_floats) const;  // next_x: the next chunk's x, prefetched
   void Rearrange(const float* x, float* xt) const;
   void DirectPanel(const float* xt, const float* w, const float* bias, float* y, int64_t g,
                    int64_t u0, int64_t vectors) const;
@@ -80,6 +81,13 @@ class ConvGemm {
   std::vector<int64_t> phases_[3];
   int64_t ext_[3] = {1, 1, 1}, cplane_ = 0, chunk_ = 1, vrow_ = 0;
   std::vector<int32_t> koff_;
+  // kDirect: per output-row vector u of a chunk, where it starts in the
+  // chunk's rearranged x and in its y (group 0), and its lanes inside the
+  // row; computed once, so a panel does no division.
+  struct RowVector {
+    int32_t x, y, n;
+  };
+  std::vector<RowVector> row_vectors_;
 };
 
 }  // namespace cpu
