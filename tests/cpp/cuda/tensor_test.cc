@@ -110,8 +110,12 @@ TEST(CudaTensorStrided, Transpose) {
                 "transpose " + ShapeToString(shape) + " " + ShapeToString(perm));
   };
   for (DType dt : {DType::kFloat32, DType::kInt64, DType::kUInt8, DType::kInt16}) {
-    check(dt, {4, 3, 37, 41}, {0, 2, 3, 1});  // NCHW -> NHWC (tiled path)
+    check(dt, {4, 3, 37, 41}, {0, 2, 3, 1});  // NCHW -> NHWC, 3 planes (planes-innermost path)
+    check(dt, {1, 4, 21, 21}, {0, 2, 3, 1});  // one image (merged to 2 dims)
+    check(dt, {2, 7, 9, 5}, {0, 2, 3, 1});    // 7 planes
+    check(dt, {4, 16, 37, 41}, {0, 2, 3, 1});  // NCHW -> NHWC (tiled path)
     check(dt, {4, 37, 41, 16}, {0, 3, 1, 2});  // NHWC -> NCHW (tiled path)
+    check(dt, {4, 37, 41, 3}, {0, 3, 1, 2});   // NHWC -> NCHW, 3 channels (gather path)
     check(dt, {5, 6, 7}, {2, 0, 1});
     check(dt, {300, 203}, {1, 0});
     check(dt, {17}, {0});

@@ -54,6 +54,31 @@ __global__ void TransposeTileGpu(const U* __restrict__ src, U* __restrict__ dst,
   }
 }
 
+// A few planes moved innermost (NCHW -> NHWC of a 3- or 4-channel image):
+// dst[o][p][c] = src[offset + o * outer_stride + c * P + p] for c < C. One
+// thread per (o, p): its reads of each plane run along p with its neighbours',
+// and it writes its C elements contiguously.
+template <typename U, typename Index>
+__global__ void PlanesInnermostGpu(const U* __restrict__ src, U* __restrict__ dst, Index offset,
+                                   Index outer_stride, Index P, Index C, Index pixels) {
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < pixels;
+       i += static_cast<Index>(blockDim.x) * gridDim.x) {
+    const Index o = i / P, p = i - o * P;
+    const U* s = src + offset + o * outer_stride + p;
+    U* d = dst + i * C;
+    for (Index c = 0; c < C; ++c) d[c] = s[c * P];
+  }
+}
+
+template <typename U, typename Index>
+void LaunchPlanesInnermost(const void* src, void* dst, int64_t offset, int64_t outer_stride, int64_t P,
+                           int64_t C, int64_t pixels, cudaStream_t stream) {
+  PlanesInnermostGpu<U, Index><<<GridFor(pixels), kBlock, 0, stream>>>(
+      static_cast<const U*>(src), static_cast<U*>(dst), static_cast<Index>(offset),
+      static_cast<Index>(outer_stride), static_cast<Index>(P), static_cast<Index>(C),
+      static_cast<Index>(pixels));
+}
+
 unsigned GridDimFor(int64_t tiles) {
   return static_cast<unsigned>(tiles < 1 ? 1 : (tiles > kMaxGridDim ? kMaxGridDim : tiles));
 }
@@ -127,6 +152,21 @@ void StridedCopy::Run(const void* src, void* dst, cudaStream_t stream) const {
   const int r = static_cast<int>(shape_.size());
   // 32-bit index arithmetic when every index fits (the grid stride stays below 2^30).
   const bool small = total_ <= (int64_t{1} << 30) && max_offset_ < (int64_t{1} << 31);
+  // [outer,] P, C with strides [outer_stride,] 1, P and C < 8: PlanesInnermostGpu.
+  if ((r == 2 || r == 3) && strides_[r - 2] == 1 && strides_[r - 1] == shape_[r - 2] && shape_[r - 1] > 1 &&
+      shape_[r - 1] < 8 && shape_[r - 2] > 1) {
+    const int64_t P = shape_[r - 2], C = shape_[r - 1];
+    const int64_t outer = r == 3 ? shape_[0] : 1, outer_stride = r == 3 ? strides_[0] : 0;
+    if (small) {
+      KAIWU_CUDA_BY_ELEM(elem_, LaunchPlanesInnermost<U, int32_t>(src, dst, offset_, outer_stride, P, C,
+                                                                  outer * P, stream));
+    } else {
+      KAIWU_CUDA_BY_ELEM(elem_, LaunchPlanesInnermost<U, int64_t>(src, dst, offset_, outer_stride, P, C,
+                                                                  outer * P, stream));
+    }
+    CheckLaunch("transpose kernel");
+    return;
+  }
   // Tiles pay when both transposed dims fill them; a few channels moved to the
   // end (NCHW -> NHWC of an image input) gather instead: 32x32 tiles would
   // leave most of each block idle.
