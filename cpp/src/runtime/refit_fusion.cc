@@ -17,6 +17,11 @@ template <typename Fn> void ForEachElement(const std::vector<CopyBlock>& blocks,
            b.src_offset + r * b.row_stride + c * b.col_stride);
 }
 
+int32_t LocalSource(const StaticProgram::Step& step, int value) {
+  const auto& src = step.sources;
+  return static_cast<int32_t>(std::find(src.begin(), src.end(), value) - src.begin());
+}
+
 }  // namespace
 
 bool ComposeBlocks(const std::vector<CopyBlock>& outer, int64_t outer_size,
@@ -24,9 +29,35 @@ bool ComposeBlocks(const std::vector<CopyBlock>& outer, int64_t outer_size,
                    const std::vector<const std::vector<int>*>& inner_keys,
                    const std::vector<int64_t>& inner_sizes, std::vector<CopyBlock>* blocks,
                    std::vector<int>* keys) {
+  const size_t ns = inner.size();
+  // Every source a whole copy of one key (a Gemm's weight): the outer blocks
+  // with their sources renamed.
+  bool copies = true;
+  for (size_t s = 0; s < ns && copies; ++s) {
+    copies = inner[s] && inner[s]->size() == 1;
+    if (!copies) break;
+    const CopyBlock& b = (*inner[s])[0];
+    copies = b.src_offset == 0 && b.dst_offset == 0 && b.col_stride == 1 &&
+             (b.rows == 1 || b.row_stride == b.cols) && b.size() == inner_sizes[s];
+  }
+  if (copies) {
+    keys->clear();
+    std::vector<int32_t> local(ns, -1);
+    *blocks = outer;
+    for (CopyBlock& b : *blocks) {
+      if (b.src < 0 || static_cast<size_t>(b.src) >= ns) return false;
+      if (local[b.src] < 0) {
+        const int g = (*inner_keys[b.src])[(*inner[b.src])[0].src];
+        auto it = std::find(keys->begin(), keys->end(), g);
+        if (it == keys->end()) it = keys->insert(keys->end(), g);
+        local[b.src] = static_cast<int32_t>(it - keys->begin());
+      }
+      b.src = local[b.src];
+    }
+    return true;
+  }
   // Element maps of the inner blocks: element j of source s is element
   // index[s][j] of global key key[s][j].
-  const size_t ns = inner.size();
   std::vector<std::vector<int32_t>> key(ns);
   std::vector<std::vector<int64_t>> index(ns);
   for (size_t s = 0; s < ns; ++s) {
@@ -67,6 +98,18 @@ bool ComposeBlocks(const std::vector<CopyBlock>& outer, int64_t outer_size,
   return true;
 }
 
+bool CoversSource(const std::vector<CopyBlock>& blocks, int32_t src, int64_t n) {
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  int64_t count = 0;
+  ForEachElement(blocks, [&](int64_t, int32_t s, int64_t i) {
+    if (s == src && i >= 0 && i < n && !seen[i]) {
+      seen[i] = 1;
+      ++count;
+    }
+  });
+  return count == n;
+}
+
 bool InvertBlocks(const std::vector<CopyBlock>& blocks, int32_t src, int64_t n,
                   std::vector<CopyBlock>* out) {
   std::vector<int64_t> from(static_cast<size_t>(n), -1);
@@ -88,6 +131,7 @@ RefitFusion::RefitFusion(const Graph& graph, const StaticProgram& statics,
   consumers_.resize(nv);
   cover_.assign(nv, -1);
   restore_.resize(nv);
+  restore_ready_.assign(nv, 0);
   map_ok_.assign(steps.size(), 0);
   map_blocks_.resize(steps.size());
   map_keys_.resize(steps.size());
@@ -113,10 +157,8 @@ RefitFusion::RefitFusion(const Graph& graph, const StaticProgram& statics,
     if (read[v] || consumers_[v].empty() || statics.dropped(v)) continue;
     const int64_t n = NumElements(statics.shape(v));
     for (int i : consumers_[v]) {
-      const auto& src = steps[i].sources;
-      const auto local = static_cast<int32_t>(std::find(src.begin(), src.end(), v) - src.begin());
-      if (InvertBlocks(steps[i].blocks, local, n, &restore_[v])) {
-        cover_[v] = i;
+      if (CoversSource(steps[i].blocks, LocalSource(steps[i], v), n)) {
+        cover_[v] = i;  // the restoring blocks are made when first needed
         skippable_[v] = 1;
         break;
       }
@@ -158,9 +200,21 @@ void RefitFusion::Restore(const WeightSet& ws, int value) const {
   if (!b || b->host_current.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(b->host_fill_mu);
   if (b->host_current.load(std::memory_order_acquire)) return;
-  const void* from = ws.pointers[statics_.steps()[cover_[value]].outputs[0]];
+  const StaticProgram::Step& step = statics_.steps()[cover_[value]];
+  const std::vector<CopyBlock>* restore = nullptr;
+  {
+    std::lock_guard<std::mutex> made(restore_mu_);
+    if (!restore_ready_[value]) {
+      const int64_t n = NumElements(statics_.shape(value));
+      if (!InvertBlocks(step.blocks, LocalSource(step, value), n, &restore_[value]))
+        Fail(StatusCode::kInternal, "refit: no blocks restore '", graph_.values[value].name, "'");
+      restore_ready_[value] = 1;
+    }
+    restore = &restore_[value];  // never changed once made
+  }
+  const void* from = ws.pointers[step.outputs[0]];
   CopyFault fault;
-  CopyBlocks(restore_[value], &from, b->host.data(), statics_.dtype(value), false, &fault);
+  CopyBlocks(*restore, &from, b->host.data(), statics_.dtype(value), false, &fault);
   b->host_current.store(true, std::memory_order_release);
 }
 

@@ -8,6 +8,7 @@
 // only another source of the step).
 #pragma once
 
+#include <mutex>
 #include <vector>
 
 #include "ir/graph.h"
@@ -26,6 +27,9 @@ bool ComposeBlocks(const std::vector<CopyBlock>& outer, int64_t outer_size,
                    const std::vector<const std::vector<int>*>& inner_keys,
                    const std::vector<int64_t>& inner_sizes, std::vector<CopyBlock>* blocks,
                    std::vector<int>* keys);
+
+/// Whether `blocks` read every element of source `src` (of `n` elements).
+bool CoversSource(const std::vector<CopyBlock>& blocks, int32_t src, int64_t n);
 
 /// Blocks writing source `src` (of `n` elements) back from the destination of
 /// `blocks`; false unless the blocks read every element of it.
@@ -61,7 +65,9 @@ class RefitFusion {
   std::vector<char> skippable_;                 // by value id
   std::vector<std::vector<int>> consumers_;     // by value id: copy steps reading it
   std::vector<int> cover_;  // by value id: a step whose output holds every element
-  std::vector<std::vector<CopyBlock>> restore_; // by value id: from cover_'s output
+  mutable std::mutex restore_mu_;  // guards the two below
+  mutable std::vector<std::vector<CopyBlock>> restore_;  // by value id: from cover_'s output
+  mutable std::vector<char> restore_ready_;
   std::vector<char> map_ok_;                    // by step
   std::vector<std::vector<CopyBlock>> map_blocks_;
   std::vector<std::vector<int>> map_keys_;
