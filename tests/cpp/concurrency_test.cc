@@ -147,6 +147,49 @@ TEST(Concurrency, RefitDuringRunsNeverMixesVersions) {
   EXPECT_EQ(s->weights_version(), static_cast<uint64_t>(refits));
 }
 
+TEST(Concurrency, GetWeightsDuringRefitsReadsOneVersion) {
+  // `w` is only read packed (its GEMM panels are computed straight from the
+  // given array), so get_weights() restores it from the panels of the version
+  // it holds while refits publish new versions and runs go on.
+  auto s = Model(1.0f, false, 2);
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0}, reads{0}, runs{0};
+  std::vector<float> ones(kIn * kOut, 0.01f), twos(kIn * kOut, 0.02f);
+  std::thread refitter([&] {
+    for (int i = 0; i < 40 || reads < 50; ++i) {
+      std::vector<float>& w = i % 2 ? twos : ones;
+      s->Refit({{"w", TensorView{DType::kFloat32, Shape{kIn, kOut}, w.data()}}}, false, true);
+    }
+    stop = true;
+  });
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        const Tensor w = s->GetWeights({"w"}).at("w");
+        const float* p = w.As<float>();
+        for (int i = 0; i < kIn * kOut; ++i)
+          if (p[i] != p[0] || (p[0] != 0.01f && p[0] != 0.02f && p[0] != 1.0f)) ++torn;
+        ++reads;
+      }
+    });
+  }
+  readers.emplace_back([&] {
+    std::vector<float> x(2 * kIn, 1.0f);
+    while (!stop) {
+      RunResult out = s->Run({TensorView{DType::kFloat32, Shape{2, kIn}, x.data()}});
+      const float* y = out.outputs[0].As<float>();
+      for (int i = 1; i < 2 * kOut; ++i)
+        if (y[i] != y[0]) ++torn;
+      ++runs;
+    }
+  });
+  refitter.join();
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GE(reads.load(), 50);
+}
+
 TEST(Concurrency, ServerActorsVersionsAndCloseInFlight) {
   ServerOptions o;
   o.state = {{"h0", "hn"}};

@@ -22,37 +22,49 @@ bool HasAvx2() {
 // out[r * cols + c] = src[c * ld + r] for 4-byte elements: 8 x 8 tiles
 // transposed in AVX2 registers, the edges element by element.
 #ifdef KAIWU_TRANSPOSE_AVX2
+// One 8 x 8 tile: out rows [r, r + 8), columns [c, c + 8).
+__attribute__((target("avx2"))) inline void Tile8x8(const float* src, int64_t ld, float* out,
+                                                   int64_t cols, int64_t r, int64_t c) {
+  const float* s = src + c * ld + r;
+  __m256 a0 = _mm256_loadu_ps(s), a1 = _mm256_loadu_ps(s + ld), a2 = _mm256_loadu_ps(s + 2 * ld),
+         a3 = _mm256_loadu_ps(s + 3 * ld), a4 = _mm256_loadu_ps(s + 4 * ld),
+         a5 = _mm256_loadu_ps(s + 5 * ld), a6 = _mm256_loadu_ps(s + 6 * ld),
+         a7 = _mm256_loadu_ps(s + 7 * ld);
+  __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1),
+         t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3),
+         t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5),
+         t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+         u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+         u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+         u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  float* d = out + r * cols + c;
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + cols, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * cols, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * cols, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * cols, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * cols, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * cols, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * cols, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 __attribute__((target("avx2"))) void Transpose32Avx2(const void* src_v, int64_t rows,
                                                       int64_t cols, int64_t ld, void* out_v) {
   const float* src = static_cast<const float*>(src_v);
   float* out = static_cast<float*>(out_v);
-  const int64_t r8 = rows & ~int64_t{7}, c8 = cols & ~int64_t{7};
-  for (int64_t r = 0; r < r8; r += 8) {  // whole destination rows at a time
+  const int64_t r8 = rows & ~int64_t{7}, r16 = rows & ~int64_t{15}, c8 = cols & ~int64_t{7};
+  // 16 destination rows at a time, both tiles of a column block back to back:
+  // each source cache line (16 floats) is used whole while it is in L1, even
+  // when the source rows alias in the cache (ld a multiple of 1024).
+  for (int64_t r = 0; r < r16; r += 16) {
     for (int64_t c = 0; c < c8; c += 8) {
-      const float* s = src + c * ld + r;
-      __m256 a0 = _mm256_loadu_ps(s), a1 = _mm256_loadu_ps(s + ld),
-             a2 = _mm256_loadu_ps(s + 2 * ld), a3 = _mm256_loadu_ps(s + 3 * ld),
-             a4 = _mm256_loadu_ps(s + 4 * ld), a5 = _mm256_loadu_ps(s + 5 * ld),
-             a6 = _mm256_loadu_ps(s + 6 * ld), a7 = _mm256_loadu_ps(s + 7 * ld);
-      __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1),
-             t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3),
-             t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5),
-             t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
-      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
-             u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
-             u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
-             u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float* d = out + r * cols + c;
-      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(d + cols, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(d + 2 * cols, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(d + 3 * cols, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(d + 4 * cols, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(d + 5 * cols, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(d + 6 * cols, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(d + 7 * cols, _mm256_permute2f128_ps(u3, u7, 0x31));
+      Tile8x8(src, ld, out, cols, r, c);
+      Tile8x8(src, ld, out, cols, r + 8, c);
     }
   }
+  for (int64_t r = r16; r < r8; r += 8)
+    for (int64_t c = 0; c < c8; c += 8) Tile8x8(src, ld, out, cols, r, c);
   // Edges: the last rows % 8 rows of every column, the last cols % 8 columns.
   for (int64_t c = 0; c < c8; ++c)
     for (int64_t r = r8; r < rows; ++r) out[r * cols + c] = src[c * ld + r];

@@ -257,6 +257,59 @@ bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const*
   return true;
 }
 
+bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
+                      size_t* fault_task, ThreadPool* pool) {
+  constexpr int64_t kPiece = 1 << 14, kMinParallel = 1 << 17;
+  int64_t total = 0;
+  for (const CopyTask& j : jobs)
+    for (const CopyBlock& b : *j.blocks) total += b.size();
+  if (!pool || pool->num_threads() < 2 || total < kMinParallel) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const CopyTask& j = jobs[i];
+      if (!CopyBlockRange(j.blocks->data(), j.blocks->size(), j.srcs, j.dst, j.dtype,
+                          check_finite && IsFloat(j.dtype), fault)) {
+        *fault_task = i;
+        return false;
+      }
+    }
+    return true;
+  }
+  // Scratch kept per calling thread (see CopyBlocksParallel).
+  struct Piece {
+    CopyBlock block;
+    size_t job;
+  };
+  thread_local std::vector<Piece> tl_pieces;
+  thread_local std::vector<CopyBlock> tl_split;
+  thread_local std::vector<CopyFault> tl_faults;
+  thread_local std::vector<char> tl_failed;
+  std::vector<Piece>& pieces = tl_pieces;
+  std::vector<CopyFault>& faults = tl_faults;
+  std::vector<char>& failed = tl_failed;
+  pieces.clear();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SplitBlocks(*jobs[i].blocks, kPiece, &tl_split);
+    for (const CopyBlock& b : tl_split) pieces.push_back(Piece{b, i});
+  }
+  faults.assign(pieces.size(), CopyFault{});
+  failed.assign(pieces.size(), 0);
+  pool->ParallelFor(static_cast<int64_t>(pieces.size()), static_cast<double>(kPiece),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) {
+                        const CopyTask& j = jobs[pieces[i].job];
+                        failed[i] = !CopyBlockRange(&pieces[i].block, 1, j.srcs, j.dst, j.dtype,
+                                                    check_finite && IsFloat(j.dtype), &faults[i]);
+                      }
+                    });
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (failed[i]) {
+      *fault = faults[i];
+      *fault_task = pieces[i].job;
+      return false;
+    }
+  return true;
+}
+
 bool AllRowsContiguous(const std::vector<CopyBlock>& blocks) {
   for (const CopyBlock& b : blocks)
     if (b.col_stride != 1 && b.cols > 1) return false;

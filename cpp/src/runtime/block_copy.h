@@ -56,6 +56,21 @@ bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, v
 bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                         DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool);
 
+/// One copy of a batch: `blocks` from `srcs` into `dst`.
+struct CopyTask {
+  const std::vector<CopyBlock>* blocks = nullptr;
+  const void* const* srcs = nullptr;
+  void* dst = nullptr;
+  DType dtype = DType::kFloat32;
+};
+
+/// Independent copies (no job reads what another writes) as one batch: one
+/// wake of `pool` for all of them, split into pieces of 16K elements when the
+/// batch has 128K elements and more (else run in place). On a non-finite
+/// value, `fault` and `*fault_task` name the first piece's (in job order).
+bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
+                      size_t* fault_task, ThreadPool* pool);
+
 /// `blocks` cut into blocks of at most about `max_elements` (row ranges of a
 /// strided block, multiples of 8 rows; element ranges of a contiguous run).
 void SplitBlocks(const std::vector<CopyBlock>& blocks, int64_t max_elements,

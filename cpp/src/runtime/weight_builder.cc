@@ -24,6 +24,7 @@ WeightBuilder::WeightBuilder(const Graph& graph, const StaticProgram& statics,
     b.row_stride = b.cols;
     whole_[v].push_back(b);
   }
+  if (!device) fusion_ = std::make_unique<RefitFusion>(graph, statics, weight_ids);
 }
 
 WeightBuilder::~WeightBuilder() = default;
@@ -32,6 +33,7 @@ void WeightBuilder::SetMap(const RefitMapSpec& spec) {
   auto map = std::make_unique<RefitMap>(spec, graph_);
   std::lock_guard<std::mutex> lock(mu_);
   map_ = std::move(map);
+  if (fusion_) fusion_->SetMap(map_.get());
 }
 
 bool WeightBuilder::has_map() const { return map_ != nullptr; }
@@ -232,7 +234,8 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
   srcs_.clear();
   src_names_.clear();
   src_device_.clear();
-  if (UsesKeys(given)) ResolveKeys(given, options, &report, &problems);
+  const bool keys = UsesKeys(given);
+  if (keys) ResolveKeys(given, options, &report, &problems);
   else ResolveWeights(given, options, &report, &problems);
   for (const Write& w : writes_) {
     for (size_t i = 0; i < w.num_src && w.on_device; ++i)
@@ -266,17 +269,8 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
     BuildOnDevice(next.get(), options, &problems);
     if (!problems.empty()) refuse();
   } else {
-    for (const Write& w : writes_) {
-      CopyFault fault;
-      if (!CopyBlocksParallel(*w.blocks, srcs_.data() + w.first_src,
-                              next->buffers[w.value]->host.data(), statics_.dtype(w.value),
-                              options.check_finite, &fault, threads_)) {
-        problems.push_back("'" + std::string(src_names_[w.first_src + fault.src]) +
-                           "' holds a non-finite value at flat index " + std::to_string(fault.index));
-        refuse();
-      }
-    }
-    RunSteps(next.get());
+    BuildOnHost(next.get(), base, given, keys, options, &problems);
+    if (!problems.empty()) refuse();
   }
   report.version = next->version;
   if (report_out) *report_out = std::move(report);

@@ -13,6 +13,7 @@
 
 #include "backends/device.h"
 #include "kaiwu/session.h"
+#include "runtime/refit_fusion.h"
 #include "runtime/refit_map.h"
 #include "runtime/weight_set.h"
 
@@ -62,6 +63,10 @@ class WeightBuilder {
                 const std::vector<const RefitSource*>& sources);
   std::shared_ptr<WeightSet> Assemble(const WeightSet& base);
   void RunSteps(WeightSet* next);
+  // weight_builder_host.cc: copies and derived values of a CPU session, the
+  // copy steps whose sources are all given computed from the given arrays.
+  void BuildOnHost(WeightSet* next, const WeightSet& base, const std::vector<RefitSource>& given,
+                   bool keys, const RefitOptions& options, std::vector<std::string>* problems);
   // weight_builder_device.cc: copies, derived values and uploads of a device session.
   void BuildOnDevice(WeightSet* next, const RefitOptions& options, std::vector<std::string>* problems);
   void PrepareDevice(const WeightSet& ws);
@@ -73,6 +78,7 @@ class WeightBuilder {
   const DeviceBackend* device_;
   std::shared_ptr<WeightPool> pool_;
   std::unique_ptr<RefitMap> map_;
+  std::unique_ptr<RefitFusion> fusion_;  // CPU sessions
   // Device sessions: a stream beside the runs' streams, and the static program's
   // kernel steps prepared for the device (null where the device has no kernel).
   std::unique_ptr<DeviceBackend::Stream> stream_;
@@ -96,6 +102,12 @@ class WeightBuilder {
   std::vector<const void*> step_srcs_;
   std::vector<void*> step_outs_;
   std::vector<char> scratch_;
+  std::vector<int> write_of_;        // by value id: index in writes_, or -1
+  std::vector<char> fused_, skip_;   // by step; by write
+  std::vector<CopyTask> copy_jobs_;
+  std::vector<size_t> job_names_;    // by job: first entry in job_name_list_
+  std::vector<std::string_view> job_name_list_;
+  std::vector<const void*> job_srcs_;
 };
 
 }  // namespace kaiwu

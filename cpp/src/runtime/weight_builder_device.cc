@@ -204,7 +204,10 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
 }
 
 void WeightBuilder::EnsureHost(const WeightSet& ws, const std::vector<int>& values) const {
-  if (!device_) return;
+  if (!device_) {
+    for (int v : values) fusion_->Restore(ws, v);
+    return;
+  }
   for (int v : values) {
     WeightBuffer* b = v >= 0 && static_cast<size_t>(v) < ws.buffers.size() ? ws.buffers[v] : nullptr;
     if (!b || b->host_current.load(std::memory_order_acquire)) continue;
