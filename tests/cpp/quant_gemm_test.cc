@@ -66,6 +66,49 @@ TEST(QuantGemm, MicroTilesMatchInt64ReferenceOnEveryIsa) {
   }
 }
 
+// QMicroTileShiftedAvx2: activations stored as x ^ 0x80 (x - 128 as int8),
+// weights in [-127, 127]; extreme: x in {0, 255} against w = +-127, the
+// largest int16 pair sums the tile forms (2 * 128 * 127).
+void CheckShifted(const Case& c, bool extreme, std::mt19937& rng) {
+  const int64_t blk = c.kq * 64 + 8, qs = 64;
+  const int64_t ldb = c.kq * 4 + 5;
+  std::vector<uint8_t> lanes(2 * blk), bcast(6 * ldb);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-127, 127), bit(0, 1);
+  auto fill = [&](std::vector<uint8_t>& v, bool is_x) {
+    for (auto& b : v) {
+      int x = is_x ? u8(rng) : s8(rng);
+      if (extreme) x = is_x ? 255 * bit(rng) : (bit(rng) ? 127 : -127);
+      b = static_cast<uint8_t>(is_x ? x ^ 0x80 : x);
+    }
+  };
+  fill(lanes, c.lanes_u8);
+  fill(bcast, !c.lanes_u8);
+  int32_t acc[kQTileRows * kQTileLanes];
+  QMicroTileShiftedAvx2(c.mr, c.nb, c.kq, bcast.data(), ldb, lanes.data(), qs, blk, c.lanes_u8, acc);
+  for (int r = 0; r < c.mr; ++r)
+    for (int j = 0; j < 16 * c.nb; ++j) {
+      int64_t want = 0;
+      for (int64_t q = 0; q < c.kq; ++q)
+        for (int t = 0; t < 4; ++t) {
+          const int64_t lv = int8_t(lanes[(j / 16) * blk + q * qs + (j % 16) * 4 + t]);
+          const int64_t bv = int8_t(bcast[r * ldb + 4 * q + t]);
+          want += lv * bv;  // (x - 128) * w: both stored as int8
+        }
+      ASSERT_EQ(acc[r * kQTileLanes + j], want) << "mr=" << c.mr << " nb=" << c.nb << " kq=" << c.kq
+                                                << " lanes_x=" << c.lanes_u8 << " r=" << r << " j=" << j
+                                                << " extreme=" << extreme;
+    }
+}
+
+TEST(QuantGemm, ShiftedAvx2TileMatchesInt64Reference) {
+  if (!QIsaSupported(QIsa::kAvx2)) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(11);
+  for (int mr = 1; mr <= 6; ++mr)
+    for (Case c : {Case{mr, 1, 1, true}, Case{mr, 2, 37, true}, Case{mr, 1, 64, false}, Case{mr, 2, 13, false},
+                   Case{mr, 2, 200, true}})
+      for (bool extreme : {false, true}) CheckShifted(c, extreme, rng);
+}
+
 TEST(QuantGemm, IsaSelection) {
   EXPECT_TRUE(QIsaSupported(QIsa::kScalar));
   EXPECT_TRUE(QIsaSupported(QGemmIsa()));

@@ -72,6 +72,57 @@ __attribute__((target("avx2"))) void TileAvx2Ubs(int64_t kq, const uint8_t* bcas
   }
 }
 
+// MR rows x 16 lanes for QMicroTileShiftedAvx2: the activations (lanes when
+// kLanesX, else the broadcast rows) are x - 128 as int8; vpmaddubsw takes
+// |x - 128| as its unsigned operand and w * sign(x - 128) as its signed one.
+template <int MR, bool kLanesX>
+__attribute__((target("avx2"))) void TileAvx2Shifted(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                                     const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  __m256i c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t q = 0; q < kq; ++q) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
+    // kLanesX: the unsigned operands |x - 128| of the two lane registers.
+    const __m256i u0 = kLanesX ? _mm256_abs_epi8(l0) : l0;
+    const __m256i u1 = kLanesX ? _mm256_abs_epi8(l1) : l1;
+    for (int r = 0; r < MR; ++r) {
+      const __m256i b = _mm256_set1_epi32(Load4(bcast + r * ldb + 4 * q));
+      __m256i p0, p1;
+      if (kLanesX) {
+        p0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(b, l0));
+        p1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(b, l1));
+      } else {
+        const __m256i ub = _mm256_abs_epi8(b);
+        p0 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l0, b));
+        p1 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l1, b));
+      }
+      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
+      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes), c[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes + 8), c[r][1]);
+  }
+}
+
+template <bool kLanesX>
+void Avx2ShiftedRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+                     int64_t q_stride, int32_t* acc) {
+  int r = 0;
+  for (; r + 4 <= mr; r += 4)
+    TileAvx2Shifted<4, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (mr - r == 2) {
+    TileAvx2Shifted<2, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  } else if (mr - r == 1) {
+    TileAvx2Shifted<1, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  } else if (mr - r == 3) {
+    TileAvx2Shifted<3, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  }
+}
+
 template <bool kLanesU8>
 void Avx2UbsRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
                  int64_t q_stride, int32_t* acc) {
@@ -145,6 +196,15 @@ void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ld
     }
     if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
     else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+  }
+}
+
+void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                           const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_x,
+                           int32_t* acc) {
+  for (int b = 0; b < nb; ++b) {
+    if (lanes_x) Avx2ShiftedRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+    else Avx2ShiftedRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
   }
 }
 
