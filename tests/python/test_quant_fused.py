@@ -134,3 +134,26 @@ def test_fused_conv_extreme_products(engine):
     x = np.where(rng.random((2, 4, 7, 7)) < 0.5, -100.0, 100.0).astype(F32)
     model, step = _qdq_model("conv", x.shape, w, np.zeros(8, F32), np.uint8, 128, ys=0.5)
     _check(engine, model, step, x)
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (1001, 7), (5,)])
+def test_lookup_odd_sizes(engine, rng, shape):
+    """DQ -> Tanh -> Q becomes a byte table lookup (QLookup), read 8 bytes at a time: sizes with
+    tails, split across 2 threads."""
+    inits = [numpy_helper.from_array(np.float32(0.03), "xs"), numpy_helper.from_array(np.uint8(120), "xz"),
+             numpy_helper.from_array(np.float32(1 / 127), "ys"), numpy_helper.from_array(np.int8(0), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("Tanh", ["xd"], ["t"]),
+             helper.make_node("QuantizeLinear", ["t", "ys", "yz"], ["tq"]),
+             helper.make_node("DequantizeLinear", ["tq", "ys", "yz"], ["y"])]
+    g = helper.make_graph(nodes, "lut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.uniform(-5, 5, shape).astype(F32)
+    ref = _ort_literal(model, {"x": x})
+    for threads in (1, 2):
+        sess = engine.Session(model.SerializeToString(), threads=threads)
+        assert "QLookup" in sess.describe()
+        got = sess.run({"x": x})["y"]
+        assert np.abs(got - ref).max() <= (1 / 127) * 1.001
