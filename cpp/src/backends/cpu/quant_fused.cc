@@ -82,7 +82,14 @@ class QFusedKernel : public Kernel {
       for (int64_t j = 0; j < count; ++j) f[j] += res[j];
     }
     if (act_.active()) act_.Apply(f, count);
-    const float inv = h.inv_y_scale, zp = static_cast<float>(h.y_zp);
+    // Locals, not members: byte stores through y could alias members, which
+    // would keep the loops from vectorizing.
+    const float inv = h.inv_y_scale, zp = static_cast<float>(h.y_zp), lo = lo_, hi = hi_;
+    if (p_.y_dtype != DType::kFloat32 && QGemmIsa() != QIsa::kScalar) {
+      QuantizeBytesAvx2(f, count, inv, /*divide=*/false, zp, lo, hi, p_.y_dtype == DType::kInt8,
+                        static_cast<uint8_t*>(io.outputs[0]) + off);
+      return;
+    }
     switch (p_.y_dtype) {
       case DType::kFloat32:
         std::memcpy(static_cast<float*>(io.outputs[0]) + off, f, sizeof(float) * count);
@@ -90,13 +97,13 @@ class QFusedKernel : public Kernel {
       case DType::kInt8: {
         int8_t* y = static_cast<int8_t*>(io.outputs[0]) + off;
         for (int64_t j = 0; j < count; ++j)
-          y[j] = static_cast<int8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+          y[j] = static_cast<int8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo, hi)));
         break;
       }
       default: {
         uint8_t* y = static_cast<uint8_t*>(io.outputs[0]) + off;
         for (int64_t j = 0; j < count; ++j)
-          y[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+          y[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo, hi)));
         break;
       }
     }

@@ -47,6 +47,13 @@ void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int
                            const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_x,
                            int32_t* acc);
 
+/// y[i] = saturate(round_half_even(x[i] * s) + zp) into [lo, hi] (x[i] / s
+/// when divide), as int8 (is_signed) or uint8 bytes: QuantizeValue (quant_kernels.h)
+/// 8 floats at a time, bit-identical to it (NaN gives lo). The scalar loop
+/// does not vectorize (GCC keeps its selects as branches). AVX2 only.
+void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp, float lo, float hi,
+                       bool is_signed, uint8_t* y);
+
 // The ISA-specific tiles (quant_gemm_x86.cc).
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
