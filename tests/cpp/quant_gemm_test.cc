@@ -4,10 +4,13 @@
 // for the vpmaddubsw path, int8 operands that satisfy its pair bound.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "backends/cpu/quant_gemm.h"
+#include "backends/cpu/quant_kernels.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -64,6 +67,76 @@ TEST(QuantGemm, MicroTilesMatchInt64ReferenceOnEveryIsa) {
           Check(isa, c, extreme, pairs_fit, rng);
         }
   }
+}
+
+// QMicroTileShiftedAvx2: activations stored as x ^ 0x80 (x - 128 as int8),
+// weights in [-127, 127]; extreme: x in {0, 255} against w = +-127, the
+// largest int16 pair sums the tile forms (2 * 128 * 127).
+void CheckShifted(const Case& c, bool extreme, std::mt19937& rng) {
+  const int64_t blk = c.kq * 64 + 8, qs = 64;
+  const int64_t ldb = c.kq * 4 + 5;
+  std::vector<uint8_t> lanes(2 * blk), bcast(6 * ldb);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-127, 127), bit(0, 1);
+  auto fill = [&](std::vector<uint8_t>& v, bool is_x) {
+    for (auto& b : v) {
+      int x = is_x ? u8(rng) : s8(rng);
+      if (extreme) x = is_x ? 255 * bit(rng) : (bit(rng) ? 127 : -127);
+      b = static_cast<uint8_t>(is_x ? x ^ 0x80 : x);
+    }
+  };
+  fill(lanes, c.lanes_u8);
+  fill(bcast, !c.lanes_u8);
+  int32_t acc[kQTileRows * kQTileLanes];
+  QMicroTileShiftedAvx2(c.mr, c.nb, c.kq, bcast.data(), ldb, lanes.data(), qs, blk, c.lanes_u8, acc);
+  for (int r = 0; r < c.mr; ++r)
+    for (int j = 0; j < 16 * c.nb; ++j) {
+      int64_t want = 0;
+      for (int64_t q = 0; q < c.kq; ++q)
+        for (int t = 0; t < 4; ++t) {
+          const int64_t lv = int8_t(lanes[(j / 16) * blk + q * qs + (j % 16) * 4 + t]);
+          const int64_t bv = int8_t(bcast[r * ldb + 4 * q + t]);
+          want += lv * bv;  // (x - 128) * w: both stored as int8
+        }
+      ASSERT_EQ(acc[r * kQTileLanes + j], want) << "mr=" << c.mr << " nb=" << c.nb << " kq=" << c.kq
+                                                << " lanes_x=" << c.lanes_u8 << " r=" << r << " j=" << j
+                                                << " extreme=" << extreme;
+    }
+}
+
+TEST(QuantGemm, ShiftedAvx2TileMatchesInt64Reference) {
+  if (!QIsaSupported(QIsa::kAvx2)) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(11);
+  for (int mr = 1; mr <= 6; ++mr)
+    for (Case c : {Case{mr, 1, 1, true}, Case{mr, 2, 37, true}, Case{mr, 1, 64, false}, Case{mr, 2, 13, false},
+                   Case{mr, 2, 200, true}})
+      for (bool extreme : {false, true}) CheckShifted(c, extreme, rng);
+}
+
+// QuantizeBytesAvx2 bit-identical to QuantizeValue: ties (round half to
+// even), saturation, +-inf, NaN (gives lo), -0, lengths with tails of 1..7.
+TEST(QuantGemm, QuantizeBytesAvx2MatchesScalar) {
+  if (!QIsaSupported(QIsa::kAvx2)) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-300.f, 300.f);
+  std::vector<float> x;
+  for (int i = -600; i <= 600; ++i) x.push_back(0.5f * i);  // every tie
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {inf, -inf, std::nanf(""), -0.f, 1e30f, -1e30f, 4194305.f, -8388609.f}) x.push_back(v);
+  for (int i = 0; i < 997; ++i) x.push_back(u(rng));
+  for (bool is_signed : {false, true})
+    for (bool divide : {false, true})
+      for (float s : {1.f, 0.37f, 3.f})
+        for (size_t n : {x.size(), size_t{7}, size_t{13}}) {
+          const float lo = is_signed ? -128.f : 0.f, hi = is_signed ? 127.f : 255.f;
+          const float zp = is_signed ? -3.f : 17.f;
+          std::vector<uint8_t> y(n);
+          QuantizeBytesAvx2(x.data(), static_cast<int64_t>(n), s, divide, zp, lo, hi, is_signed, y.data());
+          for (size_t i = 0; i < n; ++i) {
+            const int32_t want = static_cast<int32_t>(QuantizeValue(divide ? x[i] / s : x[i] * s, zp, lo, hi));
+            const int32_t got = is_signed ? int32_t(int8_t(y[i])) : int32_t(y[i]);
+            ASSERT_EQ(got, want) << "x=" << x[i] << " s=" << s << " divide=" << divide << " signed=" << is_signed;
+          }
+        }
 }
 
 TEST(QuantGemm, IsaSelection) {

@@ -89,7 +89,8 @@ struct QPackParams : OpParams {
 ///   [0, 64)        header: int32 any_w_zero_point, int32 x_zero_point (in the
 ///                  uint8 domain: an int8 x is read as x + 128), float
 ///                  1 / y_scale, int32 y_zero_point, int32 pairs_fit_int16
-///                  (|w[k]| + |w[k+1]| <= 128 for all even k: quant_gemm.h)
+///                  (|w[k]| + |w[k+1]| <= 128 for all even k: quant_gemm.h),
+///                  int32 no_min (no weight is -128: QMicroTileShiftedAvx2)
 ///   weights        int8, np * kp bytes: Gemm: blocks of 16 channels, each
 ///                  [kp / 4][16][4] (4 consecutive k of one channel per int32
 ///                  lane); Conv: row-major [np][kp]
@@ -97,6 +98,7 @@ struct QPackParams : OpParams {
 ///   mult  float[np]  x_scale * w_scale[c]
 ///   bias  float[np]  the float bias (0 without one)
 ///   wzp   int32[np]  w_zero_point[c]
+///   wsum  int32[np]  sum_k w[c]
 struct QPackedLayout {
   int64_t k = 0, n = 0, kp = 0, np = 0;
   QPackedLayout(int64_t k_, int64_t n_) : k(k_), n(n_), kp((k_ + 3) / 4 * 4), np((n_ + 15) / 16 * 16) {}
@@ -106,7 +108,8 @@ struct QPackedLayout {
   int64_t mult() const { return corr() + 4 * np; }
   int64_t bias() const { return mult() + 4 * np; }
   int64_t wzp() const { return bias() + 4 * np; }
-  int64_t bytes() const { return wzp() + 4 * np; }
+  int64_t wsum() const { return wzp() + 4 * np; }
+  int64_t bytes() const { return wsum() + 4 * np; }
 };
 
 }  // namespace kaiwu

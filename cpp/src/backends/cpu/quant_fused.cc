@@ -11,6 +11,7 @@
 
 #include "backends/cpu/activation.h"
 #include "backends/cpu/quant_gemm.h"
+#include "backends/cpu/quant_im2col.h"
 #include "backends/cpu/quant_kernels.h"
 
 namespace kaiwu {
@@ -22,6 +23,23 @@ struct Header {
   float inv_y_scale;
   int32_t y_zp;
   int32_t pairs_fit_int16;  // see QMicroTile
+  int32_t no_min;           // no weight is -128: see QMicroTileShiftedAvx2
+};
+
+// The product path of a run: the shifted AVX2 tiles (activations enter as
+// x - 128) for full-range weights without -128, else QMicroTile. Rows per
+// tile: 4 for the shifted tiles (their register budget), else kQTileRows.
+struct TilePath {
+  QIsa isa;
+  bool shifted;
+  int rows;
+  TilePath(QIsa i, const Header& h)
+      : isa(i), shifted(i == QIsa::kAvx2 && !h.pairs_fit_int16 && h.no_min), rows(shifted ? 4 : kQTileRows) {}
+  void Tile(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+            int64_t q_stride, int64_t blk_stride, bool lanes_x, int32_t* acc, const Header& h) const {
+    if (shifted) QMicroTileShiftedAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_x, acc);
+    else QMicroTile(isa, mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_x, acc, h.pairs_fit_int16 != 0);
+  }
 };
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -42,11 +60,11 @@ class QFusedKernel : public Kernel {
       chunk_ = std::max<int64_t>(1, std::min<int64_t>(images_, (256 << 10) / std::max<int64_t>(1, kp_ * P_)));
       chunks_ = (images_ + chunk_ - 1) / chunk_;
       lanes_ = RoundUp(chunk_ * P_, 32);
-      slot_bytes_ = RoundUp(kp_ * lanes_ + 8 * lanes_, 64);  // quads, column sums, 4 rows
+      slot_bytes_ = RoundUp(kp_ * lanes_ + 4 * lanes_, 64);  // quads, column sums
       ctx.scratch_bytes = static_cast<size_t>(slot_bytes_ * threads_);
     } else {
-      copy_x_ = x_int8_ || kp_ != p_.k;
-      ctx.scratch_bytes = static_cast<size_t>(RoundUp((copy_x_ ? p_.rows * kp_ : 0) + 4 * p_.rows, 64));
+      copy_x_ = x_int8_ || kp_ != p_.k;  // the shifted path copies always
+      ctx.scratch_bytes = static_cast<size_t>(RoundUp(p_.rows * kp_ + 4 * p_.rows, 64));
     }
   }
 
@@ -64,7 +82,14 @@ class QFusedKernel : public Kernel {
       for (int64_t j = 0; j < count; ++j) f[j] += res[j];
     }
     if (act_.active()) act_.Apply(f, count);
-    const float inv = h.inv_y_scale, zp = static_cast<float>(h.y_zp);
+    // Locals, not members: byte stores through y could alias members, which
+    // would keep the loops from vectorizing.
+    const float inv = h.inv_y_scale, zp = static_cast<float>(h.y_zp), lo = lo_, hi = hi_;
+    if (p_.y_dtype != DType::kFloat32 && QGemmIsa() != QIsa::kScalar) {
+      QuantizeBytesAvx2(f, count, inv, /*divide=*/false, zp, lo, hi, p_.y_dtype == DType::kInt8,
+                        static_cast<uint8_t*>(io.outputs[0]) + off);
+      return;
+    }
     switch (p_.y_dtype) {
       case DType::kFloat32:
         std::memcpy(static_cast<float*>(io.outputs[0]) + off, f, sizeof(float) * count);
@@ -72,13 +97,13 @@ class QFusedKernel : public Kernel {
       case DType::kInt8: {
         int8_t* y = static_cast<int8_t*>(io.outputs[0]) + off;
         for (int64_t j = 0; j < count; ++j)
-          y[j] = static_cast<int8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+          y[j] = static_cast<int8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo, hi)));
         break;
       }
       default: {
         uint8_t* y = static_cast<uint8_t*>(io.outputs[0]) + off;
         for (int64_t j = 0; j < count; ++j)
-          y[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo_, hi_)));
+          y[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[j] * inv, zp, lo, hi)));
         break;
       }
     }
@@ -104,19 +129,24 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
   const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
   int64_t ldx = K;
   uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
-  int32_t* rowsum = reinterpret_cast<int32_t*>(scratch + (copy_x_ ? rows * kp_ : 0));
+  int32_t* rowsum = reinterpret_cast<int32_t*>(scratch + rows * kp_);
   const bool need_sums = h.any_wzp != 0;
-  if (copy_x_ || need_sums) {
-    const uint8_t flip = x_int8_ ? 0x80 : 0;
+  const TilePath path(QGemmIsa(), h);
+  const bool copy_x = copy_x_ || path.shifted;
+  // The copy holds x in the uint8 domain (x + 128 for int8 x), or x - 128
+  // for the shifted tiles; sums are of the uint8 domain.
+  const uint8_t shift = path.shifted ? 0x80 : 0;
+  if (copy_x || need_sums) {
+    const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift;
     io.pool->ParallelFor(rows, 2.0 * K, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* src = x + r * K;
         int32_t s = 0;
-        if (copy_x_) {
+        if (copy_x) {
           uint8_t* dst = scratch + r * kp_;
           for (int64_t k = 0; k < K; ++k) dst[k] = src[k] ^ flip;
           for (int64_t k = K; k < kp_; ++k) dst[k] = 0;
-          for (int64_t k = 0; k < K; ++k) s += dst[k];
+          for (int64_t k = 0; k < K; ++k) s += dst[k] ^ shift;
         } else {
           for (int64_t k = 0; k < K; ++k) s += src[k];
         }
@@ -124,37 +154,38 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
       }
     });
   }
-  if (copy_x_) {
+  if (copy_x) {
     x = scratch;
     ldx = kp_;
   }
   const QPackedLayout L(p_.k, p_.n);
   const uint8_t* w = packed + L.weights();
   const int64_t blocks = L.np / 16, col_tiles = (blocks + 1) / 2;
-  const int64_t row_tiles = (rows + kQTileRows - 1) / kQTileRows;
-  const QIsa isa = QGemmIsa();
-  const double cost = 2.0 * kQTileRows * kQTileLanes * static_cast<double>(kp_);
+  const int64_t row_tiles = (rows + path.rows - 1) / path.rows;
+  const double cost = 2.0 * path.rows * kQTileLanes * static_cast<double>(kp_);
   io.pool->ParallelFor(col_tiles * row_tiles, cost, [&](int64_t t0, int64_t t1) {
     alignas(64) int32_t acc[kQTileRows * kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t ct = t / row_tiles, rt = t % row_tiles;
       const int64_t b0 = 2 * ct, nb = std::min<int64_t>(2, blocks - b0);
-      const int64_t r0 = rt * kQTileRows, mr = std::min<int64_t>(kQTileRows, rows - r0);
-      QMicroTile(isa, static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
-                 w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_u8=*/false, acc,
-                 h.pairs_fit_int16 != 0);
+      const int64_t r0 = rt * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
+      path.Tile(static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
+                w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_x=*/false, acc, h);
       const int64_t c0 = b0 * 16, count = std::min<int64_t>(16 * nb, p_.n - c0);
       const QPackedLayout PL(p_.k, p_.n);
       const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr()) + c0;
       const float* mult = reinterpret_cast<const float*>(packed + PL.mult()) + c0;
       const float* bias = reinterpret_cast<const float*>(packed + PL.bias()) + c0;
       const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp()) + c0;
+      const int32_t* wsum = reinterpret_cast<const int32_t*>(packed + PL.wsum()) + c0;
+      int32_t cc[kQTileLanes];
+      for (int64_t j = 0; j < count; ++j) cc[j] = corr[j] + (path.shifted ? 128 * wsum[j] : 0);
       float f[kQTileLanes];
       for (int64_t r = 0; r < mr; ++r) {
         const int32_t* a = acc + r * kQTileLanes;
         const int32_t xs = need_sums ? rowsum[r0 + r] : 0;
         for (int64_t j = 0; j < count; ++j)
-          f[j] = static_cast<float>(a[j] + corr[j] - wzp[j] * xs) * mult[j] + bias[j];
+          f[j] = static_cast<float>(a[j] + cc[j] - wzp[j] * xs) * mult[j] + bias[j];
         EmitRun(io, h, f, count, (r0 + r) * p_.n + c0);
       }
     }
@@ -171,56 +202,23 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
   uint8_t* col = slot;
   int32_t* colsum = reinterpret_cast<int32_t*>(slot + kp_ * lanes_);
   const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]) + img0 * C * g.in_size();
-  const uint8_t flip = x_int8_ ? 0x80 : 0, pad = static_cast<uint8_t>(h.x_zp);
-  // Per quad of k: four plain rows of lanes (contiguous copies), then
-  // interleaved into the quad layout.
-  uint8_t* rows = slot + kp_ * lanes_ + 4 * lanes_;  // 4 * lanes_ bytes
-  for (int64_t q = 0; q < kp_ / 4; ++q) {
-    for (int t4 = 0; t4 < 4; ++t4) {
-      const int64_t k = 4 * q + t4;
-      uint8_t* dst = rows + t4 * lanes_;
-      if (k >= p_.k) {
-        std::memset(dst, 0, lanes_);
-        continue;
-      }
-      const int64_t c = k / KK, t = k % KK;
-      const int64_t kd = t / (g.kernel[1] * g.kernel[2]), kh = (t / g.kernel[2]) % g.kernel[1], kw = t % g.kernel[2];
-      int64_t lo[3], hi[3];
-      g.ValidRange(0, kd, &lo[0], &hi[0]);
-      g.ValidRange(1, kh, &lo[1], &hi[1]);
-      g.ValidRange(2, kw, &lo[2], &hi[2]);
-      const int64_t OW = g.out[2], sw = g.stride[2];
-      int64_t l = 0;
-      for (int64_t im = 0; im < imgs; ++im) {
-        const uint8_t* xc = x + (im * C + c) * g.in_size();
-        for (int64_t od = 0; od < g.out[0]; ++od) {
-          const int64_t id = od * g.stride[0] - g.pad_begin[0] + kd * g.dilation[0];
-          for (int64_t oh = 0; oh < g.out[1]; ++oh, l += OW) {
-            const int64_t ih = oh * g.stride[1] - g.pad_begin[1] + kh * g.dilation[1];
-            const bool row_ok = od >= lo[0] && od < hi[0] && oh >= lo[1] && oh < hi[1];
-            const uint8_t* src = xc + (id * g.in[1] + ih) * g.in[2] + kw * g.dilation[2] - g.pad_begin[2];
-            const int64_t a = row_ok ? lo[2] : OW, b = row_ok ? std::max(hi[2], a) : OW;
-            uint8_t* d = dst + l;
-            std::memset(d, pad, a);
-            if (sw == 1 && !flip) std::memcpy(d + a, src + a, b - a);
-            else for (int64_t ow = a; ow < b; ++ow) d[ow] = static_cast<uint8_t>(src[ow * sw] ^ flip);
-            std::memset(d + b, pad, OW - b);
-          }
-        }
-      }
-      std::memset(dst + l, 0, lanes_ - l);
-    }
-    const uint8_t *r0 = rows, *r1 = rows + lanes_, *r2 = rows + 2 * lanes_, *r3 = rows + 3 * lanes_;
-    uint32_t* out = reinterpret_cast<uint32_t*>(col + q * lanes_ * 4);
-    for (int64_t l = 0; l < lanes_; ++l)
-      out[l] = uint32_t(r0[l]) | uint32_t(r1[l]) << 8 | uint32_t(r2[l]) << 16 | uint32_t(r3[l]) << 24;
-  }
+  // Lanes hold x in the uint8 domain (x + 128 for int8 x), or x - 128 for the
+  // shifted tiles; the column sums are of the uint8 domain.
+  const TilePath path(QGemmIsa(), h);
+  const uint8_t shift = path.shifted ? 0x80 : 0;
+  const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift, pad = static_cast<uint8_t>(h.x_zp) ^ shift;
+  auto quads = [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q)
+      QIm2ColQuad(g, p_.k, x, imgs, C, q, flip, pad, reinterpret_cast<uint32_t*>(col + q * lanes_ * 4), lanes_);
+  };
+  if (parallel) io.pool->ParallelFor(kp_ / 4, 4.0 * lanes_, quads);
+  else quads(0, kp_ / 4);
   const bool need_sums = h.any_wzp != 0;
   if (need_sums) {
     std::fill(colsum, colsum + lanes_, 0);
     for (int64_t k = 0; k < p_.k; ++k) {
       const uint8_t* src = col + (k / 4) * lanes_ * 4 + (k % 4);
-      for (int64_t l = 0; l < lanes_; ++l) colsum[l] += src[l * 4];
+      for (int64_t l = 0; l < lanes_; ++l) colsum[l] += src[l * 4] ^ shift;
     }
   }
   const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
@@ -230,23 +228,23 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
   const float* mult = reinterpret_cast<const float*>(packed + PL.mult());
   const float* bias = reinterpret_cast<const float*>(packed + PL.bias());
   const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp());
-  const QIsa isa = QGemmIsa();
+  const int32_t* wsum = reinterpret_cast<const int32_t*>(packed + PL.wsum());
   const int64_t lane_tiles = (L + kQTileLanes - 1) / kQTileLanes;
-  const int64_t row_tiles = (p_.n + kQTileRows - 1) / kQTileRows;
+  const int64_t row_tiles = (p_.n + path.rows - 1) / path.rows;
   auto tiles = [&](int64_t t0, int64_t t1) {
     alignas(64) int32_t acc[kQTileRows * kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t lt = t / row_tiles, rt = t % row_tiles;
       const int64_t l0 = lt * kQTileLanes, count = std::min<int64_t>(kQTileLanes, L - l0);
       const int nb = count > 16 ? 2 : 1;
-      const int64_t c0 = rt * kQTileRows, mr = std::min<int64_t>(kQTileRows, p_.n - c0);
-      QMicroTile(isa, static_cast<int>(mr), nb, kp_ / 4, w + c0 * kp_, kp_, col + l0 * 4, lanes_ * 4,
-                 64, /*lanes_u8=*/true, acc, h.pairs_fit_int16 != 0);
+      const int64_t c0 = rt * path.rows, mr = std::min<int64_t>(path.rows, p_.n - c0);
+      path.Tile(static_cast<int>(mr), nb, kp_ / 4, w + c0 * kp_, kp_, col + l0 * 4, lanes_ * 4, 64,
+                /*lanes_x=*/true, acc, h);
       float f[kQTileLanes];
       for (int64_t r = 0; r < mr; ++r) {
         const int64_t c = c0 + r;
         const int32_t* a = acc + r * kQTileLanes;
-        const int32_t cc = corr[c], wz = wzp[c];
+        const int32_t cc = corr[c] + (path.shifted ? 128 * wsum[c] : 0), wz = wzp[c];
         const float m = mult[c], bb = bias[c];
         if (need_sums) {
           for (int64_t j = 0; j < count; ++j) f[j] = static_cast<float>(a[j] + cc - wz * colsum[l0 + j]) * m + bb;
@@ -266,7 +264,7 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
     }
   };
   const int64_t ntiles = lane_tiles * row_tiles;
-  if (parallel) io.pool->ParallelFor(ntiles, 2.0 * kQTileRows * kQTileLanes * kp_, tiles);
+  if (parallel) io.pool->ParallelFor(ntiles, 2.0 * path.rows * kQTileLanes * kp_, tiles);
   else tiles(0, ntiles);
 }
 

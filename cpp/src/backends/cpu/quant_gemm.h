@@ -37,6 +37,23 @@ void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int6
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                 int32_t* acc, bool pairs_fit_int16 = false);
 
+/// The AVX2 tile for full-range int8 weights that hold no -128 (QPackWeights
+/// checks that): the operand layout of QMicroTile, but the activation operand
+/// (lanes when lanes_x, else bcast) arrives shifted to int8 (x ^ 0x80, that is
+/// x - 128) and acc[r * 32 + j] = sum (x - 128) * w; the caller adds
+/// 128 * sum(w). Exact: vpmaddubsw multiplies |x - 128| <= 128 by w carrying
+/// the sign of x - 128 (|w| <= 127), so a pair sums to at most 32512 < 2^15.
+void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                           const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_x,
+                           int32_t* acc);
+
+/// y[i] = saturate(round_half_even(x[i] * s) + zp) into [lo, hi] (x[i] / s
+/// when divide), as int8 (is_signed) or uint8 bytes: QuantizeValue (quant_kernels.h)
+/// 8 floats at a time, bit-identical to it (NaN gives lo). The scalar loop
+/// does not vectorize (GCC keeps its selects as branches). AVX2 only.
+void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp, float lo, float hi,
+                       bool is_signed, uint8_t* y);
+
 // The ISA-specific tiles (quant_gemm_x86.cc).
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,

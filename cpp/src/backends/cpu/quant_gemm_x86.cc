@@ -72,6 +72,57 @@ __attribute__((target("avx2"))) void TileAvx2Ubs(int64_t kq, const uint8_t* bcas
   }
 }
 
+// MR rows x 16 lanes for QMicroTileShiftedAvx2: the activations (lanes when
+// kLanesX, else the broadcast rows) are x - 128 as int8; vpmaddubsw takes
+// |x - 128| as its unsigned operand and w * sign(x - 128) as its signed one.
+template <int MR, bool kLanesX>
+__attribute__((target("avx2"))) void TileAvx2Shifted(int64_t kq, const uint8_t* bcast, int64_t ldb,
+                                                     const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+  __m256i c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t q = 0; q < kq; ++q) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
+    // kLanesX: the unsigned operands |x - 128| of the two lane registers.
+    const __m256i u0 = kLanesX ? _mm256_abs_epi8(l0) : l0;
+    const __m256i u1 = kLanesX ? _mm256_abs_epi8(l1) : l1;
+    for (int r = 0; r < MR; ++r) {
+      const __m256i b = _mm256_set1_epi32(Load4(bcast + r * ldb + 4 * q));
+      __m256i p0, p1;
+      if (kLanesX) {
+        p0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(b, l0));
+        p1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(b, l1));
+      } else {
+        const __m256i ub = _mm256_abs_epi8(b);
+        p0 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l0, b));
+        p1 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l1, b));
+      }
+      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
+      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes), c[r][0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * kQTileLanes + 8), c[r][1]);
+  }
+}
+
+template <bool kLanesX>
+void Avx2ShiftedRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
+                     int64_t q_stride, int32_t* acc) {
+  int r = 0;
+  for (; r + 4 <= mr; r += 4)
+    TileAvx2Shifted<4, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  if (mr - r == 2) {
+    TileAvx2Shifted<2, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  } else if (mr - r == 1) {
+    TileAvx2Shifted<1, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  } else if (mr - r == 3) {
+    TileAvx2Shifted<3, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  }
+}
+
 template <bool kLanesU8>
 void Avx2UbsRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
                  int64_t q_stride, int32_t* acc) {
@@ -145,6 +196,48 @@ void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ld
     }
     if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
     else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+  }
+}
+
+void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
+                           const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_x,
+                           int32_t* acc) {
+  for (int b = 0; b < nb; ++b) {
+    if (lanes_x) Avx2ShiftedRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+    else Avx2ShiftedRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+  }
+}
+
+__attribute__((target("avx2"))) void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide,
+                                                      float zp, float lo, float hi, bool is_signed,
+                                                      uint8_t* y) {
+  const __m256 vs = _mm256_set1_ps(s), vzp = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo),
+               vhi = _mm256_set1_ps(hi), big = _mm256_set1_ps(4194304.f),
+               nbig = _mm256_set1_ps(-4194304.f), magic = _mm256_set1_ps(12582912.f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    v = divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vs);
+    v = _mm256_max_ps(v, nbig);  // NaN -> -2^22 (max returns its second operand)
+    v = _mm256_min_ps(v, big);
+    v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);  // round half to even
+    v = _mm256_add_ps(v, vzp);
+    v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
+    const __m256i q = _mm256_cvtps_epi32(v);  // integers in [lo, hi]: exact
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    const __m128i b = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
+  }
+  for (; i < n; ++i) {
+    float v = divide ? x[i] / s : x[i] * s;
+    v = v > -4194304.f ? v : -4194304.f;
+    v = v < 4194304.f ? v : 4194304.f;
+    v = (v + 12582912.f) - 12582912.f;
+    v += zp;
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    const int32_t q = static_cast<int32_t>(v);
+    y[i] = static_cast<uint8_t>(is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : q);
   }
 }
 

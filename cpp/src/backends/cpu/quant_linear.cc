@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "backends/cpu/quant_gemm.h"
 #include "backends/cpu/quant_kernels.h"
 
 namespace kaiwu {
@@ -62,12 +64,22 @@ class QuantizeKernel : public Kernel {
     const void* z = p_.has_zero_point ? io.inputs[2] : nullptr;
     Q* y = static_cast<Q*>(io.outputs[0]);
     ForEachRun(p_, io.pool, [&](int64_t b, int64_t e, int64_t si, int64_t step) {
+      // Everything the loop reads in locals of the lambda: byte stores through
+      // y could alias members and captures, which keeps the loop scalar.
+      const float lo = lo_, hi = hi_;
       if (step == 0) {
         const float sc = s[si], zp = static_cast<float>(ZeroPointAt<Q>(z, si));
-        for (int64_t i = b; i < e; ++i) y[i] = QuantizeOne<Q>(x[i], sc, zp, lo_, hi_);
+        const float* xs = x;
+        Q* ys = y;
+        if (sizeof(Q) == 1 && QGemmIsa() != QIsa::kScalar) {
+          QuantizeBytesAvx2(xs + b, e - b, sc, /*divide=*/true, zp, lo, hi, std::is_signed<Q>::value,
+                            reinterpret_cast<uint8_t*>(ys + b));
+          return;
+        }
+        for (int64_t i = b; i < e; ++i) ys[i] = QuantizeOne<Q>(xs[i], sc, zp, lo, hi);
       } else {
         for (int64_t i = b, j = si; i < e; ++i, ++j)
-          y[i] = QuantizeOne<Q>(x[i], s[j], static_cast<float>(ZeroPointAt<Q>(z, j)), lo_, hi_);
+          y[i] = QuantizeOne<Q>(x[i], s[j], static_cast<float>(ZeroPointAt<Q>(z, j)), lo, hi);
       }
     });
   }

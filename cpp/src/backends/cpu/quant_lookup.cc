@@ -16,7 +16,16 @@ class QLookupKernel : public Kernel {
     std::memcpy(table, io.inputs[1], 256);
     uint8_t* y = static_cast<uint8_t*>(io.outputs[0]);
     io.pool->ParallelFor(size_, 1.0, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = table[x[i]];
+      // 8 bytes per load and store, looked up one by one: the plain loop
+      // auto-vectorizes into gathers, about 3x slower on AVX2 CPUs.
+      int64_t i = b;
+      for (; i + 8 <= e; i += 8) {
+        uint64_t v, o = 0;
+        std::memcpy(&v, x + i, 8);
+        for (int k = 0; k < 8; ++k) o |= uint64_t{table[(v >> (8 * k)) & 0xff]} << (8 * k);
+        std::memcpy(y + i, &o, 8);
+      }
+      for (; i < e; ++i) y[i] = table[x[i]];
     });
   }
 

@@ -39,7 +39,8 @@ class QPackKernel : public Kernel {
     float* mult = reinterpret_cast<float*>(out + L.mult());
     float* fb = reinterpret_cast<float*>(out + L.bias());
     int32_t* wzp = reinterpret_cast<int32_t*>(out + L.wzp());
-    int32_t any_wzp = 0, pairs_fit = 1;
+    int32_t* wsum = reinterpret_cast<int32_t*>(out + L.wsum());
+    int32_t any_wzp = 0, pairs_fit = 1, no_min = 1;
     for (int64_t c = 0; c < p_.n; ++c) {
       const int64_t si = p_.w_per_channel ? c : 0;
       const int32_t z = wz ? wz[si] : 0;
@@ -47,6 +48,7 @@ class QPackKernel : public Kernel {
       for (int64_t k = 0; k < p_.k; ++k) {
         const int8_t v = p_.trans ? w[c * p_.k + k] : w[k * p_.n + c];
         sum += v;
+        no_min &= v != -128;
         if (conv_) wp[c * L.kp + k] = v;
         else wp[(c / 16) * L.kp * 16 + (k / 4) * 64 + (c % 16) * 4 + k % 4] = v;
       }
@@ -59,15 +61,17 @@ class QPackKernel : public Kernel {
       mult[c] = xs * ws[si];
       fb[c] = bias ? bias[c] : 0.f;
       wzp[c] = z;
+      wsum[c] = sum;
       any_wzp |= z != 0;
     }
-    int32_t header[5];
+    int32_t header[6];
     const float inv = 1.f / ys;
     header[0] = any_wzp;
     header[1] = xz;
     std::memcpy(&header[2], &inv, 4);
     header[3] = yz;
     header[4] = pairs_fit;
+    header[5] = no_min;
     std::memcpy(out, header, sizeof(header));
   }
 

@@ -1,0 +1,159 @@
+"""The fused integer Conv / Gemm kernels (fuse_qdq -> QLinearFused) on small QDQ graphs, against
+onnxruntime running the same graph literally (optimizations off: float math on dequantized
+values), within one quantization step of the output.
+
+Sizes are odd on purpose: reduction lengths that are not a multiple of 4, output channels that
+leave partial row tiles, pixel and row counts that leave partial lane tiles. Weights use the
+full int8 range: [-127, 127] (the AVX2 shifted tiles: activations enter as x - 128) or with -128
+present (the other tiles), activations saturate at both ends of their range, uint8 and int8
+activations with nonzero zero points; 1 and 2 threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+F32 = np.float32
+
+
+def _qdq_model(kind, x_shape, w, bias, x_dt, x_zp, conv_attrs=None, relu=False, ys=None):
+    """x -> Q -> DQ -> Conv/Gemm(DQ(w), bias) (-> Relu) -> Q -> DQ -> y, per-channel weights."""
+    n = w.shape[0]
+    rng = np.random.default_rng(n)
+    ws = rng.uniform(0.002, 0.01, n).astype(F32)
+    k = int(np.prod(w.shape[1:]))
+    ys = np.float32(ys if ys is not None else 0.02 * np.sqrt(k))
+    inits = [
+        numpy_helper.from_array(np.float32(0.05), "xs"),
+        numpy_helper.from_array(np.array(x_zp, dtype=x_dt), "xz"),
+        numpy_helper.from_array(w.astype(np.int8), "wq"),
+        numpy_helper.from_array(ws, "ws"),
+        numpy_helper.from_array(np.zeros(n, np.int8), "wz"),
+        numpy_helper.from_array(bias.astype(F32), "b"),
+        numpy_helper.from_array(ys, "ys"),
+        numpy_helper.from_array(np.uint8(128 if relu else 100), "yz"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+    ]
+    if kind == "conv":
+        nodes.append(helper.make_node("Conv", ["xd", "wd", "b"], ["h"], **(conv_attrs or {})))
+    else:
+        nodes.append(helper.make_node("Gemm", ["xd", "wd", "b"], ["h"], transB=1))
+    last = "h"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["h"], ["r"]))
+        last = "r"
+    nodes += [helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), float(ys)
+
+
+def _weights(rng, shape, with_min):
+    w = rng.integers(-127, 128, shape)
+    flat = w.reshape(shape[0], -1)
+    flat[:, ::3] = np.where(rng.random(flat[:, ::3].shape) < 0.5, 127, -127)  # extreme pairs
+    if with_min:
+        flat[0, 0] = -128
+    return w.astype(np.int8)
+
+
+def _inputs(rng, shape):
+    # xs = 0.05: values beyond +-13 saturate the 8-bit activations at both ends.
+    x = rng.uniform(-8, 8, shape).astype(F32)
+    m = rng.random(shape)
+    x[m < 0.2] = -100.0
+    x[m > 0.8] = 100.0
+    return x
+
+
+def _ort_literal(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)[0]
+
+
+def _check(engine, model, step, x):
+    ref = _ort_literal(model, {"x": x})
+    for threads in (1, 2):
+        sess = engine.Session(model.SerializeToString(), threads=threads)
+        assert "QLinearFused" in sess.describe()
+        got = sess.run({"x": x})["y"]
+        err = np.abs(got - ref).max()
+        assert err <= step * 1.001, f"threads={threads}: {err} > step {step}"
+
+
+ACT = [(np.uint8, 0), (np.uint8, 37), (np.int8, -5)]
+
+CONV_CASES = [
+    # x shape, w shape, attrs
+    ((2, 5, 11, 9), (13, 5, 3, 3), dict(pads=[1, 1, 1, 1])),               # k=45, P=99
+    ((3, 3, 13, 13), (6, 3, 4, 4), dict(strides=[2, 2])),                  # k=48, n=6
+    ((1, 7, 6, 5), (9, 7, 2, 2), dict(strides=[1, 1], pads=[0, 1, 1, 0])),  # k=28, P=42
+    ((5, 16, 9, 9), (33, 16, 3, 3), {}),                                  # several lane tiles per image
+    ((3, 8, 42, 42), (5, 8, 3, 3), dict(pads=[1, 1, 1, 1])),               # chunks of 2 images
+    ((2, 4, 84, 84), (7, 4, 8, 8), dict(strides=[4, 4])),                  # 4-byte windows (atari)
+    ((2, 6, 20, 20), (10, 6, 4, 4), dict(strides=[2, 2], pads=[1, 0, 2, 1])),  # 4-byte windows, padded
+]
+
+
+@pytest.mark.parametrize("x_dt,x_zp", ACT)
+@pytest.mark.parametrize("with_min", [False, True])
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_fused_conv_full_range_weights(engine, rng, x_dt, x_zp, with_min, case):
+    xs, wshape, attrs = CONV_CASES[case]
+    w = _weights(rng, wshape, with_min)
+    bias = rng.uniform(-1, 1, wshape[0]).astype(F32)
+    model, step = _qdq_model("conv", xs, w, bias, x_dt, x_zp, attrs, relu=case % 2 == 0)
+    _check(engine, model, step, _inputs(rng, xs))
+
+
+@pytest.mark.parametrize("x_dt,x_zp", ACT)
+@pytest.mark.parametrize("with_min", [False, True])
+@pytest.mark.parametrize("rows,k,n", [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40)])
+def test_fused_gemm_full_range_weights(engine, rng, x_dt, x_zp, with_min, rows, k, n):
+    w = _weights(rng, (n, k), with_min)
+    bias = rng.uniform(-1, 1, n).astype(F32)
+    model, step = _qdq_model("gemm", (rows, k), w, bias, x_dt, x_zp, relu=rows % 2 == 1)
+    _check(engine, model, step, _inputs(rng, (rows, k)))
+
+
+def test_fused_conv_extreme_products(engine):
+    """Every activation at 0 or 255 against weights of +-127 (x_zp 128: x - x_zp is -128 or
+    127): the largest int16 pair sums of the shifted tiles, 2 * 128 * 127."""
+    rng = np.random.default_rng(5)
+    w = np.where(rng.random((8, 4, 3, 3)) < 0.5, 127, -127).astype(np.int8)
+    x = np.where(rng.random((2, 4, 7, 7)) < 0.5, -100.0, 100.0).astype(F32)
+    model, step = _qdq_model("conv", x.shape, w, np.zeros(8, F32), np.uint8, 128, ys=0.5)
+    _check(engine, model, step, x)
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (1001, 7), (5,)])
+def test_lookup_odd_sizes(engine, rng, shape):
+    """DQ -> Tanh -> Q becomes a byte table lookup (QLookup), read 8 bytes at a time: sizes with
+    tails, split across 2 threads."""
+    inits = [numpy_helper.from_array(np.float32(0.03), "xs"), numpy_helper.from_array(np.uint8(120), "xz"),
+             numpy_helper.from_array(np.float32(1 / 127), "ys"), numpy_helper.from_array(np.int8(0), "yz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("Tanh", ["xd"], ["t"]),
+             helper.make_node("QuantizeLinear", ["t", "ys", "yz"], ["tq"]),
+             helper.make_node("DequantizeLinear", ["tq", "ys", "yz"], ["y"])]
+    g = helper.make_graph(nodes, "lut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.uniform(-5, 5, shape).astype(F32)
+    ref = _ort_literal(model, {"x": x})
+    for threads in (1, 2):
+        sess = engine.Session(model.SerializeToString(), threads=threads)
+        assert "QLookup" in sess.describe()
+        got = sess.run({"x": x})["y"]
+        assert np.abs(got - ref).max() <= (1 / 127) * 1.001
