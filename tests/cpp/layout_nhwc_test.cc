@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "passes/layout_nhwc.h"
+#include "passes/rewrite_util.h"
 
 namespace kaiwu {
 namespace {
@@ -37,13 +38,6 @@ Node Op(const std::string& op, std::vector<int> in, std::vector<int> out) {
   return n;
 }
 
-Attribute Ints(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
 int Count(const Graph& g, const std::string& op) {
   int n = 0;
   for (const Node& node : g.nodes) n += node.op_type == op;
@@ -62,7 +56,7 @@ Graph ResidualStack(bool channels_last_input) {
   if (channels_last_input) {
     a = Val(g, "a", DType::kFloat16);
     Node t = Op("Transpose", {x}, {a});
-    t.attrs["perm"] = Ints({0, 3, 1, 2});
+    t.attrs["perm"] = IntsAttr({0, 3, 1, 2});
     g.AddNode(t);
   }
   int w1 = Data(g, "w1", {8, 3, 3, 3}, ValueKind::kWeight);
@@ -74,16 +68,16 @@ Graph ResidualStack(bool channels_last_input) {
   int s = Val(g, "s", DType::kFloat16), sum = Val(g, "sum", DType::kFloat16);
   int y = Val(g, "y", DType::kFloat16);
   Node conv1 = Op("Conv", {a, w1, b1}, {c1});
-  conv1.attrs["pads"] = Ints({1, 1, 1, 1});
-  conv1.attrs["kernel_shape"] = Ints({3, 3});
+  conv1.attrs["pads"] = IntsAttr({1, 1, 1, 1});
+  conv1.attrs["kernel_shape"] = IntsAttr({3, 3});
   g.AddNode(conv1);
   Node pool = Op("MaxPool", {c1}, {p});
-  pool.attrs["kernel_shape"] = Ints({2, 2});
-  pool.attrs["strides"] = Ints({2, 2});
+  pool.attrs["kernel_shape"] = IntsAttr({2, 2});
+  pool.attrs["strides"] = IntsAttr({2, 2});
   g.AddNode(pool);
   g.AddNode(Op("Relu", {p}, {r}));
   Node conv2 = Op("Conv", {r, w2}, {c2});
-  conv2.attrs["pads"] = Ints({1, 1, 1, 1});
+  conv2.attrs["pads"] = IntsAttr({1, 1, 1, 1});
   g.AddNode(conv2);
   g.AddNode(Op("Mul", {c2, half}, {s}));
   g.AddNode(Op("Add", {p, s}, {sum}));
@@ -146,7 +140,7 @@ TEST(LayoutNhwc, LeavesFloat32GroupedAndUnsupportedConvsAlone) {
 
   Graph h = ResidualStack(false);
   for (Node& n : h.nodes)
-    if (n.op_type == "Conv") n.attrs["group"] = Attribute{Attribute::Kind::kInt, 2};
+    if (n.op_type == "Conv") n.attrs["group"] = IntAttr(2);
   EXPECT_EQ(ConvertToNhwc(&h, AllKernels), 1);  // only the MaxPool
   EXPECT_EQ(Count(h, "Conv"), 2);
 }
