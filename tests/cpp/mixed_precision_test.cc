@@ -173,6 +173,45 @@ TEST(MixedPrecision, KeepFp32ByNameOrOpType) {
   EXPECT_EQ(NodeNamed(p.g, "head")->inputs[1], p.w2);  // float32 weights as they were
 }
 
+// Gemm -> GRU -> Gemm: the GRU stays float32 (state, gate math) with its GEMMs
+// marked for TF32; keep_fp32 (by name or op type) keeps them plain float32.
+TEST(MixedPrecision, RecurrentNodesKeepFloat32WithTf32Gemms) {
+  for (const std::vector<std::string>& keep :
+       std::vector<std::vector<std::string>>{{}, {"gru"}, {"GRU"}}) {
+    Graph g;
+    const int obs = Val(g, "obs", ValueKind::kInput, DType::kFloat32);
+    g.inputs = {obs};
+    const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
+    const int gw = Val(g, "GW", ValueKind::kWeight, DType::kFloat32);
+    const int gr = Val(g, "GR", ValueKind::kWeight, DType::kFloat32);
+    const int w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
+    const int x = Val(g, "x", ValueKind::kRuntime, DType::kFloat32);
+    const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
+    const int out = Val(g, "out", ValueKind::kRuntime, DType::kFloat32);
+    g.AddNode(Op("MatMul", "enc", {obs, w}, {x}));
+    g.AddNode(Op("GRU", "gru", {x, gw, gr}, {y}));
+    g.AddNode(Op("MatMul", "head", {y, w2}, {out}));
+    g.outputs = {out};
+    g.Verify();
+    MixedPrecisionReport r = ApplyMixedPrecision(&g, Options(DType::kFloat16, keep));
+    const Node* gru = NodeNamed(g, "gru");
+    ASSERT_NE(gru, nullptr);
+    ASSERT_NE(Find(r, "gru"), nullptr);
+    EXPECT_FALSE(Find(r, "gru")->half);
+    EXPECT_EQ(g.values[gru->inputs[0]].dtype, DType::kFloat32);
+    EXPECT_EQ(g.values[gru->outputs[0]].dtype, DType::kFloat32);
+    EXPECT_TRUE(Find(r, "enc")->half);
+    EXPECT_TRUE(Find(r, "head")->half);
+    if (keep.empty()) {
+      EXPECT_TRUE(gru->tf32_gemms);
+      EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs in TF32");
+    } else {
+      EXPECT_FALSE(gru->tf32_gemms) << keep[0];
+      EXPECT_EQ(Find(r, "gru")->reason, "keep_fp32") << keep[0];
+    }
+  }
+}
+
 TEST(MixedPrecision, MissingKernelKeepsFloat32) {
   Policy p;
   MixedPrecisionReport r = ApplyMixedPrecision(&p.g, Options(DType::kFloat16, {}, {"Conv"}));

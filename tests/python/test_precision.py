@@ -92,9 +92,9 @@ def test_describe_lists_half_and_fp32_nodes():
     text = ki.Session(data, device="cuda", precision="fp16").describe()
     assert "precision: fp16" in text
     assert "Conv" in text and ": fp16" in text
-    assert "LSTM" in text and "fp32 (float32 by rule)" in text
-    kept = ki.Session(data, device="cuda", precision="fp16", keep_fp32=["Conv"]).describe()
-    assert "fp32 (keep_fp32)" in kept
+    assert "LSTM" in text and "fp32 (float32 by rule, GEMMs in TF32)" in text
+    kept = ki.Session(data, device="cuda", precision="fp16", keep_fp32=["Conv", "LSTM"]).describe()
+    assert "fp32 (keep_fp32)" in kept and "TF32" not in kept
 
 
 def _with_weights(data: bytes, weights: dict) -> bytes:

@@ -64,6 +64,10 @@ int OnnxCode(DType t) {
   }
 }
 
+bool IsRecurrent(const std::string& op_type) {
+  return op_type == "LSTM" || op_type == "GRU" || op_type == "RNN";
+}
+
 class Rewriter {
  public:
   Rewriter(Graph* g, const MixedPrecisionOptions& o) : g_(*g), o_(o) {
@@ -138,8 +142,14 @@ class Rewriter {
       else if (rule.role == Role::kMovement && !any_half) reason = "moves float32 data";
       else half = true;
     } else if (rule.role == Role::kFloat32) {
-      reason = keep_.count(snapshot.name) || keep_.count(snapshot.op_type) ? "keep_fp32"
-                                                                            : "float32 by rule";
+      const bool kept = keep_.count(snapshot.name) || keep_.count(snapshot.op_type);
+      reason = kept ? "keep_fp32" : "float32 by rule";
+      // A recurrent cell keeps float32 state and gate math, but its GEMMs run on
+      // TF32 tensor cores, as precise as a half GEMM's operands (10-bit mantissa).
+      if (!kept && any_fp32_input && IsRecurrent(snapshot.op_type)) {
+        g_.nodes[i].tf32_gemms = true;
+        reason = "float32 by rule, GEMMs in TF32";
+      }
     } else {
       reason = "float32 by rule";
     }

@@ -22,12 +22,12 @@ constexpr float kRtol = 1e-4f, kAtol = 1e-5f;
 
 // Runs `node` on the CPU and on CUDA and compares every output.
 void ExpectCudaMatchesCpu(const Node& node, const std::vector<Tensor>& inputs,
-                          const std::string& what) {
+                          const std::string& what, float rtol = kRtol, float atol = kAtol) {
   std::vector<Tensor> want = RunNode(node, inputs);
   std::vector<Tensor> got = RunNodeCuda(node, inputs);
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < want.size(); ++i)
-    ExpectTensorsClose(got[i], want[i], kRtol, kAtol, what + " output " + std::to_string(i));
+    ExpectTensorsClose(got[i], want[i], rtol, atol, what + " output " + std::to_string(i));
 }
 
 // Expects RunNodeCuda to fail with `code`.
@@ -382,6 +382,49 @@ TEST(CudaLinalg, GruVariants) {
     y_only.outputs = 1;
     CheckRnn(y_only, rng);
   }
+}
+
+// The GRU sequence kernel (linear_before_reset, hidden <= 128, hidden % 4 == 0)
+// at batches that pick 1, 2 and 4 rows per block on a GPU of 132 SMs (H100),
+// with a last block part full, ended sequences and clip; 1100 runs the per-step
+// path (above the sequence kernel's batch limit).
+TEST(CudaLinalg, GruSequenceKernelRowsPerBlock) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(208);
+  for (int64_t batch : {1, 2, 3, 133, 301, 1100})
+    for (int64_t hidden : {128, 48}) {
+      RnnCase c;
+      c.op = "GRU";
+      c.lbr = 1;
+      c.seq = batch > 300 ? 3 : 5;
+      c.batch = batch, c.input = 24, c.hidden = hidden;
+      c.direction = batch % 2 ? "forward" : "bidirectional";
+      c.layout = hidden == 48 ? 1 : 0;
+      c.clip = batch == 301 ? 0.9f : 0.f;
+      if (batch == 133 || batch == 3) {
+        c.lens.resize(batch);
+        for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 7) % (c.seq + 1));
+      }
+      CheckRnn(c, rng);
+    }
+}
+
+// Node::tf32_gemms (a half session's recurrent nodes): the GEMMs round their
+// operands to TF32 (10-bit mantissa), state and gate math stay float32, so
+// the outputs stay within TF32 rounding of the float32 kernels.
+TEST(CudaLinalg, RnnTf32Gemms) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(209);
+  for (const char* op : {"LSTM", "GRU"})
+    for (int64_t batch : {1, 300}) {
+      RnnCase c;
+      c.op = op;
+      c.lbr = 1;
+      c.seq = 4, c.batch = batch, c.input = 96, c.hidden = 128;
+      auto [node, in] = MakeRnn(c, rng);
+      node.tf32_gemms = true;
+      ExpectCudaMatchesCpu(node, in, c.Describe() + " tf32", 2e-2f, 2e-3f);
+    }
 }
 
 TEST(CudaLinalg, RnnBadSequenceLens) {

@@ -12,7 +12,7 @@ namespace cuda {
 
 void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                   float* c, int64_t ldc) {
+                   float* c, int64_t ldc, bool tf32) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, dev.stream),
@@ -20,6 +20,16 @@ void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t
     return;
   }
   const float beta = 0.f;
+  if (tf32) {
+    CheckBlas(cublasGemmEx(dev.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                           static_cast<int>(m), static_cast<int>(k), &alpha, b, CUDA_R_32F,
+                           static_cast<int>(ldb), a, CUDA_R_32F, static_cast<int>(lda), &beta, c,
+                           CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F_FAST_TF32,
+                           CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx (TF32)");
+    return;
+  }
   CheckBlas(cublasSgemm(dev.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                         trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
                         static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb),

@@ -13,10 +13,12 @@ namespace cuda {
 
 /// Row-major C[m, n] = alpha * op(A) * op(B), op(A) [m, k], op(B) [k, n]; lda,
 /// ldb, ldc are the row strides of A, B, C as stored. C is overwritten (beta 0);
-/// k == 0 zero-fills C. FP32 math, on dev.stream through dev.blas.
+/// k == 0 zero-fills C. FP32 math, on dev.stream through dev.blas; with `tf32`
+/// the products round A and B to TF32 on tensor cores (float32 accumulation):
+/// the float32 recurrent GEMMs of a half-precision session (Node::tf32_gemms).
 void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                   float* c, int64_t ldc);
+                   float* c, int64_t ldc, bool tf32 = false);
 
 /// `batch` dense row-major products C_i[m, n] = A_i[m, k] * B_i[k, n] with
 /// A_i = a + i * stride_a (stride 0: one A for all), B_i = b + i * stride_b and

@@ -1,5 +1,6 @@
 // BatchNormalization (inference, one thread per element), InstanceNormalization
-// and LayerNormalization (one block per normalised plane or row: two-pass mean
+// and LayerNormalization (one block per normalised plane or row, one warp per
+// row of at most 1024 elements: two-pass mean
 // and variance in float, as the CPU's ComputeRowStats). X and Y float32, or
 // float16/bfloat16 with the parameters (scale, bias, mean, var) in X's dtype or
 // float32; every statistic and the affine step in float, Y rounded once, and
@@ -53,6 +54,23 @@ __device__ RowStats BlockRowStats(const T* __restrict__ x, int64_t n, float epsi
   return RowStats{mean, 1.f / sqrtf(var + epsilon)};
 }
 
+// The same over the calling warp (lane = threadIdx.x % 32).
+template <typename T>
+__device__ RowStats WarpRowStats(const T* __restrict__ x, int64_t n, float epsilon, int lane) {
+  float sum = 0.f;
+  for (int64_t j = lane; j < n; j += 32) sum += Load(x[j]);
+  const float mean = CombineAcrossThreads(sum, SumOp(), static_cast<float*>(nullptr), 32) /
+                     static_cast<float>(n);
+  float sq = 0.f;
+  for (int64_t j = lane; j < n; j += 32) {
+    const float d = Load(x[j]) - mean;
+    sq += d * d;
+  }
+  const float var = CombineAcrossThreads(sq, SumOp(), static_cast<float*>(nullptr), 32) /
+                    static_cast<float>(n);
+  return RowStats{mean, 1.f / sqrtf(var + epsilon)};
+}
+
 // One block per (n, c) plane of `size` elements: y = x * a + b with
 // a = scale[c] * inv_std, b = bias[c] - mean * a.
 template <typename T, typename P>
@@ -88,22 +106,29 @@ struct BroadcastIndex {
   }
 };
 
-// One block per row of `n` elements: y = (x - mean) * inv_std * scale (+ bias),
+// One block per row of `n` elements (kWarpPerRow: one warp per row, for rows
+// of at most kWarpRowMax elements): y = (x - mean) * inv_std * scale (+ bias),
 // and the row's mean and inv_std where those outputs are wanted (non-null).
-template <typename T, typename P>
+constexpr int64_t kWarpRowMax = 1024;
+
+template <typename T, typename P, bool kWarpPerRow>
 __global__ void LayerNormRows(int64_t rows, int64_t n, float epsilon, BroadcastIndex scale_at,
                               BroadcastIndex bias_at, const T* __restrict__ x,
                               const P* __restrict__ scale, const P* __restrict__ bias,
                               T* __restrict__ y, float* __restrict__ mean_out,
                               float* __restrict__ inv_std_out) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int threads = kWarpPerRow ? 32 : static_cast<int>(blockDim.x);
+  const int lane = kWarpPerRow ? static_cast<int>(threadIdx.x % 32) : static_cast<int>(threadIdx.x);
+  const int64_t per_block = kWarpPerRow ? blockDim.x / 32 : 1;
+  const int64_t first = blockIdx.x * per_block + (kWarpPerRow ? threadIdx.x / 32 : 0);
+  for (int64_t r = first; r < rows; r += gridDim.x * per_block) {
     const T* xr = x + r * n;
-    const RowStats st = BlockRowStats(xr, n, epsilon);
-    if (threadIdx.x == 0) {
+    const RowStats st = kWarpPerRow ? WarpRowStats(xr, n, epsilon, lane) : BlockRowStats(xr, n, epsilon);
+    if (lane == 0) {
       if (mean_out) mean_out[r] = st.mean;
       if (inv_std_out) inv_std_out[r] = st.inv_std;
     }
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    for (int64_t j = lane; j < n; j += threads) {
       float v = (Load(xr[j]) - st.mean) * st.inv_std * Load(scale[scale_at(j)]);
       if (bias) v += Load(bias[bias_at(j)]);
       y[r * n + j] = Store<T>(v);
@@ -201,10 +226,17 @@ class LayerNormKernel : public CudaKernel {
     WithNormTypes(x_, params_, [&](auto t, auto p) {
       using T = decltype(t);
       using P = decltype(p);
-      LayerNormRows<T, P><<<RowGrid(rows_), kBlock, 0, Dev(io).stream>>>(
-          rows_, n_, epsilon_, scale_at_, bias_at_, In<T>(io, 0), In<P>(io, 1),
-          has_bias_ ? In<P>(io, 2) : nullptr, static_cast<T*>(io.outputs[0]), mean_out,
-          inv_std_out);
+      const P* bias = has_bias_ ? In<P>(io, 2) : nullptr;
+      if (n_ <= kWarpRowMax)
+        LayerNormRows<T, P, true><<<RowGrid((rows_ + kBlock / 32 - 1) / (kBlock / 32)), kBlock, 0,
+                                    Dev(io).stream>>>(rows_, n_, epsilon_, scale_at_, bias_at_,
+                                                      In<T>(io, 0), In<P>(io, 1), bias,
+                                                      static_cast<T*>(io.outputs[0]), mean_out,
+                                                      inv_std_out);
+      else
+        LayerNormRows<T, P, false><<<RowGrid(rows_), kBlock, 0, Dev(io).stream>>>(
+            rows_, n_, epsilon_, scale_at_, bias_at_, In<T>(io, 0), In<P>(io, 1), bias,
+            static_cast<T*>(io.outputs[0]), mean_out, inv_std_out);
     });
     CheckLaunch("LayerNormalization kernel");
   }

@@ -122,6 +122,7 @@ class RnnKernel : public CudaKernel {
     g_ = PrepareRnnGeometry(ctx, gates, defaults);
     present_ = {true, true, true, p.has_bias, p.has_lens, p.has_init_h, p.has_init_c, p.has_peep};
     num_outputs_ = static_cast<int>(ctx.outputs.size());
+    tf32_ = ctx.node.tf32_gemms;
     scratch_ = RnnScratch(g_, gates);
     ctx.scratch_bytes = scratch_.bytes();
     return p;
@@ -154,6 +155,7 @@ class RnnKernel : public CudaKernel {
 
   RnnGeometry g_;
   RnnScratch scratch_;
+  bool tf32_ = false;  // GEMMs on TF32 tensor cores (Node::tf32_gemms)
 
  private:
   std::vector<bool> present_;  // per input, from the params (X, W, R always)

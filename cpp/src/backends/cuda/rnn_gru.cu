@@ -83,92 +83,157 @@ __global__ void GruStepKernel(GruStepArgs a) {
 
 // linear_before_reset = 1, hidden <= 128: every step of one direction in one
 // launch. One thread per gate row (3H threads) holds its row of R in registers
-// for the whole sequence; the block keeps h of kGruRows batch rows in shared
-// memory, and per step each thread computes its gate row's h * R[j]^T for every
-// row (reading h as broadcast float4s), then threads do GruStepKernel's math
-// per (row, hidden unit). One launch instead of a GEMM and a gate kernel per
-// step, which at small batches are all launch latency.
-constexpr int kGruRows = 4;
+// for the whole sequence; the block keeps h of kRows batch rows in shared
+// memory. Per step each thread computes its gate row's h * R[j]^T for each of
+// the block's rows (h read as broadcast float4s, independent accumulators),
+// then thread group g = tid / H does GruStepKernel's math for hidden unit
+// tid % H of rows g, g + 3, ... (its X * W^T loaded before the products, the
+// biases once). One launch instead of a GEMM and a gate kernel per step, which
+// at small batches are all launch latency. kRows is chosen so that the blocks
+// fill the GPU once (GruSequenceRows).
 constexpr int kGruMaxHidden = 128;
 constexpr int kGruThreads = 3 * kGruMaxHidden;
+constexpr int kGruMaxRows = 4;  // 8 spills registers (168 per thread at 384 threads)
 
-size_t GruSequenceSmem(int64_t H) {
-  return sizeof(float) * static_cast<size_t>(kGruRows * (2 * H + 3 * H));
+size_t GruSequenceSmem(int64_t H, int rows) {
+  return sizeof(float) * static_cast<size_t>(rows * (H + 3 * H));
 }
 
+template <int kRows>
 __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs a, const float* __restrict__ R) {
   extern __shared__ __align__(16) float sm[];
+  constexpr int kAcc = kRows >= 4 ? 1 : 4 / kRows;  // accumulators per row
+  constexpr int kPerThread = (kRows + 2) / 3;       // rows a thread updates
   const int H = static_cast<int>(a.g.hidden), G = 3 * H;  // H <= kGruMaxHidden, H % 4 == 0
-  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * kGruRows;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kGruRows), a.g.batch - b0));
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), a.g.batch - b0));
   const int tid = threadIdx.x;
-  float* hs = sm;                  // h [kGruRows][H]
-  float* hn = hs + kGruRows * H;   // the step's new h [kGruRows][H]
-  float* hr = hn + kGruRows * H;   // h * R^T [kGruRows][G]
-  float4 w[kGruMaxHidden / 4];     // row tid of R (zeros past H)
+  const int j = tid % H, group = tid / H;  // the unit and the rows this thread updates
+  float* hs = sm;                // h [kRows][H] (zeros past `rows`)
+  float* hr = hs + kRows * H;    // h * R^T [kRows][G]
+  float4 w[kGruMaxHidden / 4];   // row tid of R (zeros past H)
 #pragma unroll
   for (int q = 0; q < kGruMaxHidden / 4; ++q)
     w[q] = tid < G && 4 * q < H ? __ldg(reinterpret_cast<const float4*>(R + static_cast<int64_t>(tid) * H) + q)
                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int i = tid; i < kGruRows * H; i += blockDim.x) hs[i] = i < rows * H ? a.h[b0 * H + i] : 0.f;
+  const bool updates = tid < G;
+  float bz = 0.f, br = 0.f, wbh = 0.f, rbh = 0.f;
+  if (updates && a.bias) {
+    bz = a.bias[j] + a.bias[G + j];
+    br = a.bias[H + j] + a.bias[G + H + j];
+    wbh = a.bias[2 * H + j];
+    rbh = a.bias[G + 2 * H + j];
+  }
+  for (int i = tid; i < kRows * H; i += blockDim.x) hs[i] = i < rows * H ? a.h[b0 * H + i] : 0.f;
   __syncthreads();
   for (int64_t s = 0; s < a.g.seq; ++s) {
-    a.s = s;
-    if (tid < G) {
+    // This step's X * W^T of the rows this thread updates, loaded before the products.
+    int64_t t[kPerThread];
+    float xz[kPerThread], xr[kPerThread], xh[kPerThread];
 #pragma unroll
-      for (int r = 0; r < kGruRows; ++r) {
-        const float4* h4 = reinterpret_cast<const float4*>(hs + r * H);
-        float acc = 0.f;
+    for (int k = 0; k < kPerThread; ++k) {
+      const int r = group + 3 * k;
+      t[k] = -1;
+      if (updates && r < rows) {
+        const int64_t b = b0 + r;
+        t[k] = RnnStepTime(a.g, a.lens, a.d, s, b, a.error_flag, a.step);
+        if (t[k] >= 0) {
+          const float* xw = a.xw + a.g.XRow(t[k], b) * G + j;
+          xz[k] = xw[0];
+          xr[k] = xw[H];
+          xh[k] = xw[2 * H];
+        }
+      }
+    }
+    if (updates) {
+      float acc[kRows][kAcc];
 #pragma unroll
-        for (int q = 0; q < kGruMaxHidden / 4; ++q) {
-          if (4 * q < H) {
-            const float4 hv = h4[q];
-            acc += hv.x * w[q].x + hv.y * w[q].y + hv.z * w[q].z + hv.w * w[q].w;
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int c = 0; c < kAcc; ++c) acc[r][c] = 0.f;
+#pragma unroll
+      for (int q = 0; q < kGruMaxHidden / 4; ++q) {
+        if (4 * q < H) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float4 hv = reinterpret_cast<const float4*>(hs + r * H)[q];
+            if constexpr (kAcc == 4) {
+              acc[r][0] += hv.x * w[q].x;
+              acc[r][1] += hv.y * w[q].y;
+              acc[r][2] += hv.z * w[q].z;
+              acc[r][3] += hv.w * w[q].w;
+            } else if constexpr (kAcc == 2) {
+              acc[r][0] += hv.x * w[q].x + hv.y * w[q].y;
+              acc[r][1] += hv.z * w[q].z + hv.w * w[q].w;
+            } else {
+              acc[r][0] += hv.x * w[q].x + hv.y * w[q].y + hv.z * w[q].z + hv.w * w[q].w;
+            }
           }
         }
-        hr[r * G + tid] = acc;
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float v = acc[r][0];
+#pragma unroll
+        for (int c = 1; c < kAcc; ++c) v += acc[r][c];
+        hr[r * G + tid] = v;
       }
     }
     __syncthreads();
-    for (int r = 0; r < rows; ++r) {
-      const int64_t b = b0 + r;
-      const int64_t t = a.Time(b);
-      for (int j = tid; j < H; j += blockDim.x) {
-        const int i = r * H + j;
-        if (t < 0) {  // this row's sequence has ended: h stays
-          hn[i] = hs[i];
-          continue;
-        }
-        const float* xw = a.xw + a.g.XRow(t, b) * G + j;
-        const float wbh = a.bias ? a.bias[2 * H + j] : 0.f;
-        const float rbh = a.bias ? a.bias[G + 2 * H + j] : 0.f;
-        float z, rg;
-        GruZr(a, hr + r * G + j, xw, j, &z, &rg);
-        const float pre = xw[2 * H] + wbh + rg * (hr[r * G + 2 * H + j] + rbh);
-        const float hh = tanhf(a.g.Clip(pre));
-        const float h_new = (1.f - z) * hh + z * hs[i];
-        hn[i] = h_new;
-        if (a.y) a.y[a.g.YOffset(t, a.d, b) + j] = h_new;
-      }
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      if (t[k] < 0) continue;  // no such row, or its sequence has ended: h stays
+      const int r = group + 3 * k;
+      const int i = r * H + j;
+      const float* g = hr + r * G + j;
+      const float z = SigmoidF(a.g.Clip(g[0] + (xz[k] + bz)));
+      const float rg = SigmoidF(a.g.Clip(g[H] + (xr[k] + br)));
+      const float pre = xh[k] + wbh + rg * (g[2 * H] + rbh);
+      const float hh = tanhf(a.g.Clip(pre));
+      const float h_new = (1.f - z) * hh + z * hs[i];
+      hs[i] = h_new;  // only this thread reads or writes hs[i] until the next barrier
+      if (a.y) a.y[a.g.YOffset(t[k], a.d, b0 + r) + j] = h_new;
     }
-    __syncthreads();
-    for (int i = tid; i < rows * H; i += blockDim.x) hs[i] = hn[i];
     __syncthreads();
   }
   for (int i = tid; i < rows * H; i += blockDim.x) a.h[b0 * H + i] = hs[i];
+}
+
+// Rows per block of the sequence kernel: the fewest (1, 2, 4) whose blocks fit
+// on the GPU's SMs at once (one block per SM), else 4.
+int GruSequenceRows(int64_t batch) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0)
+    sms = 1;
+  for (int rows = 1; rows < kGruMaxRows; rows *= 2)
+    if ((batch + rows - 1) / rows <= sms) return rows;
+  return kGruMaxRows;
+}
+
+void LaunchGruSequence(int rows, int64_t batch, size_t smem, cudaStream_t stream,
+                       const GruStepArgs& args, const float* r) {
+  const unsigned grid = static_cast<unsigned>((batch + rows - 1) / rows);
+  switch (rows) {
+    case 1: GruSequenceKernel<1><<<grid, kGruThreads, smem, stream>>>(args, r); break;
+    case 2: GruSequenceKernel<2><<<grid, kGruThreads, smem, stream>>>(args, r); break;
+    default: GruSequenceKernel<4><<<grid, kGruThreads, smem, stream>>>(args, r); break;
+  }
+  CheckLaunch("GRU sequence kernel");
 }
 
 class GruKernel : public RnnKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     linear_before_reset_ = PrepareRnn(ctx, 3, {"Sigmoid", "Tanh"}).linear_before_reset;
-    // Up to this batch the sequence kernel runs (bench/results/h100/gru_sequence_ab.md);
-    // KAIWU_GRU_SEQUENCE_MAX_BATCH sets it (0: never).
-    int64_t max_batch = 32;
+    // Up to this batch the sequence kernel runs (bench/results/h100/gru_sequence_ab.md: faster
+    // at 1-256, slower at 1024); KAIWU_GRU_SEQUENCE_MAX_BATCH sets it (0: never).
+    int64_t max_batch = 512;
     if (const char* env = std::getenv("KAIWU_GRU_SEQUENCE_MAX_BATCH")) max_batch = std::atoll(env);
-    sequence_smem_ = GruSequenceSmem(g_.hidden);
     sequence_kernel_ = linear_before_reset_ && g_.batch <= max_batch && g_.hidden > 0 &&
                        g_.hidden <= kGruMaxHidden && g_.hidden % 4 == 0;
+    sequence_rows_ = sequence_kernel_ ? GruSequenceRows(g_.batch) : 0;
+    sequence_smem_ = GruSequenceSmem(g_.hidden, sequence_rows_);
   }
 
   void Run(const KernelIO& io) const override {
@@ -186,28 +251,26 @@ class GruKernel : public RnnKernel {
     float* gates = args.gates;
     const unsigned grid = GridFor(batch * H);
     for (int64_t d = 0; d < g_.dirs; ++d) {
-      RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G);
+      RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G, tf32_);
       RnnLoadStates(dev, g_, d, init_h, h, nullptr, nullptr);
       args.d = d;
       args.bias = bias ? bias + d * 2 * G : nullptr;
       const float* rd = r + d * G * H;
       if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd) & 15) == 0) {
-        GruSequenceKernel<<<static_cast<unsigned>((batch + kGruRows - 1) / kGruRows), kGruThreads,
-                            sequence_smem_, dev.stream>>>(args, rd);
-        CheckLaunch("GRU sequence kernel");
+        LaunchGruSequence(sequence_rows_, batch, sequence_smem_, dev.stream, args, rd);
         RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
         continue;
       }
       for (int64_t s = 0; s < g_.seq; ++s) {
         args.s = s;
         if (linear_before_reset_) {
-          RowMajorSgemm(dev, false, true, batch, G, H, 1.f, h, H, rd, H, gates, G);
+          RowMajorSgemm(dev, false, true, batch, G, H, 1.f, h, H, rd, H, gates, G, tf32_);
         } else {
-          RowMajorSgemm(dev, false, true, batch, 2 * H, H, 1.f, h, H, rd, H, gates, G);
+          RowMajorSgemm(dev, false, true, batch, 2 * H, H, 1.f, h, H, rd, H, gates, G, tf32_);
           GruResetKernel<<<grid, kBlock, 0, dev.stream>>>(args);
           CheckLaunch("GRU reset kernel");
           RowMajorSgemm(dev, false, true, batch, H, H, 1.f, args.rh, H, rd + 2 * H * H, H, gates + 2 * H,
-                        G);
+                        G, tf32_);
         }
         GruStepKernel<<<grid, kBlock, 0, dev.stream>>>(args);
         CheckLaunch("GRU step kernel");
@@ -219,6 +282,7 @@ class GruKernel : public RnnKernel {
  private:
   bool linear_before_reset_ = false;
   bool sequence_kernel_ = false;  // GruSequenceKernel runs the steps
+  int sequence_rows_ = 0;         // its batch rows per block
   size_t sequence_smem_ = 0;
 };
 

@@ -67,13 +67,13 @@ class LstmKernel : public RnnKernel {
     float* xw = scratch_.xw(io.scratch);  // written by the X * W^T GEMM, read by the steps
     const unsigned grid = GridFor(batch * H);
     for (int64_t d = 0; d < g_.dirs; ++d) {
-      RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G);
+      RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G, tf32_);
       RnnLoadStates(dev, g_, d, init_h, args.h, init_c, args.c);
       args.d = d;
       args.bias = bias ? bias + d * 2 * G : nullptr;
       args.peep = peep ? peep + d * 3 * H : nullptr;
       for (int64_t s = 0; s < g_.seq; ++s) {
-        RowMajorSgemm(dev, false, true, batch, G, H, 1.f, args.h, H, r + d * G * H, H, args.gates, G);
+        RowMajorSgemm(dev, false, true, batch, G, H, 1.f, args.h, H, r + d * G * H, H, args.gates, G, tf32_);
         args.s = s;
         LstmStepKernel<<<grid, kBlock, 0, dev.stream>>>(args);
         CheckLaunch("LSTM step kernel");
