@@ -204,7 +204,7 @@ TEST(MixedPrecision, RecurrentNodesKeepFloat32WithTf32Gemms) {
     EXPECT_TRUE(Find(r, "head")->half);
     if (keep.empty()) {
       EXPECT_TRUE(gru->tf32_gemms);
-      EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs in TF32");
+      EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs on tensor cores");
     } else {
       EXPECT_FALSE(gru->tf32_gemms) << keep[0];
       EXPECT_EQ(Find(r, "gru")->reason, "keep_fp32") << keep[0];

@@ -92,9 +92,9 @@ def test_describe_lists_half_and_fp32_nodes():
     text = ki.Session(data, device="cuda", precision="fp16").describe()
     assert "precision: fp16" in text
     assert "Conv" in text and ": fp16" in text
-    assert "LSTM" in text and "fp32 (float32 by rule, GEMMs in TF32)" in text
+    assert "LSTM" in text and "fp32 (float32 by rule, GEMMs on tensor cores)" in text
     kept = ki.Session(data, device="cuda", precision="fp16", keep_fp32=["Conv", "LSTM"]).describe()
-    assert "fp32 (keep_fp32)" in kept and "TF32" not in kept
+    assert "fp32 (keep_fp32)" in kept and "tensor cores" not in kept
 
 
 def _with_weights(data: bytes, weights: dict) -> bytes:
@@ -264,3 +264,27 @@ def test_server_warms_up_by_default_when_convs_run_channels_last():
         assert srv.session.plans == 0
     with ki.InferenceServer(data, device="cuda", precision="fp16", max_batch=8, warmup=False) as srv:
         assert srv.session.plans == 0
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_policy_mlp_runs_as_one_fused_launch(precision, monkeypatch):
+    """The MLP's body and heads (four Gemms) and its edge casts become one FusedMlp node;
+    KAIWU_FUSED_MLP=0 keeps the Gemms; both agree with float32 onnxruntime."""
+    data, model = _model("mlp")
+    feeds = policies.make_inputs("mlp", 37, seed=5)
+    ref = run_ort(model, feeds)
+    monkeypatch.delenv("KAIWU_FUSED_MLP", raising=False)
+    fused = ki.Session(data, device="cuda", precision=precision)
+    ops = [r["op"] for r in fused.profile(feeds, runs=1)]
+    assert ops == ["FusedMlp"], ops
+    assert "fuse_mlp" in fused.describe()
+    monkeypatch.setenv("KAIWU_FUSED_MLP", "0")
+    plain = ki.Session(data, device="cuda", precision=precision)
+    assert "FusedMlp" not in [r["op"] for r in plain.profile(feeds, runs=1)]
+    for sess in (fused, plain):
+        got = sess.run(feeds)
+        for k, want in ref.items():
+            assert got[k].dtype == want.dtype
+            err = np.linalg.norm(got[k].astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30)
+            assert err <= RTOL[precision], (k, err)

@@ -58,9 +58,10 @@ class Node {
   std::vector<int> inputs;   // value ids; -1 marks an omitted optional input
   std::vector<int> outputs;  // value ids; -1 marks an omitted optional output
   std::map<std::string, Attribute> attrs;
-  /// Set by the mixed-precision pass on a float32-by-rule node of a half
-  /// session (LSTM, GRU, RNN, Einsum): its GEMMs may round their operands to
-  /// TF32 on tensor cores; state and accumulation stay float32.
+  /// Set by the mixed-precision pass on a float32-by-rule recurrent node of a
+  /// half session (LSTM, GRU, RNN): its GEMMs may run on tensor cores with
+  /// 10-bit-mantissa operands (TF32 in cuBLAS; FP16 for the GRU sequence
+  /// kernel's h * R^T); state, gate math and accumulation stay float32.
   bool tf32_gemms = false;
 
   bool Has(const std::string& attr) const { return attrs.count(attr) != 0; }

@@ -1,4 +1,4 @@
-// Shape inference of Gemm MatMul Einsum.
+// Shape inference of Gemm MatMul Einsum, and of the kaiwu ops PackedGemm and FusedMlp.
 #include "ops/linalg.h"
 
 #include <algorithm>
@@ -158,6 +158,71 @@ void InferPackedGemm(OpContext& ctx) {
   p.act = FusedActivation::FromNode(ctx.node);
 }
 
+// FusedMlp: see FusedMlpParams. The weights' dtype (input 1) is the op's type.
+void InferFusedMlp(OpContext& ctx) {
+  const Node& node = ctx.node;
+  const std::vector<int64_t> inputs = node.GetInts("layer_inputs");
+  const std::vector<int64_t> trans_b = node.GetInts("layer_trans_b");
+  const std::vector<float> act_params = node.GetFloats("layer_act_params");
+  const std::vector<int64_t> output_layers = node.GetInts("output_layers");
+  const std::vector<int64_t> output_dtypes = node.GetInts("output_dtypes");
+  std::vector<std::string> acts;
+  if (node.Has("layer_acts")) acts = node.attrs.at("layer_acts").strings;
+  const size_t layers = inputs.size();
+  if (layers == 0 || trans_b.size() != layers || acts.size() != layers ||
+      act_params.size() != 2 * layers || ctx.num_inputs() != static_cast<int>(1 + 2 * layers))
+    ctx.Error("needs X and (W, B) for each of its ", layers, " layers, with layer_trans_b, ",
+              "layer_acts and 2 layer_act_params per layer");
+  if (output_layers.empty() || output_dtypes.size() != output_layers.size() ||
+      node.outputs.size() != output_layers.size())
+    ctx.Error("needs one output_layers and output_dtypes entry per output");
+  ctx.ExpectDType(1, {DType::kFloat16, DType::kBFloat16});
+  const DType t = ctx.in(1).dtype;
+  ctx.ExpectDType(0, {DType::kFloat32, t});
+  const Shape& x = ctx.in(0).shape;
+  if (x.size() != 2) ctx.Error("X must be 2-D, got ", ShapeToString(x));
+  FusedMlpParams& p = ctx.SetParams<FusedMlpParams>();
+  p.m = x[0];
+  for (size_t l = 0; l < layers; ++l) {
+    FusedMlpParams::Layer L;
+    L.input = static_cast<int>(inputs[l]);
+    if (L.input < -1 || L.input >= static_cast<int>(l))
+      ctx.Error("layer ", l, " reads layer ", L.input, ": only X (-1) or an earlier layer");
+    L.trans_b = trans_b[l] != 0;
+    L.k = L.input < 0 ? x[1] : p.layers[L.input].n;
+    const int wi = static_cast<int>(1 + 2 * l);
+    ctx.ExpectDType(wi, {t});
+    const Shape& w = ctx.in(wi).shape;
+    if (w.size() != 2 || (L.trans_b ? w[1] : w[0]) != L.k)
+      ctx.Error("layer ", l, ": W must be 2-D with K = ", L.k, (L.trans_b ? " columns" : " rows"),
+                ", got ", ShapeToString(w));
+    L.n = L.trans_b ? w[0] : w[1];
+    L.has_bias = ctx.HasInput(wi + 1);
+    if (L.has_bias) {
+      ctx.ExpectDType(wi + 1, {t});
+      if (NumElements(ctx.in(wi + 1).shape) != L.n || ctx.in(wi + 1).shape.back() != L.n)
+        ctx.Error("layer ", l, ": B must have N = ", L.n, " elements, got ",
+                  ShapeToString(ctx.in(wi + 1).shape));
+    }
+    Node act;  // the layer's activation as FusedActivation reads it
+    act.name = node.name;
+    act.attrs["_kaiwu_act"].kind = Attribute::Kind::kString;
+    act.attrs["_kaiwu_act"].s = acts[l];
+    act.attrs["_kaiwu_act_params"].kind = Attribute::Kind::kFloats;
+    act.attrs["_kaiwu_act_params"].floats = {act_params[2 * l], act_params[2 * l + 1]};
+    L.act = acts[l].empty() ? FusedActivation{} : FusedActivation::FromNode(act);
+    p.layers.push_back(L);
+  }
+  for (size_t o = 0; o < output_layers.size(); ++o) {
+    const int64_t l = output_layers[o];
+    if (l < 0 || l >= static_cast<int64_t>(layers)) ctx.Error("output ", o, " names layer ", l);
+    const DType d = output_dtypes[o] == 1 ? DType::kFloat32 : t;
+    if (output_dtypes[o] != 1 && output_dtypes[o] != (t == DType::kFloat16 ? 10 : 16))
+      ctx.Error("output ", o, ": output_dtypes must be float32 (1) or the weights' type");
+    p.output_layers.push_back(static_cast<int>(l));
+    ctx.SetOutput(static_cast<int>(o), d, Shape{p.m, p.layers[l].n});
+  }
+}
 
 }  // namespace
 
@@ -166,6 +231,7 @@ void RegisterLinalgOps(OpRegistry& r) {
   r.Define(OpId::kGemm, &InferGemm);
   r.Define(OpId::kMatMul, &InferMatMul);
   r.Define(OpId::kEinsum, &InferEinsum);
+  r.Define(OpId::kFusedMlp, &InferFusedMlp, /*type_input=*/1);
 }
 
 }  // namespace kaiwu

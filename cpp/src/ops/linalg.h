@@ -32,6 +32,28 @@ struct MatMulParams : OpParams {
   FusedActivation act;          // float32 only
 };
 
+/// FusedMlp (domain "kaiwu", made by passes/fuse_mlp.cc for half-precision
+/// device sessions): a small network of dense layers over one input X [M, K0],
+/// layer l computing Y_l[M, N_l] = act_l(In_l * W_l (^T) + B_l) where In_l is X
+/// or an earlier layer's Y; the node's outputs are the layers' Ys that leave it.
+/// Inputs: X (float32 or the weights' type), then W_l and B_l per layer (B_l
+/// optional). Attributes: layer_inputs (-1: X, else a layer index), layer_trans_b,
+/// layer_acts / layer_act_params (the fused-activation names and 2 params per
+/// layer), output_layers (the layer of each output) and output_dtypes (ONNX
+/// codes: float32 or the weights' type).
+struct FusedMlpParams : OpParams {
+  struct Layer {
+    int input = -1;  // -1: X
+    bool trans_b = true;
+    bool has_bias = false;
+    int64_t k = 0, n = 0;
+    FusedActivation act;
+  };
+  std::vector<Layer> layers;
+  std::vector<int> output_layers;
+  int64_t m = 0;
+};
+
 /// PackedGemm (domain "kaiwu", made by passes/prepack_gemm.cc for CPU
 /// sessions): Y[.., n] = act(A[.., k] * B + bias) with B packed in column
 /// panels [ceil(n / 16), k, 16]; m is the product of A's leading dims.

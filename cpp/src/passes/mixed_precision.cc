@@ -145,10 +145,10 @@ class Rewriter {
       const bool kept = keep_.count(snapshot.name) || keep_.count(snapshot.op_type);
       reason = kept ? "keep_fp32" : "float32 by rule";
       // A recurrent cell keeps float32 state and gate math, but its GEMMs run on
-      // TF32 tensor cores, as precise as a half GEMM's operands (10-bit mantissa).
+      // tensor cores with 10-bit-mantissa operands, as the session's half GEMMs.
       if (!kept && any_fp32_input && IsRecurrent(snapshot.op_type)) {
         g_.nodes[i].tf32_gemms = true;
-        reason = "float32 by rule, GEMMs in TF32";
+        reason = "float32 by rule, GEMMs on tensor cores";
       }
     } else {
       reason = "float32 by rule";

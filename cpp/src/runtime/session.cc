@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "core/memory_budget.h"
 #include "core/thread_pool.h"
 #include "onnx/loader.h"
+#include "passes/fuse_mlp.h"
 #include "passes/layout_nhwc.h"
 #include "passes/mixed_precision.h"
 #include "passes/pass_manager.h"
@@ -291,6 +293,15 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
     const KernelRegistry& kernels = impl->device->kernels();
     if (int n = ConvertToNhwc(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
       impl->pass_stats.fired["layout_nhwc"] += n;
+  }
+  // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
+  // bench/notes/cuda.md has the A/B).
+  const char* fused_mlp_env = std::getenv("KAIWU_FUSED_MLP");
+  if (options.optimize && impl->device && impl->precision != "fp32" &&
+      !(fused_mlp_env && std::string(fused_mlp_env) == "0")) {
+    const KernelRegistry& kernels = impl->device->kernels();
+    if (int n = FuseMlp(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
+      impl->pass_stats.fired["fuse_mlp"] += n;
   }
   impl->ops_after = CountOps(g);
   int threads = options.threads > 0 ? options.threads : ThreadPool::PhysicalCores();

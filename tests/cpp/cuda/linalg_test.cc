@@ -409,22 +409,34 @@ TEST(CudaLinalg, GruSequenceKernelRowsPerBlock) {
     }
 }
 
-// Node::tf32_gemms (a half session's recurrent nodes): the GEMMs round their
-// operands to TF32 (10-bit mantissa), state and gate math stay float32, so
-// the outputs stay within TF32 rounding of the float32 kernels.
+// Node::tf32_gemms (a half session's recurrent nodes): cuBLAS GEMMs round their
+// operands to TF32 and the GRU sequence kernel runs h * R^T on tensor cores with
+// FP16 operands (hidden % 16 == 0; 40 falls back to the float32 kernel); state
+// and gate math stay float32, so the outputs stay within that rounding of the
+// float32 kernels. Batches 1, 17 (a part-full second block), 300 and 1100, with
+// ended sequences and clip.
 TEST(CudaLinalg, RnnTf32Gemms) {
   KAIWU_REQUIRE_CUDA();
   std::mt19937 rng(209);
   for (const char* op : {"LSTM", "GRU"})
-    for (int64_t batch : {1, 300}) {
-      RnnCase c;
-      c.op = op;
-      c.lbr = 1;
-      c.seq = 4, c.batch = batch, c.input = 96, c.hidden = 128;
-      auto [node, in] = MakeRnn(c, rng);
-      node.tf32_gemms = true;
-      ExpectCudaMatchesCpu(node, in, c.Describe() + " tf32", 2e-2f, 2e-3f);
-    }
+    for (int64_t batch : {1, 17, 300, 1100})
+      for (int64_t hidden : {128, 48, 40}) {
+        if (batch == 1100 && hidden != 128) continue;
+        RnnCase c;
+        c.op = op;
+        c.lbr = 1;
+        c.seq = batch == 1100 ? 3 : 5, c.batch = batch, c.input = 96, c.hidden = hidden;
+        c.layout = hidden == 48 ? 1 : 0;
+        c.direction = batch == 17 ? "bidirectional" : "forward";
+        c.clip = batch == 300 ? 0.8f : 0.f;
+        if (batch == 17 || batch == 1100) {
+          c.lens.resize(batch);
+          for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
+        }
+        auto [node, in] = MakeRnn(c, rng);
+        node.tf32_gemms = true;
+        ExpectCudaMatchesCpu(node, in, c.Describe() + " tf32", 2e-2f, 3e-3f);
+      }
 }
 
 TEST(CudaLinalg, RnnBadSequenceLens) {

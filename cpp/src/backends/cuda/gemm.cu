@@ -170,6 +170,7 @@ void RegisterLinalgKernels(KernelRegistry& r) {
   r.Register(OpId::kMatMul, DType::kBFloat16, &MakeKernel<MatMulKernel<__nv_bfloat16>>);
   RegisterRnnKernels(r);
   RegisterEinsumKernel(r);
+  RegisterFusedMlpKernel(r);
 }
 
 }  // namespace cuda

@@ -6,6 +6,9 @@
 // the z/r gate kernel producing r . h, then (r . h) * Rh^T before the update.
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
+
+#include <cuda_fp16.h>
 
 #include "backends/cuda/rnn_common.cuh"
 
@@ -222,18 +225,162 @@ void LaunchGruSequence(int rows, int64_t batch, size_t smem, cudaStream_t stream
   CheckLaunch("GRU sequence kernel");
 }
 
+// The sequence kernel on tensor cores, for half-precision sessions
+// (Node::tf32_gemms), hidden <= 128 and hidden % 16 == 0: a block runs 16 batch
+// rows (one MMA row tile); per step h * R^T is one [16, H] x [H, 3H] product of
+// mma.m16n8k16 with FP16 operands and float32 accumulation. Warp w owns the
+// 8-column tiles w, w + 12, ... of the 3H gate rows, with their R fragments in
+// registers for the whole sequence; h is kept in float32 for the state update
+// and as an FP16 copy (rows padded by 8 halves: conflict-free fragment loads)
+// for the products. The gate math is the sequence kernel's, one thread per
+// (row, hidden unit) pair in groups of H threads.
+constexpr int kGruMmaRows = 16;
+constexpr int kGruMmaWarps = kGruThreads / 32;
+constexpr int kGruMmaTilesPerWarp = (3 * kGruMaxHidden / 8 + kGruMmaWarps - 1) / kGruMmaWarps;
+constexpr int kGruMmaKTiles = kGruMaxHidden / 16;
+constexpr int kGruMmaRowsPerThread = (kGruMmaRows + 2) / 3;  // groups of H >= 3 when H <= 128
+
+size_t GruSequenceMmaSmem(int64_t H) {
+  return sizeof(float) * static_cast<size_t>(kGruMmaRows * (H + 3 * H)) +
+         sizeof(__half) * static_cast<size_t>(kGruMmaRows * (H + 8));
+}
+
+__device__ inline uint32_t PackHalf2(float lo, float hi) {
+  const __half2 v = __halves2half2(__float2half_rn(lo), __float2half_rn(hi));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepArgs a, const float* __restrict__ R) {
+  extern __shared__ __align__(16) float sm[];
+  const int H = static_cast<int>(a.g.hidden), G = 3 * H, S = H + 8;
+  const int ntiles = G / 8, ktiles = H / 16;
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x) * kGruMmaRows;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kGruMmaRows), a.g.batch - b0));
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  float* hs = sm;                                                 // h [16][H], float32
+  float* hr = hs + kGruMmaRows * H;                               // h * R^T [16][G]
+  __half* hh = reinterpret_cast<__half*>(hr + kGruMmaRows * G);   // h [16][S], FP16
+  // This warp's R fragments (B operand, column-major 16 x 8 per tile): column n
+  // of tile (t, k) is gate row t * 8 + gid, rows k * 16 + 2 * tig (+1, +8, +9).
+  uint32_t bf[kGruMmaTilesPerWarp][kGruMmaKTiles][2];
+#pragma unroll
+  for (int i = 0; i < kGruMmaTilesPerWarp; ++i) {
+    const int nt = warp + kGruMmaWarps * i;
+#pragma unroll
+    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
+      bf[i][kt][0] = bf[i][kt][1] = 0u;
+      if (nt < ntiles && kt < ktiles) {
+        const float* rr = R + static_cast<int64_t>(nt * 8 + gid) * H + kt * 16 + 2 * tig;
+        bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
+        bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
+      }
+    }
+  }
+  const int groups = kGruThreads / H, group = tid / H, j = tid % H;
+  const bool updates = group < groups;
+  float bz = 0.f, br = 0.f, wbh = 0.f, rbh = 0.f;
+  if (updates && a.bias) {
+    bz = a.bias[j] + a.bias[G + j];
+    br = a.bias[H + j] + a.bias[G + H + j];
+    wbh = a.bias[2 * H + j];
+    rbh = a.bias[G + 2 * H + j];
+  }
+  for (int i = tid; i < kGruMmaRows * H; i += blockDim.x) {
+    const int r = i / H;
+    const float v = r < rows ? a.h[b0 * H + i] : 0.f;
+    hs[i] = v;
+    hh[r * S + i % H] = __float2half_rn(v);
+  }
+  __syncthreads();
+  for (int64_t s = 0; s < a.g.seq; ++s) {
+    int64_t t[kGruMmaRowsPerThread];
+    float xz[kGruMmaRowsPerThread], xr[kGruMmaRowsPerThread], xh[kGruMmaRowsPerThread];
+#pragma unroll
+    for (int k = 0; k < kGruMmaRowsPerThread; ++k) {
+      const int r = group + groups * k;
+      t[k] = -1;
+      if (updates && r < rows) {
+        const int64_t b = b0 + r;
+        t[k] = RnnStepTime(a.g, a.lens, a.d, s, b, a.error_flag, a.step);
+        if (t[k] >= 0) {
+          const float* xw = a.xw + a.g.XRow(t[k], b) * G + j;
+          xz[k] = xw[0];
+          xr[k] = xw[H];
+          xh[k] = xw[2 * H];
+        }
+      }
+    }
+    float c[kGruMmaTilesPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kGruMmaTilesPerWarp; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
+#pragma unroll
+    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
+      if (kt < ktiles) {
+        const __half* a_lo = hh + gid * S + kt * 16 + 2 * tig;
+        const __half* a_hi = a_lo + 8 * S;
+        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo);
+        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi);
+        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + 8);
+        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + 8);
+#pragma unroll
+        for (int i = 0; i < kGruMmaTilesPerWarp; ++i) {
+          if (warp + kGruMmaWarps * i < ntiles)
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                "{%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(c[i][0]), "+f"(c[i][1]), "+f"(c[i][2]), "+f"(c[i][3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bf[i][kt][0]), "r"(bf[i][kt][1]));
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGruMmaTilesPerWarp; ++i) {
+      const int nt = warp + kGruMmaWarps * i;
+      if (nt < ntiles) {
+        const int col = nt * 8 + 2 * tig;
+        hr[gid * G + col] = c[i][0];
+        hr[gid * G + col + 1] = c[i][1];
+        hr[(gid + 8) * G + col] = c[i][2];
+        hr[(gid + 8) * G + col + 1] = c[i][3];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kGruMmaRowsPerThread; ++k) {
+      if (t[k] < 0) continue;  // no such row, or its sequence has ended: h stays
+      const int r = group + groups * k;
+      const int i = r * H + j;
+      const float* g = hr + r * G + j;
+      const float z = SigmoidF(a.g.Clip(g[0] + (xz[k] + bz)));
+      const float rg = SigmoidF(a.g.Clip(g[H] + (xr[k] + br)));
+      const float pre = xh[k] + wbh + rg * (g[2 * H] + rbh);
+      const float cand = tanhf(a.g.Clip(pre));
+      const float h_new = (1.f - z) * cand + z * hs[i];
+      hs[i] = h_new;  // only this thread touches (r, j) until the next barrier
+      hh[r * S + j] = __float2half_rn(h_new);
+      if (a.y) a.y[a.g.YOffset(t[k], a.d, b0 + r) + j] = h_new;
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < rows * H; i += blockDim.x) a.h[b0 * H + i] = hs[i];
+}
+
 class GruKernel : public RnnKernel {
  protected:
   void PrepareDevice(PrepareContext& ctx) override {
     linear_before_reset_ = PrepareRnn(ctx, 3, {"Sigmoid", "Tanh"}).linear_before_reset;
-    // Up to this batch the sequence kernel runs (bench/results/h100/gru_sequence_ab.md: faster
-    // at 1-256, slower at 1024); KAIWU_GRU_SEQUENCE_MAX_BATCH sets it (0: never).
-    int64_t max_batch = 512;
-    if (const char* env = std::getenv("KAIWU_GRU_SEQUENCE_MAX_BATCH")) max_batch = std::atoll(env);
-    sequence_kernel_ = linear_before_reset_ && g_.batch <= max_batch && g_.hidden > 0 &&
-                       g_.hidden <= kGruMaxHidden && g_.hidden % 4 == 0;
-    sequence_rows_ = sequence_kernel_ ? GruSequenceRows(g_.batch) : 0;
-    sequence_smem_ = GruSequenceSmem(g_.hidden, sequence_rows_);
+    // Up to this batch a sequence kernel runs: the float32 one up to 512
+    // (bench/results/h100/gru_sequence_ab.md: faster at 1-256, slower at 1024), the tensor-core
+    // one of half sessions (h * R^T with FP16 operands, as the session's other GEMMs) at every
+    // batch. KAIWU_GRU_SEQUENCE_MAX_BATCH sets the limit of both (0: never).
+    int64_t max_batch = 512, max_batch_mma = std::numeric_limits<int64_t>::max();
+    if (const char* env = std::getenv("KAIWU_GRU_SEQUENCE_MAX_BATCH")) max_batch = max_batch_mma = std::atoll(env);
+    const bool small_hidden = linear_before_reset_ && g_.hidden > 0 && g_.hidden <= kGruMaxHidden;
+    sequence_mma_ = small_hidden && tf32_ && g_.hidden % 16 == 0 && g_.batch <= max_batch_mma;
+    sequence_kernel_ = sequence_mma_ || (small_hidden && g_.hidden % 4 == 0 && g_.batch <= max_batch);
+    sequence_rows_ = sequence_mma_ ? kGruMmaRows : sequence_kernel_ ? GruSequenceRows(g_.batch) : 0;
+    sequence_smem_ = sequence_mma_ ? GruSequenceMmaSmem(g_.hidden)
+                                   : GruSequenceSmem(g_.hidden, sequence_rows_);
   }
 
   void Run(const KernelIO& io) const override {
@@ -257,7 +404,13 @@ class GruKernel : public RnnKernel {
       args.bias = bias ? bias + d * 2 * G : nullptr;
       const float* rd = r + d * G * H;
       if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd) & 15) == 0) {
-        LaunchGruSequence(sequence_rows_, batch, sequence_smem_, dev.stream, args, rd);
+        if (sequence_mma_) {
+          GruSequenceMmaKernel<<<static_cast<unsigned>((batch + kGruMmaRows - 1) / kGruMmaRows),
+                                 kGruThreads, sequence_smem_, dev.stream>>>(args, rd);
+          CheckLaunch("GRU sequence kernel (tensor cores)");
+        } else {
+          LaunchGruSequence(sequence_rows_, batch, sequence_smem_, dev.stream, args, rd);
+        }
         RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
         continue;
       }
@@ -282,6 +435,7 @@ class GruKernel : public RnnKernel {
  private:
   bool linear_before_reset_ = false;
   bool sequence_kernel_ = false;  // GruSequenceKernel runs the steps
+  bool sequence_mma_ = false;     // ... GruSequenceMmaKernel, on tensor cores
   int sequence_rows_ = 0;         // its batch rows per block
   size_t sequence_smem_ = 0;
 };

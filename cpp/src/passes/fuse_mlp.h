@@ -1,0 +1,34 @@
+// Small dense networks as one node, for device sessions in half precision: a
+// policy's MLP body and heads are GEMMs of a few hundred columns on a few
+// rows, where each layer's GEMM and bias/activation launches, and the casts at
+// the network's edges, cost more than the math. This pass groups Gemm nodes
+// (transA 0, alpha 1, beta 1, static weights and a static [N] bias, an
+// optional fused activation, a 16-bit 2-D input) that read one graph value X
+// or each other's outputs into one FusedMlp node (ops/linalg.h), which the
+// CUDA backend runs in one launch. A Cast from float32 feeding only the group
+// is folded into it (X read as float32), and so is a Cast to float32 that is
+// the only reader of a layer's output (the output written as float32).
+// KAIWU_FUSED_MLP=0 turns it off in a session (A/B: bench/notes/cuda.md).
+#pragma once
+
+#include <functional>
+
+#include "ir/graph.h"
+#include "ops/op.h"
+
+namespace kaiwu {
+
+/// Limits of a group, so that the CUDA kernel's shared memory holds it: every
+/// layer's K and N; one layer's weights as staged ([round8(N)][round16(K) + 8]
+/// elements); all layers' weights; the row buffers (X and every layer output a
+/// later layer reads, each round16(width) + 8 elements).
+constexpr int64_t kFusedMlpMaxWidth = 1024;
+constexpr int64_t kFusedMlpMaxStage = 80 * 1024;
+constexpr int64_t kFusedMlpMaxWeights = int64_t{1} << 20;
+constexpr int64_t kFusedMlpMaxRowElems = 1920;
+
+/// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
+/// whether the backend runs FusedMlp. Returns the FusedMlp nodes made.
+int FuseMlp(Graph* g, const std::function<bool(OpId, DType)>& has_kernel);
+
+}  // namespace kaiwu
