@@ -4,7 +4,7 @@
 // padded by 8 elements so the fragment loads hit 32 distinct banks); warps
 // take the layer's 8-column tiles in turn and run mma.m16n8k16 (16-bit
 // operands, float32 accumulation), each layer's weights first staged in shared
-// memory by the whole block with 16-byte loads (rows padded like the inputs),
+// memory by the whole block with asynchronous 16-byte copies (rows padded like the inputs),
 // since fragment-order loads straight from global memory touch eight lines per
 // instruction and left the block waiting on L2; then add the bias, apply the activation
 // in float and write the tile to shared memory for later layers and/or to the
@@ -12,6 +12,7 @@
 // bias/activation kernel per layer and the casts at the network's edges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -78,10 +79,12 @@ __device__ __forceinline__ void StageWeights(const MlpLayerArgs& L, uint16_t* ws
   if (L.vec16) {
     const int chunks = L.k / 8;
     const uint4* src = reinterpret_cast<const uint4*>(L.w);
+    // Asynchronous copies: all of a thread's 16-byte loads in flight at once.
     for (int i = tid; i < L.n * chunks; i += kMlpThreads) {
       const int n = i / chunks, c = i - n * chunks;
-      *reinterpret_cast<uint4*>(ws + n * wst + c * 8) = __ldg(src + i);
+      __pipeline_memcpy_async(ws + n * wst + c * 8, src + i, 16);
     }
+    __pipeline_commit();
   } else if (L.trans_b) {
     for (int i = tid; i < L.n * L.k; i += kMlpThreads) {
       const int n = i / L.k, k = i - n * L.k;
@@ -98,6 +101,7 @@ __device__ __forceinline__ void StageWeights(const MlpLayerArgs& L, uint16_t* ws
     const int n = i / pad;
     ws[n * wst + L.k + (i - n * pad)] = 0;
   }
+  if (L.vec16) __pipeline_wait_prior(0);  // this thread's copies; the caller's barrier publishes them
 }
 
 template <typename T, int MT>
