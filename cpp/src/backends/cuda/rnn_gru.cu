@@ -94,6 +94,56 @@ __global__ void GruStepKernel(GruStepArgs a) {
 // biases once). One launch instead of a GEMM and a gate kernel per step, which
 // at small batches are all launch latency. kRows is chosen so that the blocks
 // fill the GPU once (GruSequenceRows).
+// What a sequence-kernel thread keeps for its hidden unit j and the batch rows
+// it updates (group, group + groups, ... of its block, at most kMax): the
+// biases, loaded once, and per step the rows' times and X * W^T, loaded before
+// the step's products.
+template <int kMax>
+struct GruUnitRows {
+  float bz = 0.f, br = 0.f, wbh = 0.f, rbh = 0.f;
+  int64_t t[kMax];
+  float xz[kMax], xr[kMax], xh[kMax];
+
+  __device__ void LoadBiases(const GruStepArgs& a, int j) {
+    if (!a.bias) return;
+    const int64_t H = a.g.hidden, G = 3 * H;
+    bz = a.bias[j] + a.bias[G + j];
+    br = a.bias[H + j] + a.bias[G + H + j];
+    wbh = a.bias[2 * H + j];
+    rbh = a.bias[G + 2 * H + j];
+  }
+
+  // t[k] < 0: no such row, or its sequence has ended (its h stays).
+  __device__ void LoadStep(const GruStepArgs& a, int64_t s, int64_t b0, int rows, int group, int groups,
+                           int j, bool updates) {
+    const int64_t H = a.g.hidden, G = 3 * H;
+#pragma unroll
+    for (int k = 0; k < kMax; ++k) {
+      const int r = group + groups * k;
+      t[k] = -1;
+      if (!updates || r >= rows) continue;
+      const int64_t b = b0 + r;
+      t[k] = RnnStepTime(a.g, a.lens, a.d, s, b, a.error_flag, a.step);
+      if (t[k] < 0) continue;
+      const float* xw = a.xw + a.g.XRow(t[k], b) * G + j;
+      xz[k] = xw[0];
+      xr[k] = xw[H];
+      xh[k] = xw[2 * H];
+    }
+  }
+
+  // Row k's new h (GruStepKernel's math, linear_before_reset): g points at the
+  // row's h * R^T for unit j (the z, r and h gates H apart).
+  __device__ float Update(const GruStepArgs& a, int k, const float* g, float h_old) const {
+    const int64_t H = a.g.hidden;
+    const float z = SigmoidF(a.g.Clip(g[0] + (xz[k] + bz)));
+    const float rg = SigmoidF(a.g.Clip(g[H] + (xr[k] + br)));
+    const float pre = xh[k] + wbh + rg * (g[2 * H] + rbh);
+    const float cand = tanhf(a.g.Clip(pre));
+    return (1.f - z) * cand + z * h_old;
+  }
+};
+
 constexpr int kGruMaxHidden = 128;
 constexpr int kGruThreads = 3 * kGruMaxHidden;
 constexpr int kGruMaxRows = 4;  // 8 spills registers (168 per thread at 384 threads)
@@ -120,34 +170,12 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs 
     w[q] = tid < G && 4 * q < H ? __ldg(reinterpret_cast<const float4*>(R + static_cast<int64_t>(tid) * H) + q)
                                 : make_float4(0.f, 0.f, 0.f, 0.f);
   const bool updates = tid < G;
-  float bz = 0.f, br = 0.f, wbh = 0.f, rbh = 0.f;
-  if (updates && a.bias) {
-    bz = a.bias[j] + a.bias[G + j];
-    br = a.bias[H + j] + a.bias[G + H + j];
-    wbh = a.bias[2 * H + j];
-    rbh = a.bias[G + 2 * H + j];
-  }
+  GruUnitRows<kPerThread> unit;
+  if (updates) unit.LoadBiases(a, j);
   for (int i = tid; i < kRows * H; i += blockDim.x) hs[i] = i < rows * H ? a.h[b0 * H + i] : 0.f;
   __syncthreads();
   for (int64_t s = 0; s < a.g.seq; ++s) {
-    // This step's X * W^T of the rows this thread updates, loaded before the products.
-    int64_t t[kPerThread];
-    float xz[kPerThread], xr[kPerThread], xh[kPerThread];
-#pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-      const int r = group + 3 * k;
-      t[k] = -1;
-      if (updates && r < rows) {
-        const int64_t b = b0 + r;
-        t[k] = RnnStepTime(a.g, a.lens, a.d, s, b, a.error_flag, a.step);
-        if (t[k] >= 0) {
-          const float* xw = a.xw + a.g.XRow(t[k], b) * G + j;
-          xz[k] = xw[0];
-          xr[k] = xw[H];
-          xh[k] = xw[2 * H];
-        }
-      }
-    }
+    unit.LoadStep(a, s, b0, rows, group, 3, j, updates);
     if (updates) {
       float acc[kRows][kAcc];
 #pragma unroll
@@ -185,17 +213,12 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs 
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-      if (t[k] < 0) continue;  // no such row, or its sequence has ended: h stays
+      if (unit.t[k] < 0) continue;
       const int r = group + 3 * k;
       const int i = r * H + j;
-      const float* g = hr + r * G + j;
-      const float z = SigmoidF(a.g.Clip(g[0] + (xz[k] + bz)));
-      const float rg = SigmoidF(a.g.Clip(g[H] + (xr[k] + br)));
-      const float pre = xh[k] + wbh + rg * (g[2 * H] + rbh);
-      const float hh = tanhf(a.g.Clip(pre));
-      const float h_new = (1.f - z) * hh + z * hs[i];
+      const float h_new = unit.Update(a, k, hr + r * G + j, hs[i]);
       hs[i] = h_new;  // only this thread reads or writes hs[i] until the next barrier
-      if (a.y) a.y[a.g.YOffset(t[k], a.d, b0 + r) + j] = h_new;
+      if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h_new;
     }
     __syncthreads();
   }
@@ -278,13 +301,8 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
   }
   const int groups = kGruThreads / H, group = tid / H, j = tid % H;
   const bool updates = group < groups;
-  float bz = 0.f, br = 0.f, wbh = 0.f, rbh = 0.f;
-  if (updates && a.bias) {
-    bz = a.bias[j] + a.bias[G + j];
-    br = a.bias[H + j] + a.bias[G + H + j];
-    wbh = a.bias[2 * H + j];
-    rbh = a.bias[G + 2 * H + j];
-  }
+  GruUnitRows<kGruMmaRowsPerThread> unit;
+  if (updates) unit.LoadBiases(a, j);
   for (int i = tid; i < kGruMmaRows * H; i += blockDim.x) {
     const int r = i / H;
     const float v = r < rows ? a.h[b0 * H + i] : 0.f;
@@ -293,23 +311,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
   }
   __syncthreads();
   for (int64_t s = 0; s < a.g.seq; ++s) {
-    int64_t t[kGruMmaRowsPerThread];
-    float xz[kGruMmaRowsPerThread], xr[kGruMmaRowsPerThread], xh[kGruMmaRowsPerThread];
-#pragma unroll
-    for (int k = 0; k < kGruMmaRowsPerThread; ++k) {
-      const int r = group + groups * k;
-      t[k] = -1;
-      if (updates && r < rows) {
-        const int64_t b = b0 + r;
-        t[k] = RnnStepTime(a.g, a.lens, a.d, s, b, a.error_flag, a.step);
-        if (t[k] >= 0) {
-          const float* xw = a.xw + a.g.XRow(t[k], b) * G + j;
-          xz[k] = xw[0];
-          xr[k] = xw[H];
-          xh[k] = xw[2 * H];
-        }
-      }
-    }
+    unit.LoadStep(a, s, b0, rows, group, groups, j, updates);
     float c[kGruMmaTilesPerWarp][4];
 #pragma unroll
     for (int i = 0; i < kGruMmaTilesPerWarp; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
@@ -347,18 +349,13 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < kGruMmaRowsPerThread; ++k) {
-      if (t[k] < 0) continue;  // no such row, or its sequence has ended: h stays
+      if (unit.t[k] < 0) continue;
       const int r = group + groups * k;
       const int i = r * H + j;
-      const float* g = hr + r * G + j;
-      const float z = SigmoidF(a.g.Clip(g[0] + (xz[k] + bz)));
-      const float rg = SigmoidF(a.g.Clip(g[H] + (xr[k] + br)));
-      const float pre = xh[k] + wbh + rg * (g[2 * H] + rbh);
-      const float cand = tanhf(a.g.Clip(pre));
-      const float h_new = (1.f - z) * cand + z * hs[i];
+      const float h_new = unit.Update(a, k, hr + r * G + j, hs[i]);
       hs[i] = h_new;  // only this thread touches (r, j) until the next barrier
       hh[r * S + j] = __float2half_rn(h_new);
-      if (a.y) a.y[a.g.YOffset(t[k], a.d, b0 + r) + j] = h_new;
+      if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h_new;
     }
     __syncthreads();
   }
