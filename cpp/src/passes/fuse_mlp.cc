@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 
 namespace kaiwu {
@@ -37,12 +38,11 @@ struct Group {
 class Fuser {
  public:
   Fuser(Graph* g, const std::function<bool(OpId, DType)>& has_kernel)
-      : g_(*g), has_kernel_(has_kernel), static_(StaticValues(*g)), consumers_(g->Consumers()) {
-    producer_.assign(g_.values.size(), -1);
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
-      for (int o : g_.nodes[i].outputs)
-        if (o >= 0) producer_[o] = static_cast<int>(i);
-  }
+      : g_(*g),
+        has_kernel_(has_kernel),
+        static_(StaticValues(*g)),
+        consumers_(g->Consumers()),
+        producer_(Producers(*g)) {}
 
   int Run() {
     std::map<int, int> group_of_x, group_of_output, layer_of_output;
