@@ -39,35 +39,24 @@ struct RowStats {
   float mean, inv_std;  // inv_std = 1 / sqrt(variance + epsilon)
 };
 
-// Mean and inverse standard deviation of x[0, n), n > 0, over the block (two-pass).
-template <typename T>
-__device__ RowStats BlockRowStats(const T* __restrict__ x, int64_t n, float epsilon) {
+// Mean and inverse standard deviation of x[0, n), n > 0 (two-pass), over the
+// block (thread `lane` = threadIdx.x of blockDim.x) or, kWarp, over the calling
+// warp (lane = threadIdx.x % 32).
+template <bool kWarp, typename T>
+__device__ RowStats RowStatsOver(const T* __restrict__ x, int64_t n, float epsilon, int lane) {
+  const int threads = kWarp ? 32 : static_cast<int>(blockDim.x);
+  const auto sum_all = [](float v) {
+    return kWarp ? CombineAcrossThreads(v, SumOp(), static_cast<float*>(nullptr), 32) : BlockReduce(v, SumOp());
+  };
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += Load(x[j]);
-  const float mean = BlockReduce(sum, SumOp()) / static_cast<float>(n);
+  for (int64_t j = lane; j < n; j += threads) sum += Load(x[j]);
+  const float mean = sum_all(sum) / static_cast<float>(n);
   float sq = 0.f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+  for (int64_t j = lane; j < n; j += threads) {
     const float d = Load(x[j]) - mean;
     sq += d * d;
   }
-  const float var = BlockReduce(sq, SumOp()) / static_cast<float>(n);
-  return RowStats{mean, 1.f / sqrtf(var + epsilon)};
-}
-
-// The same over the calling warp (lane = threadIdx.x % 32).
-template <typename T>
-__device__ RowStats WarpRowStats(const T* __restrict__ x, int64_t n, float epsilon, int lane) {
-  float sum = 0.f;
-  for (int64_t j = lane; j < n; j += 32) sum += Load(x[j]);
-  const float mean = CombineAcrossThreads(sum, SumOp(), static_cast<float*>(nullptr), 32) /
-                     static_cast<float>(n);
-  float sq = 0.f;
-  for (int64_t j = lane; j < n; j += 32) {
-    const float d = Load(x[j]) - mean;
-    sq += d * d;
-  }
-  const float var = CombineAcrossThreads(sq, SumOp(), static_cast<float*>(nullptr), 32) /
-                    static_cast<float>(n);
+  const float var = sum_all(sq) / static_cast<float>(n);
   return RowStats{mean, 1.f / sqrtf(var + epsilon)};
 }
 
@@ -79,7 +68,7 @@ __global__ void InstanceNormPlanes(int64_t planes, int64_t C, int64_t size, floa
                                    const P* __restrict__ bias, T* __restrict__ y) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
     const T* xp = x + p * size;
-    const RowStats st = BlockRowStats(xp, size, epsilon);
+    const RowStats st = RowStatsOver<false>(xp, size, epsilon, static_cast<int>(threadIdx.x));
     const float a = Load(scale[p % C]) * st.inv_std;
     const float b = Load(bias[p % C]) - st.mean * a;
     for (int64_t j = threadIdx.x; j < size; j += blockDim.x)
@@ -123,7 +112,7 @@ __global__ void LayerNormRows(int64_t rows, int64_t n, float epsilon, BroadcastI
   const int64_t first = blockIdx.x * per_block + (kWarpPerRow ? threadIdx.x / 32 : 0);
   for (int64_t r = first; r < rows; r += gridDim.x * per_block) {
     const T* xr = x + r * n;
-    const RowStats st = kWarpPerRow ? WarpRowStats(xr, n, epsilon, lane) : BlockRowStats(xr, n, epsilon);
+    const RowStats st = RowStatsOver<kWarpPerRow>(xr, n, epsilon, lane);
     if (lane == 0) {
       if (mean_out) mean_out[r] = st.mean;
       if (inv_std_out) inv_std_out[r] = st.inv_std;
