@@ -9,11 +9,7 @@ std::vector<std::pair<OpId, std::string>> CudaKernelGaps();  // likewise
 
 std::vector<KernelTable> KernelTables() {
   std::vector<KernelTable> tables;
-  tables.push_back(KernelTable{
-      "cpu",
-      &CpuKernels(),
-      {{OpId::kNhwcConv, "device-only: the CUDA layout pass makes it for half-precision sessions; CPU sessions keep the NCHW op"},
-       {OpId::kNhwcMaxPool, "device-only: the CUDA layout pass makes it for half-precision sessions; CPU sessions keep the NCHW op"}}});
+  tables.push_back(KernelTable{"cpu", &CpuKernels(), {}});
 #ifdef KAIWU_WITH_CUDA
   tables.push_back(KernelTable{"cuda", &CudaKernels(), CudaKernelGaps()});
 #endif

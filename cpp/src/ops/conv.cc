@@ -110,6 +110,15 @@ void InferNhwcConv(OpContext& ctx) {
     ctx.ExpectDType(2, {dtype});
     if (ctx.in(2).shape != Shape{m}) ctx.Error("B must have shape [", m, "]");
   }
+  // CPU sessions (PrepackNhwcConvWeights, passes/prepack_gemm.cc): input 3 is W packed into the
+  // column panels of the packed GEMM, [ceil(M / 16), KH * KW * C / group, 16].
+  if (ctx.HasInput(3)) {
+    ctx.ExpectDType(3, {DType::kFloat32});
+    const Shape want = {(m + 15) / 16, w[1] * w[2] * w[3], 16};
+    if (ctx.in(3).shape != want)
+      ctx.Error("packed W must have shape ", ShapeToString(want), ", got ",
+                ShapeToString(ctx.in(3).shape));
+  }
   const Shape o = p.geo.OutShape();
   ctx.SetOutput(0, dtype, Shape{n, o[0], o[1], m});
 }

@@ -40,6 +40,10 @@ int FuseElementwise(Graph* g);
 /// matrix packed into column panels by static nodes (re-packed on refit); an
 /// LSTM with static W and R reads their packed forms too.
 int PrepackGemmWeights(Graph* g);
+/// CPU sessions, after the float32 convs went channels-last: each kaiwu NhwcConv
+/// with a static weight [M, KH, KW, C] gets it packed into the GEMM's column
+/// panels as input 3 ([ceil(M / 16), KH * KW * C, 16], by static nodes).
+int PrepackNhwcConvWeights(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);
