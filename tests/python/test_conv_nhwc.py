@@ -285,3 +285,33 @@ def test_weight_of_unknown_shape_packed_per_run(engine, rng):
     np.testing.assert_allclose(got["z"], conv_ref(want, w1, None, 1, [0, 0, 0, 0]), rtol=1e-4,
                                atol=1e-4)
     assert_outputs_close(got, run_ort(model, feeds), **TOL)
+
+
+def test_frame_stack_transpose_hoisted_above_cast(engine, rng):
+    """NCHW uint8 frames -> Cast -> Div -> two convs: the conversion's Transpose moves above the
+    Cast (hoist_transpose_above_cast) and transposes the bytes."""
+    w0 = (rng.standard_normal((8, 4, 4, 4)) * 0.2).astype(np.float32)
+    w1 = (rng.standard_normal((6, 8, 3, 3)) * 0.2).astype(np.float32)
+    nodes = [helper.make_node("Cast", ["frames"], ["f"], to=1),
+             helper.make_node("Div", ["f", "s"], ["x"]),
+             helper.make_node("Conv", ["x", "W0"], ["c0"], kernel_shape=[4, 4], strides=[2, 2]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "W1"], ["y"], kernel_shape=[3, 3])]
+    model = make_model(nodes, [("frames", np.uint8, ["N", 4, 21, 19])], ["y"],
+                       initializers={"W0": w0, "W1": w1, "s": np.array(255.0, np.float32)})
+    for n in (1, 3):
+        feeds = {"frames": rng.integers(0, 256, (n, 4, 21, 19), dtype=np.uint8)}
+        sess = engine.Session(model, threads=2, optimize=True)
+        assert fired(sess).get("hoist_transpose_above_cast") == 1, fired(sess)
+        assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 3, 5), (2, 4, 7, 9), (3, 4, 84, 84), (2, 5, 6, 7)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_transpose_to_channels_last(engine, rng, shape, dtype):
+    """NCHW -> NHWC transposes of few channels (the 4-channel register paths and their tails)."""
+    x = (rng.integers(0, 256, shape).astype(dtype) if dtype == np.uint8 else rand(rng, shape))
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])],
+                       [("x", dtype, list(shape))], ["y"])
+    got = engine.Session(model, threads=2, optimize=True).run({"x": x})
+    np.testing.assert_array_equal(got["y"], x.transpose(0, 2, 3, 1))

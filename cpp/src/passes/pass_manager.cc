@@ -88,6 +88,7 @@ void OptimizeForCpu(Graph* graph, PassStats* stats) {
   if (int n = ConvertToNhwc(graph, [](OpId, DType t) { return t == DType::kFloat32; }, accepts)) {
     stats->fired["layout_nhwc"] += n;
     stats->fired["prepack_nhwc_conv_weights"] += PrepackNhwcConvWeights(graph);
+    if (int h = HoistTransposeAboveCast(graph)) stats->fired["hoist_transpose_above_cast"] += h;
   }
   graph->RemoveDeadNodes();
 }

@@ -44,6 +44,9 @@ int PrepackGemmWeights(Graph* g);
 /// with a static weight [M, KH, KW, C] gets it packed into the GEMM's column
 /// panels as input 3 ([ceil(M / 16), KH * KW * C, 16], by static nodes).
 int PrepackNhwcConvWeights(Graph* g);
+/// CPU sessions, after the layout pass: Transpose(Cast uint8/int8 -> float32) becomes
+/// Cast(Transpose) where the Cast feeds only the Transpose (a quarter of the bytes moved).
+int HoistTransposeAboveCast(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);
