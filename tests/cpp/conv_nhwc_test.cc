@@ -1,7 +1,8 @@
 // The channels-last conv tiles (backends/cpu/conv_nhwc.h) against a float64
 // reference on every instruction-set variant this machine has: pixel tails of
 // every tile height, channel tails inside a 16-wide panel, several panels,
-// strides, Relu and another fused activation, with and without bias; and the
+// strides, Relu and another fused activation, with and without bias and an
+// added tensor (the fused residual Add); and the
 // 4-byte transpose (core/transpose.h) at every small width, the 4-channel
 // NCHW -> NHWC case included.
 #include <gtest/gtest.h>
@@ -47,7 +48,10 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
     std::vector<int32_t> off(pixels);
     for (int64_t i = 0; i < oh; ++i)
       for (int64_t j = 0; j < ow; ++j) off[i * ow + j] = static_cast<int32_t>((i * cs.s * cs.w + j * cs.s) * cs.c);
-    for (bool with_bias : {true, false}) {
+    std::vector<float> sum(pixels * cs.m);
+    for (auto& v : sum) v = d(rng);
+    for (bool with_bias : {true, false})
+    for (bool with_sum : {false, true}) {
       cpu::Activation act;
       act.kind = cs.kind == 1 ? FusedActivation::Kind::kRelu
                  : cs.kind == 2 ? FusedActivation::Kind::kTanh
@@ -56,7 +60,7 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
       std::vector<double> want(pixels * cs.m);
       for (int64_t p = 0; p < pixels; ++p)
         for (int64_t o = 0; o < cs.m; ++o) {
-          double s = with_bias ? bias[o] : 0.0;
+          double s = (with_bias ? bias[o] : 0.0) + (with_sum ? sum[p * cs.m + o] : 0.0);
           for (int64_t a = 0; a < cs.k; ++a)
             for (int64_t q = 0; q < cs.k * cs.c; ++q)
               s += static_cast<double>(x[off[p] + a * cs.w * cs.c + q]) * w[o * kk + a * cs.k * cs.c + q];
@@ -66,7 +70,7 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
         std::vector<float> y(pixels * cs.m + 1, 12345.f);  // one guard element past the end
         const cpu::NhwcConvProblem pr{x.data(), off.data(), cs.k, cs.k * cs.c, cs.w * cs.c, cs.m,
                                       packed.data(), with_bias ? bias.data() : nullptr, &act,
-                                      y.data()};
+                                      y.data(), with_sum ? sum.data() : nullptr};
         // Two calls over a split row range, as threads would make.
         const int64_t mid = pixels / 3;
         cpu::NhwcConvRows(isa, pr, 0, mid);

@@ -187,6 +187,8 @@ def test_residual_stack_transposes_only_at_edges(engine, rng):
     assert fired(sess).get("layout_nhwc") == 4
     ops = ops_after(sess)
     assert ops.get("NhwcConv") == 3 and ops.get("NhwcMaxPool") == 1 and "Conv" not in ops, ops
+    # The residual Add runs in the last conv's epilogue (fuse_nhwc_conv_add).
+    assert fired(sess).get("fuse_nhwc_conv_add") == 1 and "Add" not in ops, ops
     # The frames' own Transpose cancels against the conversion: only the output one runs
     # (the other Transposes pack weights, computed once by the static program).
     run_ops = [p["op"] for p in sess._profile(dict(feeds), 1)]
@@ -315,3 +317,58 @@ def test_transpose_to_channels_last(engine, rng, shape, dtype):
                        [("x", dtype, list(shape))], ["y"])
     got = engine.Session(model, threads=2, optimize=True).run({"x": x})
     np.testing.assert_array_equal(got["y"], x.transpose(0, 2, 3, 1))
+
+
+def block_model(case, seed=0):
+    """x -> Relu -> conv a (+Relu) -> conv b -> Add(x-side operand, conv b): a residual block
+    when `case` is "fuses", else a variant the Add fusion must leave alone."""
+    rng = np.random.default_rng(seed)
+    c = 8
+    def wt(m, k=3):
+        return (rng.standard_normal((m, c, k, k)) / np.sqrt(9 * c)).astype(np.float32)
+    inits = {"Wi": wt(c), "Wa": wt(c), "Wb": wt(c), "Bb": rng.standard_normal(c).astype(np.float32)}
+    b_attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    other = "x"
+    nodes = [helper.make_node("Conv", ["inp", "Wi"], ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "Wa"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"])]
+    outs = ["y"]
+    if case == "strided":  # conv b halves the image: its output is not x's shape
+        b_attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+        nodes.append(helper.make_node("MaxPool", ["x"], ["xp"], kernel_shape=[3, 3], strides=[2, 2],
+                                      pads=[1, 1, 1, 1]))
+        other = "xp"
+    if case == "constant":
+        inits["k"] = rng.standard_normal((c, 1, 1)).astype(np.float32)
+        other = "k"
+    nodes.append(helper.make_node("Conv", ["ar", "Wb", "Bb"], ["b"], **b_attrs))
+    last = "b"
+    if case == "activation":
+        nodes.append(helper.make_node("Relu", ["b"], ["br"]))
+        last = "br"
+    if case == "shared":
+        outs.append("b")
+    nodes.append(helper.make_node("Add", [other, last] if seed % 2 == 0 else [last, other], ["y"]))
+    model = make_model(nodes, [("inp", np.float32, ["N", c, 9, 11])], outs, initializers=inits)
+    return model
+
+
+@pytest.mark.parametrize("case", ["fuses", "strided", "constant", "activation", "shared"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_residual_add_fused_into_conv(engine, rng, case, seed):
+    model = block_model(case, seed)
+    feeds = {"inp": rand(rng, (3, 8, 9, 11))}
+    ref = run_ort(model, feeds)
+    outs = []
+    for threads in (1, 2):
+        sess = engine.Session(model, threads=threads, optimize=True)
+        assert ops_after(sess).get("NhwcConv") == 3
+        assert fired(sess).get("fuse_nhwc_conv_add", 0) == (1 if case == "fuses" else 0), fired(sess)
+        got = sess.run(dict(feeds))
+        assert_outputs_close(got, ref, context=f"threads={threads}", **TOL)
+        outs.append(got)
+    for name in outs[0]:
+        np.testing.assert_array_equal(outs[0][name], outs[1][name])
+    if case == "fuses":
+        refit_matches_fresh(engine, model, feeds, {"Wb", "Bb", "Wi"}, rng, atol=1e-4)

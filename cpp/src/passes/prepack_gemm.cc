@@ -102,35 +102,6 @@ bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
   return true;
 }
 
-// Dims of a static conv weight: those of its data, looking through the
-// static nodes that derive it elementwise from input 0 (a folded scale or
-// BatchNorm, a Cast) and through a Transpose.
-bool StaticDims(const Graph& g, const std::vector<int>& producer, int v,
-                std::vector<int64_t>* dims) {
-  std::vector<std::vector<int64_t>> perms;  // applied last to first
-  for (int hops = 0; hops < 8 && v >= 0; ++hops) {
-    if (ShapeOf(g, v, dims)) {
-      for (auto it = perms.rbegin(); it != perms.rend(); ++it) {
-        if (it->size() != dims->size()) return false;
-        std::vector<int64_t> d(dims->size());
-        for (size_t k = 0; k < d.size(); ++k) d[k] = (*dims)[(*it)[k]];
-        *dims = d;
-      }
-      return true;
-    }
-    const int p = producer[v];
-    if (p < 0 || g.nodes[p].inputs.empty() || !g.nodes[p].domain.empty()) return false;
-    const Node& n = g.nodes[p];
-    if (n.op_type == "Transpose") {
-      perms.push_back(n.GetInts("perm"));
-    } else if (n.op_type != "Mul" && n.op_type != "Div" && n.op_type != "Cast") {
-      return false;
-    }
-    v = n.inputs[0];
-  }
-  return false;
-}
-
 }  // namespace
 
 int PrepackNhwcConvWeights(Graph* g) {

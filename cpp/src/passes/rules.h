@@ -47,6 +47,9 @@ int PrepackNhwcConvWeights(Graph* g);
 /// CPU sessions, after the layout pass: Transpose(Cast uint8/int8 -> float32) becomes
 /// Cast(Transpose) where the Cast feeds only the Transpose (a quarter of the bytes moved).
 int HoistTransposeAboveCast(Graph* g);
+/// CPU sessions, after the layout pass: Add(r, NhwcConv(x)) becomes NhwcConv(x, sum = r) where
+/// r provably has the conv output's shape (a residual block) and the conv has no activation.
+int FuseNhwcConvAdd(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);

@@ -33,6 +33,7 @@ void RowsScalar(const NhwcConvProblem& pr, int64_t p0, int64_t p1) {
         for (int64_t q = 0; q < pr.seg; ++q) s += a[q] * b[(h * pr.seg + q) * kPackedPanel];
       }
       yr[col] = s + (pr.bias ? pr.bias[col] : 0.f);
+      if (pr.sum) yr[col] += pr.sum[p * pr.m + col];
     }
     if (pr.act->active()) pr.act->Apply(yr, pr.m);
   }
@@ -76,6 +77,7 @@ class NhwcConvKernel : public Kernel {
     pl_ = g.pad_begin[2];
     act_ = p.act;
     has_bias_ = p.has_bias;
+    has_sum_ = ctx.HasInput(4);
     isa_ = ActivePackedIsa();
     // Windows reach rows [-pt, hp - pt) and columns [-pl, wp - pl): copied
     // into a zero-bordered image when that leaves x.
@@ -101,6 +103,7 @@ class NhwcConvKernel : public Kernel {
   void Run(const KernelIO& io) const override {
     const float* x = static_cast<const float*>(io.inputs[0]);
     const float* bias = has_bias_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
+    const float* sum = has_sum_ ? static_cast<const float*>(io.inputs[4]) : nullptr;
     float* y = static_cast<float*>(io.outputs[0]);
     const int64_t pixels = oh_ * ow_;
     if (n_ == 0 || m_ == 0 || pixels == 0) return;
@@ -122,7 +125,7 @@ class NhwcConvKernel : public Kernel {
       auto run = [&](int64_t s0, int64_t s1) {
         for (int64_t s = s0; s < s1; ++s)
           for (int64_t i = n_ * s / slots; i < n_ * (s + 1) / slots; ++i)
-            Image(x, packed, bias, y, i, scratch + s * image_floats_, nullptr);
+            Image(x, packed, bias, sum, y, i, scratch + s * image_floats_, nullptr);
       };
       if (slots == 1) {
         run(0, 1);
@@ -132,19 +135,21 @@ class NhwcConvKernel : public Kernel {
       return;
     }
     // Fewer images than threads: each image's rows split across the pool.
-    for (int64_t i = 0; i < n_; ++i) Image(x, packed, bias, y, i, scratch, io.pool);
+    for (int64_t i = 0; i < n_; ++i) Image(x, packed, bias, sum, y, i, scratch, io.pool);
   }
 
  private:
-  void Image(const float* x, const float* packed, const float* bias, float* y, int64_t i,
-             float* buf, ThreadPool* pool) const {
+  void Image(const float* x, const float* packed, const float* bias, const float* sum, float* y,
+             int64_t i, float* buf, ThreadPool* pool) const {
     const float* src = x + i * h_ * w_ * c_;
     if (padded_) {
       Pad(src, buf);
       src = buf;
     }
-    const NhwcConvProblem pr{src,  off_.data(), kh_,  kw_ * c_, wp_ * c_, m_,
-                             packed, bias,      &act_, y + i * oh_ * ow_ * m_};
+    const int64_t out = i * oh_ * ow_ * m_;
+    const NhwcConvProblem pr{src,    off_.data(), kh_,   kw_ * c_,    wp_ * c_,
+                             m_,     packed,      bias,  &act_,       y + out,
+                             sum ? sum + out : nullptr};
     const int64_t pixels = oh_ * ow_;
     if (pool == nullptr) {
       NhwcConvRows(isa_, pr, 0, pixels);
@@ -176,7 +181,7 @@ class NhwcConvKernel : public Kernel {
 
   Activation act_;
   PackedIsa isa_ = PackedIsa::kScalar;
-  bool has_bias_ = false, padded_ = false;
+  bool has_bias_ = false, has_sum_ = false, padded_ = false;
   int64_t n_ = 0, h_ = 0, w_ = 0, c_ = 0, m_ = 0, kh_ = 0, kw_ = 0, oh_ = 0, ow_ = 0;
   int64_t sh_ = 1, sw_ = 1, pt_ = 0, pl_ = 0, hp_ = 0, wp_ = 0;
   int64_t slots_ = 1, image_floats_ = 0, packed_floats_ = 0;

@@ -33,6 +33,7 @@ struct NhwcConvProblem {
   const float* bias;     // m floats or null
   const Activation* act;
   float* y;              // row p at y + p * m
+  const float* sum = nullptr;  // or rows like y's, added before the activation
 };
 
 enum class PackedIsa;  // sgemm_packed_isa.h
