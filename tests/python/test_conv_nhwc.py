@@ -372,3 +372,25 @@ def test_residual_add_fused_into_conv(engine, rng, case, seed):
         np.testing.assert_array_equal(outs[0][name], outs[1][name])
     if case == "fuses":
         refit_matches_fresh(engine, model, feeds, {"Wb", "Bb", "Wi"}, rng, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["fuses", "unpadded", "relu_read_twice"])
+def test_input_relu_fused_into_padded_conv(engine, rng, case):
+    """Relu(x) read only by a padded NhwcConv is applied while the conv copies x into its
+    zero-bordered buffer (fuse_relu_into_nhwc_conv); x itself stays for the other readers."""
+    c = 6
+    w = {f"W{i}": (rng.standard_normal((c, c, 3, 3)) * 0.3).astype(np.float32) for i in range(3)}
+    pads = [0, 0, 0, 0] if case == "unpadded" else [1, 1, 1, 1]
+    nodes = [helper.make_node("Conv", ["inp", "W0"], ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "W1"], ["a"], kernel_shape=[3, 3], pads=pads),
+             helper.make_node("Conv", ["x", "W2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    outs = ["a", "b"] + (["r"] if case == "relu_read_twice" else [])
+    model = make_model(nodes, [("inp", np.float32, ["N", c, 8, 7])], outs, initializers=w)
+    feeds = {"inp": rand(rng, (3, c, 8, 7))}
+    ref = run_ort(model, feeds)
+    for threads in (1, 2):
+        sess = engine.Session(model, threads=threads, optimize=True)
+        assert fired(sess).get("fuse_relu_into_nhwc_conv", 0) == (1 if case == "fuses" else 0)
+        assert ("Relu" in ops_after(sess)) == (case != "fuses")
+        assert_outputs_close(sess.run(dict(feeds)), ref, context=f"threads={threads}", **TOL)

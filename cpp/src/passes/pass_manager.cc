@@ -90,6 +90,7 @@ void OptimizeForCpu(Graph* graph, PassStats* stats) {
     stats->fired["prepack_nhwc_conv_weights"] += PrepackNhwcConvWeights(graph);
     if (int h = HoistTransposeAboveCast(graph)) stats->fired["hoist_transpose_above_cast"] += h;
     if (int a = FuseNhwcConvAdd(graph)) stats->fired["fuse_nhwc_conv_add"] += a;
+    if (int r = FuseReluIntoNhwcConv(graph)) stats->fired["fuse_relu_into_nhwc_conv"] += r;
   }
   graph->RemoveDeadNodes();
 }

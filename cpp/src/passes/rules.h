@@ -50,6 +50,9 @@ int HoistTransposeAboveCast(Graph* g);
 /// CPU sessions, after the layout pass: Add(r, NhwcConv(x)) becomes NhwcConv(x, sum = r) where
 /// r provably has the conv output's shape (a residual block) and the conv has no activation.
 int FuseNhwcConvAdd(Graph* g);
+/// CPU sessions, after the layout pass: Relu(x) read only by a padded NhwcConv becomes the
+/// conv's "_kaiwu_input_relu" (applied as the conv copies x into its zero-bordered buffer).
+int FuseReluIntoNhwcConv(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);

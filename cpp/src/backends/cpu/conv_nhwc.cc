@@ -83,7 +83,10 @@ class NhwcConvKernel : public Kernel {
     // into a zero-bordered image when that leaves x.
     hp_ = (oh_ - 1) * sh_ + kh_;
     wp_ = (ow_ - 1) * sw_ + kw_;
-    padded_ = pt_ > 0 || pl_ > 0 || hp_ - pt_ > h_ || wp_ - pl_ > w_;
+    // "_kaiwu_input_relu" (fuse_relu_into_nhwc_conv): the conv reads max(x, 0),
+    // applied as the image is copied, so such a conv always copies.
+    input_relu_ = ctx.node.GetInt("_kaiwu_input_relu", 0) != 0;
+    padded_ = input_relu_ || pt_ > 0 || pl_ > 0 || hp_ - pt_ > h_ || wp_ - pl_ > w_;
     if (!padded_) hp_ = h_, wp_ = w_;
     if (hp_ * wp_ * c_ >= std::numeric_limits<int32_t>::max())
       ctx.Error("NhwcConv image of ", hp_ * wp_ * c_, " floats is too large");
@@ -163,7 +166,8 @@ class NhwcConvKernel : public Kernel {
     });
   }
 
-  // One image into the zero-bordered [hp, wp, c] buffer.
+  // One image into the zero-bordered [hp, wp, c] buffer (through max(x, 0)
+// with input_relu_).
   void Pad(const float* src, float* dst) const {
     const int64_t c0 = std::clamp<int64_t>(pl_, 0, wp_);            // first column inside
     const int64_t c1 = std::clamp<int64_t>(pl_ + w_, c0, wp_);      // past the last
@@ -174,14 +178,19 @@ class NhwcConvKernel : public Kernel {
         continue;
       }
       std::memset(dst, 0, c0 * c_ * sizeof(float));
-      std::memcpy(dst + c0 * c_, src + (ih * w_ + c0 - pl_) * c_, (c1 - c0) * c_ * sizeof(float));
+      const float* row = src + (ih * w_ + c0 - pl_) * c_;
+      if (input_relu_) {
+        for (int64_t j = 0; j < (c1 - c0) * c_; ++j) dst[c0 * c_ + j] = row[j] > 0.f ? row[j] : 0.f;
+      } else {
+        std::memcpy(dst + c0 * c_, row, (c1 - c0) * c_ * sizeof(float));
+      }
       std::memset(dst + c1 * c_, 0, (wp_ - c1) * c_ * sizeof(float));
     }
   }
 
   Activation act_;
   PackedIsa isa_ = PackedIsa::kScalar;
-  bool has_bias_ = false, has_sum_ = false, padded_ = false;
+  bool has_bias_ = false, has_sum_ = false, padded_ = false, input_relu_ = false;
   int64_t n_ = 0, h_ = 0, w_ = 0, c_ = 0, m_ = 0, kh_ = 0, kw_ = 0, oh_ = 0, ow_ = 0;
   int64_t sh_ = 1, sw_ = 1, pt_ = 0, pl_ = 0, hp_ = 0, wp_ = 0;
   int64_t slots_ = 1, image_floats_ = 0, packed_floats_ = 0;
