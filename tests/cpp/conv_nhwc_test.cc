@@ -35,7 +35,7 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   const Case cases[] = {{9, 11, 3, 16, 3, 1, 1}, {13, 7, 5, 13, 3, 2, 0}, {12, 12, 4, 32, 8, 4, 1},
                         {6, 9, 16, 40, 1, 1, 2}, {7, 8, 32, 64, 3, 1, 1}, {5, 30, 2, 1, 2, 3, 2},
-                        {10, 10, 7, 24, 5, 1, 0}, {4, 4, 64, 17, 4, 1, 1}};
+                        {10, 10, 7, 24, 5, 1, 0}, {4, 4, 64, 17, 4, 1, 1}, {9, 9, 48, 20, 3, 2, 1}};
   for (const Case& cs : cases) {
     const int64_t oh = (cs.h - cs.k) / cs.s + 1, ow = (cs.w - cs.k) / cs.s + 1;
     const int64_t kk = cs.k * cs.k * cs.c, pixels = oh * ow;
