@@ -47,7 +47,8 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
     cpu::PackB(/*trans_b=*/true, kk, cs.m, w.data(), packed.data());
     std::vector<int32_t> off(pixels);
     for (int64_t i = 0; i < oh; ++i)
-      for (int64_t j = 0; j < ow; ++j) off[i * ow + j] = static_cast<int32_t>((i * cs.s * cs.w + j * cs.s) * cs.c);
+      for (int64_t j = 0; j < ow; ++j)
+        off[i * ow + j] = static_cast<int32_t>((i * cs.s * cs.w + j * cs.s) * cs.c);
     std::vector<float> sum(pixels * cs.m);
     for (auto& v : sum) v = d(rng);
     for (bool with_bias : {true, false})
@@ -63,7 +64,8 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
           double s = (with_bias ? bias[o] : 0.0) + (with_sum ? sum[p * cs.m + o] : 0.0);
           for (int64_t a = 0; a < cs.k; ++a)
             for (int64_t q = 0; q < cs.k * cs.c; ++q)
-              s += static_cast<double>(x[off[p] + a * cs.w * cs.c + q]) * w[o * kk + a * cs.k * cs.c + q];
+              s += static_cast<double>(x[off[p] + a * cs.w * cs.c + q]) *
+                   w[o * kk + a * cs.k * cs.c + q];
           want[p * cs.m + o] = cs.kind == 1 ? std::max(s, 0.0) : cs.kind == 2 ? std::tanh(s) : s;
         }
       for (cpu::PackedIsa isa : Isas()) {
