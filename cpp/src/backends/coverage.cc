@@ -12,9 +12,7 @@ std::vector<KernelTable> KernelTables() {
   tables.push_back(KernelTable{
       "cpu",
       &CpuKernels(),
-      {{OpId::kNhwcConv, "device-only: the CUDA layout pass makes it for half-precision sessions; CPU sessions keep the NCHW op"},
-       {OpId::kNhwcMaxPool, "device-only: the CUDA layout pass makes it for half-precision sessions; CPU sessions keep the NCHW op"},
-       {OpId::kFusedMlp, "device-only: passes/fuse_mlp.cc makes it for half-precision device sessions; CPU sessions keep the Gemms"}}});
+      {{OpId::kFusedMlp, "device-only: passes/fuse_mlp.cc makes it for half-precision device sessions; CPU sessions keep the Gemms"}}});
 #ifdef KAIWU_WITH_CUDA
   tables.push_back(KernelTable{"cuda", &CudaKernels(), CudaKernelGaps()});
 #endif

@@ -49,6 +49,25 @@ __attribute__((target("avx2"))) inline void Tile8x8(const float* src, int64_t ld
   _mm256_storeu_ps(d + 7 * cols, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
+// One 8 x 4 tile: out rows [r, r + 8), columns [c, c + 4) (the NCHW -> NHWC
+// transpose of a 4-channel frame stack has only these).
+__attribute__((target("avx2"))) inline void Tile8x4(const float* src, int64_t ld, float* out,
+                                                   int64_t cols, int64_t r, int64_t c) {
+  const float* s = src + c * ld + r;
+  __m256 a0 = _mm256_loadu_ps(s), a1 = _mm256_loadu_ps(s + ld), a2 = _mm256_loadu_ps(s + 2 * ld),
+         a3 = _mm256_loadu_ps(s + 3 * ld);
+  __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1),
+         t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+  // u_i: out row r + i in the low half, r + 4 + i in the high half.
+  __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                 _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+  float* d = out + r * cols + c;
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_ps(d + i * cols, _mm256_castps256_ps128(u[i]));
+    _mm_storeu_ps(d + (i + 4) * cols, _mm256_extractf128_ps(u[i], 1));
+  }
+}
+
 __attribute__((target("avx2"))) void Transpose32Avx2(const void* src_v, int64_t rows,
                                                       int64_t cols, int64_t ld, void* out_v) {
   const float* src = static_cast<const float*>(src_v);
@@ -65,10 +84,14 @@ __attribute__((target("avx2"))) void Transpose32Avx2(const void* src_v, int64_t 
   }
   for (int64_t r = r16; r < r8; r += 8)
     for (int64_t c = 0; c < c8; c += 8) Tile8x8(src, ld, out, cols, r, c);
-  // Edges: the last rows % 8 rows of every column, the last cols % 8 columns.
-  for (int64_t c = 0; c < c8; ++c)
+  // Then a block of 4 columns where cols % 8 >= 4.
+  const int64_t c4 = cols - c8 >= 4 ? c8 + 4 : c8;
+  if (c4 > c8)
+    for (int64_t r = 0; r < r8; r += 8) Tile8x4(src, ld, out, cols, r, c8);
+  // Edges: the last rows % 8 rows of every column, the last cols % 4 columns.
+  for (int64_t c = 0; c < c4; ++c)
     for (int64_t r = r8; r < rows; ++r) out[r * cols + c] = src[c * ld + r];
-  for (int64_t c = c8; c < cols; ++c)
+  for (int64_t c = c4; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) out[r * cols + c] = src[c * ld + r];
 }
 #else

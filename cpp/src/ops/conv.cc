@@ -86,7 +86,8 @@ void InferGlobalPool(OpContext& ctx) {
 
 // NhwcConv (domain kaiwu; made by passes/layout_nhwc.cc): Conv's attributes
 // and math on channels-last tensors, 2-D only: X [N, H, W, C],
-// W [M, KH, KW, C / group], optional B [M] -> Y [N, OH, OW, M].
+// W [M, KH, KW, C / group], optional B [M] -> Y [N, OH, OW, M]; CPU sessions may add
+// input 3 (packed W) and input 4 (added to Y before the activation).
 void InferNhwcConv(OpContext& ctx) {
   ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
   const DType dtype = ctx.in(0).dtype;
@@ -110,8 +111,26 @@ void InferNhwcConv(OpContext& ctx) {
     ctx.ExpectDType(2, {dtype});
     if (ctx.in(2).shape != Shape{m}) ctx.Error("B must have shape [", m, "]");
   }
+  // CPU sessions (PrepackNhwcConvWeights, passes/prepack_gemm.cc): input 3 is W packed into the
+  // column panels of the packed GEMM, [ceil(M / 16), KH * KW * C / group, 16].
+  if (ctx.HasInput(3)) {
+    ctx.ExpectDType(3, {DType::kFloat32});
+    const Shape want = {(m + 15) / 16, w[1] * w[2] * w[3], 16};
+    if (ctx.in(3).shape != want)
+      ctx.Error("packed W must have shape ", ShapeToString(want), ", got ",
+                ShapeToString(ctx.in(3).shape));
+  }
   const Shape o = p.geo.OutShape();
-  ctx.SetOutput(0, dtype, Shape{n, o[0], o[1], m});
+  const Shape y = {n, o[0], o[1], m};
+  // CPU sessions (FuseNhwcConvAdd, passes/fuse_conv_add.cc): input 4 is a
+  // tensor of Y's shape added before the activation (a residual connection).
+  if (ctx.HasInput(4)) {
+    ctx.ExpectDType(4, {dtype});
+    if (ctx.in(4).shape != y)
+      ctx.Error("the added input must have Y's shape ", ShapeToString(y), ", got ",
+                ShapeToString(ctx.in(4).shape));
+  }
+  ctx.SetOutput(0, dtype, y);
 }
 
 // NhwcMaxPool (domain kaiwu): MaxPool's attributes (no Indices output) on a

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/binary.h"
 #include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 
@@ -54,6 +55,35 @@ bool OneElement(const Graph& g, const std::vector<int>& producer, int v) {
   return false;
 }
 
+// The dtype of v where the graph does not record it (intermediates of an
+// exported model): from a Cast's target, a weight's data, or the type input
+// of the ops that keep it (Conv/Gemm/MatMul: their weight; pools and
+// elementwise ops: input 0). Undefined when none of these says.
+DType ElementTypeOf(const Graph& g, const std::vector<int>& producer, int v) {
+  for (int hops = 0; hops < 32 && v >= 0; ++hops) {
+    const Value& val = g.values[v];
+    if (val.data) return val.data->dtype();
+    if (val.dtype != DType::kUndefined) return val.dtype;
+    const int p = producer[v];
+    if (p < 0 || g.nodes[p].inputs.empty()) return DType::kUndefined;
+    const Node& n = g.nodes[p];
+    if (n.domain.empty() && n.op_type == "Cast") return DTypeFromOnnxCode(n.GetInt("to", 0));
+    const bool weighted = n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul" ||
+                          n.op_type == "NhwcConv" || n.op_type == "PackedGemm";
+    const bool keeps = kElementwise.count(n.op_type) || n.op_type == "MaxPool" ||
+                       n.op_type == "NhwcMaxPool" || n.op_type == "FusedElementwise" ||
+                       n.op_type == "Transpose" || n.op_type == "Reshape" || n.op_type == "Flatten";
+    if (weighted && n.num_inputs() > 1) {
+      v = n.inputs[1];
+    } else if (keeps && n.op_type != "Cast") {
+      v = n.inputs[0];
+    } else {
+      return DType::kUndefined;
+    }
+  }
+  return DType::kUndefined;
+}
+
 int AddTranspose(Graph* g, int x, const std::vector<int64_t>& perm, const std::string& hint,
                  int out = -1) {
   if (out < 0) {
@@ -72,16 +102,17 @@ int AddTranspose(Graph* g, int x, const std::vector<int64_t>& perm, const std::s
 }
 
 // Conv / MaxPool node i -> T(NCHW->NHWC) -> op -> T(NHWC->NCHW); false when it does not qualify.
-bool Convert(Graph* g, const std::vector<int>& producer, size_t i,
-             const std::function<bool(OpId, DType)>& has_kernel) {
+bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
+             const std::function<bool(OpId, DType)>& has_kernel,
+             const std::function<bool(const Node&, DType)>& accepts) {
   const Node n = g->nodes[i];
   if (!n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.empty() || n.outputs[0] < 0)
     return false;
   const bool conv = n.op_type == "Conv";
   if (!conv && n.op_type != "MaxPool") return false;
   const int x = n.inputs[0];
-  const DType dtype = g->values[x].dtype;
-  if (!IsHalf(dtype) || !has_kernel(conv ? OpId::kNhwcConv : OpId::kNhwcMaxPool, dtype)) return false;
+  if (!accepts(n, dtype) || !has_kernel(conv ? OpId::kNhwcConv : OpId::kNhwcMaxPool, dtype))
+    return false;
   if (conv) {
     if (n.num_inputs() < 2 || n.inputs[1] < 0 || n.GetInt("group", 1) != 1) return false;
     if (RankOf(*g, producer, n.inputs[1]) != 4) return false;
@@ -197,11 +228,24 @@ int FoldTransposes(Graph* g) {
 }  // namespace
 
 int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel) {
+  return ConvertToNhwc(g, has_kernel, [](const Node&, DType t) { return IsHalf(t); });
+}
+
+int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
+                  const std::function<bool(const Node&, DType)>& accepts) {
   int converted = 0;
   {
     const std::vector<int> producer = Producers(*g);
     const size_t count = g->nodes.size();
-    for (size_t i = 0; i < count; ++i) converted += Convert(g, producer, i, has_kernel) ? 1 : 0;
+    // Input dtypes first: converting rewires the producers ElementTypeOf follows.
+    std::vector<DType> dtypes(count, DType::kUndefined);
+    for (size_t i = 0; i < count; ++i) {
+      const Node& n = g->nodes[i];
+      if (!n.inputs.empty() && n.inputs[0] >= 0 && (n.op_type == "Conv" || n.op_type == "MaxPool"))
+        dtypes[i] = ElementTypeOf(*g, producer, n.inputs[0]);
+    }
+    for (size_t i = 0; i < count; ++i)
+      converted += Convert(g, producer, i, dtypes[i], has_kernel, accepts) ? 1 : 0;
   }
   if (!converted) return 0;
   RemoveMarkedNodes(g);

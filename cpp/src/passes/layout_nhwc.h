@@ -1,4 +1,5 @@
-// Channels-last layout for device sessions in half precision: tensor-core
+// Channels-last layout for device sessions in half precision (and, through
+// the second overload, for float32 CPU sessions): tensor-core
 // convolutions read and write NHWC, so a model exported in NCHW would pay a
 // layout conversion on both sides of every conv. This pass rewrites each 2-D
 // Conv (group 1, symmetric pads) and MaxPool on a 16-bit float tensor as
@@ -22,5 +23,10 @@ namespace kaiwu {
 /// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
 /// which NHWC ops the backend runs. Returns the convs and pools converted.
 int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel);
+/// The same for the Conv / MaxPool nodes (with X of dtype t) that
+/// `accepts(node, t)` takes, any dtype (the one above: 16-bit floats only).
+/// CPU sessions convert their float32 convs (OptimizeForCpu).
+int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
+                  const std::function<bool(const Node&, DType)>& accepts);
 
 }  // namespace kaiwu

@@ -104,6 +104,32 @@ bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
 
 }  // namespace
 
+int PrepackNhwcConvWeights(Graph* g) {
+  int fired = 0;
+  const std::vector<bool> is_static = StaticValues(*g);
+  const std::vector<int> producer = Producers(*g);
+  const size_t original = g->nodes.size();
+  for (size_t i = 0; i < original; ++i) {
+    const Node& node = g->nodes[i];
+    if (node.domain != "kaiwu" || node.op_type != "NhwcConv" || node.HasInput(3)) continue;
+    if (node.num_inputs() < 2 || node.inputs[1] < 0 || !is_static[node.inputs[1]]) continue;
+    const int w = node.inputs[1];
+    std::vector<int64_t> wd;  // [M, KH, KW, C]
+    if (!StaticDims(*g, producer, w, &wd) || wd.size() != 4) continue;
+    const int64_t m = wd[0], k = wd[1] * wd[2] * wd[3];
+    if (m == 0 || k == 0) continue;
+    const std::string base = node.name + "_prepack";
+    const int rows = AddOp(g, "Reshape", {w, AddInts(g, {m, k}, base + "_rows")}, base + "_rows");
+    const int packed = PackNodes(g, rows, /*trans_b=*/true, k, m, base);
+    Node& nd = g->nodes[i];  // AddOp may have moved the node vector
+    nd.inputs.resize(3, -1);
+    nd.inputs.push_back(packed);
+    ++fired;
+  }
+  if (fired) g->Verify();
+  return fired;
+}
+
 int PrepackGemmWeights(Graph* g) {
   int fired = 0;
   const std::vector<bool> is_static = StaticValues(*g);

@@ -105,4 +105,53 @@ void RemoveMarkedNodes(Graph* g) {
   g->Verify();
 }
 
+namespace {
+
+bool KnownDims(const Graph& g, int v, std::vector<int64_t>* dims) {
+  const Value& val = g.values[v];
+  dims->clear();
+  if (val.data) {
+    *dims = val.data->shape();
+    return true;
+  }
+  if (!val.has_shape) return false;
+  for (const Dim& d : val.dims) {
+    if (d.value < 0) return false;
+    dims->push_back(d.value);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool StaticDims(const Graph& g, const std::vector<int>& producer, int v,
+                std::vector<int64_t>* dims) {
+  std::vector<std::vector<int64_t>> perms;  // applied last to first
+  for (int hops = 0; hops < 8 && v >= 0; ++hops) {
+    if (KnownDims(g, v, dims)) {
+      for (auto it = perms.rbegin(); it != perms.rend(); ++it) {
+        if (it->size() != dims->size()) return false;
+        std::vector<int64_t> d(dims->size());
+        for (size_t k = 0; k < d.size(); ++k) {
+          const int64_t from = (*it)[k];
+          if (from < 0 || from >= static_cast<int64_t>(d.size())) return false;
+          d[k] = (*dims)[from];
+        }
+        *dims = d;
+      }
+      return true;
+    }
+    const int p = producer[v];
+    if (p < 0 || g.nodes[p].inputs.empty() || !g.nodes[p].domain.empty()) return false;
+    const Node& n = g.nodes[p];
+    if (n.op_type == "Transpose") {
+      perms.push_back(n.GetInts("perm"));
+    } else if (n.op_type != "Mul" && n.op_type != "Div" && n.op_type != "Cast") {
+      return false;
+    }
+    v = n.inputs[0];
+  }
+  return false;
+}
+
 }  // namespace kaiwu

@@ -24,6 +24,12 @@ std::vector<int> UseCounts(const Graph& g);
 /// Values known without any graph input: weights, constants and nodes over them.
 std::vector<bool> StaticValues(const Graph& g);
 bool IsGraphOutput(const Graph& g, int v);
+/// Dims of a static value (a conv weight): those of its data or recorded
+/// shape, looking through the static nodes that derive it from input 0
+/// elementwise (a folded scale or BatchNorm: Mul, Div; a Cast) and through
+/// Transposes. False when none of these says.
+bool StaticDims(const Graph& g, const std::vector<int>& producer, int v,
+                std::vector<int64_t>* dims);
 /// Marks a node for removal (it reads and writes nothing from now on).
 void MarkRemoved(Node* n);
 /// Drops marked nodes and re-verifies the graph.

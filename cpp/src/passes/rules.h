@@ -40,6 +40,19 @@ int FuseElementwise(Graph* g);
 /// matrix packed into column panels by static nodes (re-packed on refit); an
 /// LSTM with static W and R reads their packed forms too.
 int PrepackGemmWeights(Graph* g);
+/// CPU sessions, after the float32 convs went channels-last: each kaiwu NhwcConv
+/// with a static weight [M, KH, KW, C] gets it packed into the GEMM's column
+/// panels as input 3 ([ceil(M / 16), KH * KW * C, 16], by static nodes).
+int PrepackNhwcConvWeights(Graph* g);
+/// CPU sessions, after the layout pass: Transpose(Cast uint8/int8 -> float32) becomes
+/// Cast(Transpose) where the Cast feeds only the Transpose (a quarter of the bytes moved).
+int HoistTransposeAboveCast(Graph* g);
+/// CPU sessions, after the layout pass: Add(r, NhwcConv(x)) becomes NhwcConv(x, sum = r) where
+/// r provably has the conv output's shape (a residual block) and the conv has no activation.
+int FuseNhwcConvAdd(Graph* g);
+/// CPU sessions, after the layout pass: Relu(x) read only by a padded NhwcConv becomes the
+/// conv's "_kaiwu_input_relu" (applied as the conv copies x into its zero-bordered buffer).
+int FuseReluIntoNhwcConv(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);

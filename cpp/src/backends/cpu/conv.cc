@@ -165,6 +165,7 @@ class ConvKernel : public Kernel {
 void RegisterConvKernels(KernelRegistry& r) {
   r.Register(OpId::kConv, DType::kFloat32, &MakeKernel<ConvKernel>);
   RegisterPoolKernels(r);
+  RegisterNhwcKernels(r);
 }
 
 }  // namespace cpu

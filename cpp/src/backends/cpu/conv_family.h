@@ -1,5 +1,5 @@
 // Registration of the CPU conv family: RegisterConvKernels (conv.cc) also
-// registers the pooling kernels.
+// registers the pooling kernels and the channels-last ones.
 #pragma once
 
 #include "backends/kernel.h"
@@ -8,6 +8,7 @@ namespace kaiwu {
 namespace cpu {
 
 void RegisterPoolKernels(KernelRegistry& r);  // pool_kernels.cc
+void RegisterNhwcKernels(KernelRegistry& r);  // conv_nhwc.cc: NhwcConv, NhwcMaxPool
 
 }  // namespace cpu
 }  // namespace kaiwu

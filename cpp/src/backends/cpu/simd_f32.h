@@ -24,6 +24,7 @@ struct SimdF32 {
   static V LoadU(const float* p) { return _mm512_loadu_ps(p); }
   static void StoreU(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V Fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V Max(V a, V b) { return _mm512_max_ps(a, b); }
   /// Lanes [0, n), 0 <= n <= kLanes.
   static Mask FirstN(int64_t n) { return static_cast<Mask>((uint32_t{1} << n) - 1); }
   static V LoadMasked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
@@ -39,6 +40,7 @@ struct SimdF32 {
   static V LoadU(const float* p) { return _mm256_loadu_ps(p); }
   static void StoreU(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V Fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V Max(V a, V b) { return _mm256_max_ps(a, b); }
   /// Lanes [0, n), 0 <= n <= kLanes.
   static Mask FirstN(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)),

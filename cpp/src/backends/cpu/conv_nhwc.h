@@ -1,0 +1,54 @@
+// Channels-last 2-D Conv on the CPU (NhwcConv, float32, group 1, no
+// dilation): an implicit GEMM whose rows are output pixels and whose columns
+// are output channels, so that a register tile writes whole runs of y
+// [N, OH, OW, M] and reads the weight as the packed-B panels of the GEMM
+// (sgemm_packed.h: [ceil(M / 16), K, 16], K = KH * KW * C, built by static
+// nodes: PrepackNhwcConvWeights in passes/prepack_gemm.cc). In NHWC one kernel row of a pixel's
+// patch (KW taps x C channels) is KW * C consecutive floats of x, so a pixel
+// row of the implicit im2col matrix is KH such runs, found by one offset per
+// pixel: nothing is packed on the A side. Padded inputs are first copied
+// into a zero-bordered image per thread.
+//
+// The register tiles are compiled once per instruction set (conv_nhwc_avx2.cc,
+// conv_nhwc_avx512.cc) and chosen at run time like SgemmPackedB's
+// (KAIWU_CPU_ISA caps the choice); every output element sums in the same
+// order whatever the thread split.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cpu/activation.h"
+
+namespace kaiwu {
+namespace cpu {
+
+/// Rows of one image: row p of the implicit im2col matrix is the KH runs
+/// x + off[p] + h * row_stride (h < kh) of seg floats each.
+struct NhwcConvProblem {
+  const float* x;
+  const int32_t* off;
+  int64_t kh, seg, row_stride;
+  int64_t m;             // output channels (columns)
+  const float* packed;   // [ceil(m / 16), kh * seg, 16]
+  const float* bias;     // m floats or null
+  const Activation* act;
+  float* y;              // row p at y + p * m
+  const float* sum = nullptr;  // or rows like y's, added before the activation
+};
+
+enum class PackedIsa;  // sgemm_packed_isa.h
+
+/// y rows [p0, p1) of `pr` with the given instruction-set variant.
+void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1);
+
+#if defined(__x86_64__) || defined(_M_X64)
+namespace isa_avx2 {
+void NhwcConvRows(const NhwcConvProblem& pr, int64_t p0, int64_t p1);
+}  // namespace isa_avx2
+namespace isa_avx512 {
+void NhwcConvRows(const NhwcConvProblem& pr, int64_t p0, int64_t p1);
+}  // namespace isa_avx512
+#endif
+
+}  // namespace cpu
+}  // namespace kaiwu
