@@ -19,21 +19,6 @@ namespace {
 
 constexpr int64_t kPanel = 16;  // cpu::kPackedPanel
 
-bool ShapeOf(const Graph& g, int v, std::vector<int64_t>* dims) {
-  const Value& val = g.values[v];
-  dims->clear();
-  if (val.data) {
-    *dims = val.data->shape();
-    return true;
-  }
-  if (!val.has_shape) return false;
-  for (const Dim& d : val.dims) {
-    if (d.value < 0) return false;
-    dims->push_back(d.value);
-  }
-  return true;
-}
-
 int AddInts(Graph* g, std::vector<int64_t> vals, const std::string& hint) {
   Tensor t(DType::kInt64, {static_cast<int64_t>(vals.size())});
   for (size_t i = 0; i < vals.size(); ++i) t.As<int64_t>()[i] = vals[i];
@@ -87,7 +72,7 @@ bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
   if (w < 0 || r < 0 || !is_static[w] || !is_static[r]) return false;
   if (g->values[w].dtype != DType::kFloat32 || g->values[r].dtype != DType::kFloat32) return false;
   std::vector<int64_t> wd, rd;
-  if (!ShapeOf(*g, w, &wd) || !ShapeOf(*g, r, &rd) || wd.size() != 3 || rd.size() != 3) return false;
+  if (!KnownDims(*g, w, &wd) || !KnownDims(*g, r, &rd) || wd.size() != 3 || rd.size() != 3) return false;
   const int64_t dirs = wd[0], gates = wd[1], h = rd[2];
   if (gates == 0 || gates != 4 * h || rd[0] != dirs || rd[1] != gates || wd[2] == 0 || h == 0)
     return false;
@@ -150,7 +135,7 @@ int PrepackGemmWeights(Graph* g) {
     // A's dtype may not be known before inference; ONNX makes it W's.
     if (g->values[w].dtype != DType::kFloat32) continue;
     std::vector<int64_t> wd;
-    if (!ShapeOf(*g, w, &wd) || wd.size() != 2) continue;
+    if (!KnownDims(*g, w, &wd) || wd.size() != 2) continue;
     bool trans_b = false;
     int bias = -1;
     if (gemm) {
@@ -162,7 +147,7 @@ int PrepackGemmWeights(Graph* g) {
         const int64_t n = trans_b ? wd[0] : wd[1];
         bias = node.inputs[2];
         if (node.GetFloat("beta", 1.f) != 1.f || g->values[bias].dtype != DType::kFloat32 ||
-            !ShapeOf(*g, bias, &cd) || cd.empty() || cd.back() != n ||
+            !KnownDims(*g, bias, &cd) || cd.empty() || cd.back() != n ||
             (cd.size() == 2 && cd[0] != 1) || cd.size() > 2)
           continue;
       }

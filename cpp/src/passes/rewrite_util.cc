@@ -105,8 +105,6 @@ void RemoveMarkedNodes(Graph* g) {
   g->Verify();
 }
 
-namespace {
-
 bool KnownDims(const Graph& g, int v, std::vector<int64_t>* dims) {
   const Value& val = g.values[v];
   dims->clear();
@@ -121,8 +119,6 @@ bool KnownDims(const Graph& g, int v, std::vector<int64_t>* dims) {
   }
   return true;
 }
-
-}  // namespace
 
 bool StaticDims(const Graph& g, const std::vector<int>& producer, int v,
                 std::vector<int64_t>* dims) {

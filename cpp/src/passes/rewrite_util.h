@@ -24,6 +24,9 @@ std::vector<int> UseCounts(const Graph& g);
 /// Values known without any graph input: weights, constants and nodes over them.
 std::vector<bool> StaticValues(const Graph& g);
 bool IsGraphOutput(const Graph& g, int v);
+/// Every dim of `v` known: those of its data, or its recorded shape when no
+/// dim is symbolic. False otherwise.
+bool KnownDims(const Graph& g, int v, std::vector<int64_t>* dims);
 /// Dims of a static value (a conv weight): those of its data or recorded
 /// shape, looking through the static nodes that derive it from input 0
 /// elementwise (a folded scale or BatchNorm: Mul, Div; a Cast) and through
