@@ -7,9 +7,12 @@
 
 #include "passes/fuse_mlp.h"
 #include "passes/rewrite_util.h"
+#include "graph_test_util.h"
 
 namespace kaiwu {
 namespace {
+
+constexpr auto Count = testing::CountOps;
 
 // Weights and inputs carry shapes; intermediate (runtime) values do not, as
 // in an imported graph before plan-time shape inference.
@@ -91,12 +94,6 @@ struct Mlp {
 
 auto AllKernels() {
   return [](OpId, DType) { return true; };
-}
-
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node& node : g.nodes) n += node.op_type == op ? 1 : 0;
-  return n;
 }
 
 TEST(FuseMlp, PolicyBodyAndHeadsBecomeOneNodeWithTheCastsFolded) {

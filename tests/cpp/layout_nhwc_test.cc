@@ -6,9 +6,13 @@
 
 #include "passes/layout_nhwc.h"
 #include "passes/rewrite_util.h"
+#include "graph_test_util.h"
 
 namespace kaiwu {
 namespace {
+
+constexpr auto Op = testing::GraphOp;
+constexpr auto Count = testing::CountOps;
 
 int Val(Graph& g, const std::string& name, DType t, ValueKind kind = ValueKind::kRuntime) {
   Value v;
@@ -29,20 +33,6 @@ int Data(Graph& g, const std::string& name, Shape shape, ValueKind kind) {
   return g.AddValue(v);
 }
 
-Node Op(const std::string& op, std::vector<int> in, std::vector<int> out) {
-  Node n;
-  n.op_type = op;
-  n.name = op + std::to_string(out.empty() ? 0 : out[0]);
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
-
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node& node : g.nodes) n += node.op_type == op;
-  return n;
-}
 
 bool AllKernels(OpId, DType) { return true; }
 

@@ -34,13 +34,6 @@ Node Op(const std::string& op, const std::string& name, std::vector<int> in, std
   return n;
 }
 
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
 // obs(u8) -> Cast(float) -> Div(255) -> Conv(W, B) -> Relu -> Flatten -> Gemm(W2, B2)
 // -> logits (output) -> Softmax -> probs (output)
 struct Policy {

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "passes/pass_manager.h"
+#include "passes/rewrite_util.h"
 #include "passes/rules.h"
+#include "graph_test_util.h"
 
 namespace kaiwu {
 namespace {
+
+constexpr auto Op = testing::GraphOp;
+constexpr auto Count = testing::CountOps;
 
 int Runtime(Graph& g, const std::string& name, ValueKind kind = ValueKind::kRuntime) {
   Value v;
@@ -29,34 +34,6 @@ int Ints(Graph& g, const std::string& name, std::vector<int64_t> vals) {
   return g.AddValue(v);
 }
 
-Node Op(const std::string& op, std::vector<int> in, std::vector<int> out) {
-  Node n;
-  n.op_type = op;
-  n.name = op + std::to_string(out.empty() ? 0 : out[0]);
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
-
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-
-Attribute PermAttr(std::vector<int64_t> p) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(p);
-  return a;
-}
-
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const Node& node : g.nodes) n += node.op_type == op;
-  return n;
-}
 
 TEST(PassesRules, SplitConcatSameAxisIsIdentity) {
   Graph g;
@@ -87,9 +64,9 @@ TEST(PassesRules, CseMergesSameOpSameInputsSameAttributes) {
   g.inputs = {x};
   int a = Runtime(g, "a"), b = Runtime(g, "b"), c = Runtime(g, "c"), y = Runtime(g, "y");
   Node t1 = Op("Transpose", {x}, {a}), t2 = Op("Transpose", {x}, {b}), t3 = Op("Transpose", {x}, {c});
-  t1.attrs["perm"] = PermAttr({1, 0});
-  t2.attrs["perm"] = PermAttr({1, 0});
-  t3.attrs["perm"] = PermAttr({0, 1});
+  t1.attrs["perm"] = IntsAttr({1, 0});
+  t2.attrs["perm"] = IntsAttr({1, 0});
+  t3.attrs["perm"] = IntsAttr({0, 1});
   g.AddNode(t1);
   g.AddNode(t2);
   g.AddNode(t3);
@@ -108,8 +85,8 @@ TEST(PassesRules, TransposePairThroughReluCancels) {
   g.inputs = {x};
   int a = Runtime(g, "a"), r = Runtime(g, "r"), y = Runtime(g, "y");
   Node t1 = Op("Transpose", {x}, {a}), t2 = Op("Transpose", {r}, {y});
-  t1.attrs["perm"] = PermAttr({0, 2, 3, 1});
-  t2.attrs["perm"] = PermAttr({0, 3, 1, 2});
+  t1.attrs["perm"] = IntsAttr({0, 2, 3, 1});
+  t2.attrs["perm"] = IntsAttr({0, 3, 1, 2});
   g.AddNode(t1);
   g.AddNode(Op("Relu", {a}, {r}));
   g.AddNode(t2);
