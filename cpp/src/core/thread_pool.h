@@ -32,21 +32,30 @@ class ThreadPool {
   /// Number of physical cores (falls back to hardware_concurrency).
   static int PhysicalCores();
 
+  /// Times a worker thread has joined a ParallelFor since construction (a
+  /// counter for tests: a call split into k tasks admits at most k - 1).
+  int64_t worker_joins() const { return worker_joins_.load(std::memory_order_relaxed); }
+
  private:
   struct Job;
   void WorkerLoop();
+  bool TryTakeSlot();
   static void RunChunks(Job* job);
 
   int num_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job*> queue_;
+  std::deque<Job*> queue_;  // jobs with helper slots still open
   bool stop_ = false;
-  // Jobs in queue_ (written under mu_): idle workers poll it for a short while
-  // before sleeping on cv_, since waking a sleeping thread costs tens of
-  // microseconds, as much as the ops of a batch-1 policy take.
-  std::atomic<int> queued_{0};
+  // Helper slots open over queue_'s jobs, less the slots workers have taken
+  // but not yet claimed from a job (so it may dip below zero for a moment).
+  // Idle workers poll it for a short while before sleeping on cv_, since
+  // waking a sleeping thread costs tens of microseconds, as much as the ops of
+  // a batch-1 policy take; a worker takes a slot with one compare-exchange, so
+  // only as many workers as a job asks for touch mu_ and the job.
+  std::atomic<int> open_slots_{0};
+  std::atomic<int64_t> worker_joins_{0};
 };
 
 }  // namespace kaiwu
