@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
   for (int items : {2, 4, 8, 16, 64}) {
     const int reps = 20000 / items + 200;
     auto body = [&](int64_t b, int64_t e) { Spin((e - b) * work_ns); };
-    // Cost units as the kernels count them: ~5 scalar operations per ns.
-    const double cost = 5.0 * static_cast<double>(work_ns);
+    // Cost units as the GEMM kernels count them (flops): ~20 per ns on one core.
+    const double cost = 20.0 * static_cast<double>(work_ns);
     for (int i = 0; i < 100; ++i) pool.ParallelFor(items, cost, body);  // warm
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) pool.ParallelFor(items, cost, body);

@@ -129,12 +129,12 @@ void ThreadPool::ParallelFor(int64_t n, double cost_per_item,
   // Helpers: no more than the chunks beyond the caller's first, and no more
   // than pay for themselves. Each helper admitted adds a roughly fixed serial
   // cost (~1.5 us measured on a 16-thread pool: taking its slot, joining and
-  // leaving the job), so for W units of work the best count is about
-  // sqrt(W / kHelperCost) - 1; a two-chunk op on 16 threads wakes one worker.
-  constexpr double kHelperCost = 7500.0;
+  // leaving the job; about one minimum task's work), so for W units of work
+  // the best count is about sqrt(W / kMinCostPerTask) - 1: a 40K-unit op on
+  // 16 threads wakes one worker, a 5M-unit one all fifteen.
   const int chunks = static_cast<int>((n + job.chunk - 1) / job.chunk);
   const double total = static_cast<double>(n) * cost_per_item;
-  const int paying = std::max(1, static_cast<int>(std::sqrt(total / kHelperCost)) - 1);
+  const int paying = std::max(1, static_cast<int>(std::sqrt(total / kMinCostPerTask)) - 1);
   const int want = std::min({chunks - 1, static_cast<int>(workers_.size()), paying});
   {
     std::lock_guard<std::mutex> lock(mu_);
