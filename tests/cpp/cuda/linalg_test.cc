@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -437,6 +438,46 @@ TEST(CudaLinalg, RnnTf32Gemms) {
         node.tf32_gemms = true;
         ExpectCudaMatchesCpu(node, in, c.Describe() + " tf32", 2e-2f, 3e-3f);
       }
+}
+
+// The tensor-core GRU sequence kernel split over clusters of 4 and 2 blocks
+// (sm_90; KAIWU_GRU_CLUSTER caps the size, 1 = the single-block kernel) against
+// the float32 CPU kernel: hidden 128 / 64 / 32 (4 blocks) and 48 (2), batches
+// 1, 17 (a part-full tile) and 300, ended sequences, clip, both directions and
+// layouts; 1100 rows are more clusters than fit, so no split.
+TEST(CudaLinalg, GruSequenceCluster) {
+  KAIWU_REQUIRE_CUDA();
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  std::mt19937 rng(210);
+  for (int cap : {4, 2, 1}) {
+    ASSERT_EQ(setenv("KAIWU_GRU_CLUSTER", std::to_string(cap).c_str(), 1), 0);
+    if (major >= 9) {
+      EXPECT_EQ(cuda::GruSequenceClusterSize(1, 128), cap);
+      EXPECT_EQ(cuda::GruSequenceClusterSize(17, 48), std::min(cap, 2));
+      EXPECT_EQ(cuda::GruSequenceClusterSize(1100 * 16, 128), 1);
+    }
+    for (int64_t batch : {1, 17, 300})
+      for (int64_t hidden : {128, 64, 48, 32}) {
+        RnnCase c;
+        c.op = "GRU";
+        c.lbr = 1;
+        c.seq = 6, c.batch = batch, c.input = 40, c.hidden = hidden;
+        c.layout = hidden == 48 ? 1 : 0;
+        c.direction = batch == 17 ? "bidirectional" : hidden == 64 ? "reverse" : "forward";
+        c.clip = hidden == 32 ? 0.7f : 0.f;
+        c.init = batch != 300;
+        if (batch != 1) {
+          c.lens.resize(batch);
+          for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
+        }
+        auto [node, in] = MakeRnn(c, rng);
+        node.tf32_gemms = true;
+        ExpectCudaMatchesCpu(node, in, c.Describe() + " cluster cap " + std::to_string(cap), 2e-2f, 3e-3f);
+      }
+  }
+  unsetenv("KAIWU_GRU_CLUSTER");
 }
 
 TEST(CudaLinalg, RnnBadSequenceLens) {

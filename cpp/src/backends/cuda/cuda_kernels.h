@@ -53,6 +53,12 @@ void CheckBlas(cublasStatus_t status, const char* what);
 /// Checks the launch just made (cudaGetLastError).
 void CheckLaunch(const char* what);
 
+/// Blocks per thread-block cluster the tensor-core GRU sequence kernel uses for
+/// `batch` rows of `hidden` units on the current device: 4 or 2 where such
+/// clusters of one 16-row tile each all fit at once (sm_90), else 1 (one block
+/// per tile). KAIWU_GRU_CLUSTER caps it (1: never split).
+int GruSequenceClusterSize(int64_t batch, int64_t hidden);
+
 /// Threads per block for one-thread-per-element kernels, and the grid for n elements.
 constexpr int kBlock = 256;
 inline unsigned GridFor(int64_t n) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include "backends/cuda/rnn_common.cuh"
@@ -133,12 +134,11 @@ struct GruUnitRows {
   }
 
   // Row k's new h (GruStepKernel's math, linear_before_reset): g points at the
-  // row's h * R^T for unit j (the z, r and h gates H apart).
-  __device__ float Update(const GruStepArgs& a, int k, const float* g, float h_old) const {
-    const int64_t H = a.g.hidden;
+  // row's h * R^T for unit j, the z, r and h gates `stride` apart.
+  __device__ float Update(const GruStepArgs& a, int k, const float* g, float h_old, int stride) const {
     const float z = SigmoidF(a.g.Clip(g[0] + (xz[k] + bz)));
-    const float rg = SigmoidF(a.g.Clip(g[H] + (xr[k] + br)));
-    const float pre = xh[k] + wbh + rg * (g[2 * H] + rbh);
+    const float rg = SigmoidF(a.g.Clip(g[stride] + (xr[k] + br)));
+    const float pre = xh[k] + wbh + rg * (g[2 * stride] + rbh);
     const float cand = tanhf(a.g.Clip(pre));
     return (1.f - z) * cand + z * h_old;
   }
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs 
       if (unit.t[k] < 0) continue;
       const int r = group + 3 * k;
       const int i = r * H + j;
-      const float h_new = unit.Update(a, k, hr + r * G + j, hs[i]);
+      const float h_new = unit.Update(a, k, hr + r * G + j, hs[i], H);
       hs[i] = h_new;  // only this thread reads or writes hs[i] until the next barrier
       if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h_new;
     }
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
       if (unit.t[k] < 0) continue;
       const int r = group + groups * k;
       const int i = r * H + j;
-      const float h_new = unit.Update(a, k, hr + r * G + j, hs[i]);
+      const float h_new = unit.Update(a, k, hr + r * G + j, hs[i], H);
       hs[i] = h_new;  // only this thread touches (r, j) until the next barrier
       hh[r * S + j] = __float2half_rn(h_new);
       if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h_new;
@@ -360,6 +360,187 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
     __syncthreads();
   }
   for (int i = tid; i < rows * H; i += blockDim.x) a.h[b0 * H + i] = hs[i];
+}
+
+// The tensor-core sequence kernel split over a thread-block cluster of kC
+// blocks (sm_90): block c of a cluster owns hidden units [c * U, (c + 1) * U)
+// (U = H / kC) of the cluster's 16 batch rows: their z, r and h gate columns of
+// h * R^T (3U / 8 tiles of mma.m16n8k16, R's fragments in registers), their
+// gate math and their float32 state. Each step every block writes its units'
+// new h, as FP16, into the A-operand buffer of every block of the cluster
+// (distributed shared memory, double-buffered so one cluster barrier per step
+// orders both the writes and the next step's reads). A step's chain of
+// dependent products and the gate math per thread are kC times shorter than in
+// GruSequenceMmaKernel, and kC times as many SMs share a batch.
+constexpr int kGruClusterMaxC = 4;
+
+size_t GruSequenceClusterSmem(int64_t H, int cluster) {
+  const int64_t U = H / cluster;
+  return sizeof(float) * static_cast<size_t>(kGruMmaRows * (U + 3 * U)) +
+         sizeof(__half) * static_cast<size_t>(2 * kGruMmaRows * (H + 8));
+}
+
+template <int kC>
+__global__ void __launch_bounds__(kGruThreads, 1)
+    GruSequenceClusterKernel(GruStepArgs a, const float* __restrict__ R) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  constexpr int kTilesPerWarp = (3 * kGruMaxHidden / kC / 8 + kGruMmaWarps - 1) / kGruMmaWarps;
+  constexpr int kRowsPerThread = (kGruMmaRows + 3 * kC - 1) / (3 * kC);  // groups >= 3 kC
+  extern __shared__ __align__(16) float sm[];
+  const int H = static_cast<int>(a.g.hidden), U = H / kC, S = H + 8;
+  const int ntiles = 3 * U / 8, ktiles = H / 16;
+  const int c = static_cast<int>(cluster.block_rank());
+  const int64_t b0 = static_cast<int64_t>(blockIdx.x / kC) * kGruMmaRows;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kGruMmaRows), a.g.batch - b0));
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  float* hs = sm;                                                // own units' h [16][U], float32
+  float* hr = hs + kGruMmaRows * U;                              // own gates' h * R^T [16][3U]
+  __half* hh = reinterpret_cast<__half*>(hr + kGruMmaRows * 3 * U);  // h [2][16][S], FP16
+  // Local column n (gate n / U, unit c * U + n % U) is R's row g * H + c * U + n % U;
+  // U % 8 == 0, so a tile never straddles two gates.
+  uint32_t bf[kTilesPerWarp][kGruMmaKTiles][2];
+#pragma unroll
+  for (int i = 0; i < kTilesPerWarp; ++i) {
+    const int nt = warp + kGruMmaWarps * i;
+#pragma unroll
+    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
+      bf[i][kt][0] = bf[i][kt][1] = 0u;
+      if (nt < ntiles && kt < ktiles) {
+        const int n = nt * 8 + gid, gate = n / U;
+        const float* rr = R + static_cast<int64_t>(gate * H + c * U + n % U) * H + kt * 16 + 2 * tig;
+        bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
+        bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
+      }
+    }
+  }
+  const int groups = kGruThreads / U, group = tid / U, jj = tid % U, j = c * U + jj;
+  const bool updates = group < groups;
+  GruUnitRows<kRowsPerThread> unit;
+  if (updates) unit.LoadBiases(a, j);
+  for (int i = tid; i < kGruMmaRows * H; i += blockDim.x) {
+    const int r = i / H, col = i % H;
+    const float v = r < rows ? a.h[b0 * H + i] : 0.f;
+    hh[r * S + col] = __float2half_rn(v);
+    if (col >= c * U && col < (c + 1) * U) hs[r * U + col - c * U] = v;
+  }
+  __half* peer_hh[kC];
+#pragma unroll
+  for (int p = 0; p < kC; ++p) peer_hh[p] = cluster.map_shared_rank(hh, p);
+  cluster.sync();  // every block started and initialized before any remote write
+  for (int64_t s = 0; s < a.g.seq; ++s) {
+    const int cur = static_cast<int>(s & 1), nxt = cur ^ 1;
+    unit.LoadStep(a, s, b0, rows, group, groups, j, updates);
+    const __half* ha = hh + cur * kGruMmaRows * S;
+    float acc[kTilesPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kTilesPerWarp; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#pragma unroll
+    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
+      if (kt < ktiles) {
+        const __half* a_lo = ha + gid * S + kt * 16 + 2 * tig;
+        const __half* a_hi = a_lo + 8 * S;
+        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo);
+        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi);
+        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + 8);
+        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + 8);
+#pragma unroll
+        for (int i = 0; i < kTilesPerWarp; ++i) {
+          if (warp + kGruMmaWarps * i < ntiles)
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                "{%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(acc[i][0]), "+f"(acc[i][1]), "+f"(acc[i][2]), "+f"(acc[i][3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bf[i][kt][0]), "r"(bf[i][kt][1]));
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kTilesPerWarp; ++i) {
+      const int nt = warp + kGruMmaWarps * i;
+      if (nt < ntiles) {
+        const int col = nt * 8 + 2 * tig;
+        hr[gid * 3 * U + col] = acc[i][0];
+        hr[gid * 3 * U + col + 1] = acc[i][1];
+        hr[(gid + 8) * 3 * U + col] = acc[i][2];
+        hr[(gid + 8) * 3 * U + col + 1] = acc[i][3];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int r = group + groups * k;
+      if (!updates || r >= kGruMmaRows) continue;
+      const int i = r * U + jj;
+      float h = hs[i];  // rows past the batch or past their sequence keep theirs
+      if (unit.t[k] >= 0) {
+        h = unit.Update(a, k, hr + r * 3 * U + jj, h, U);
+        hs[i] = h;
+        if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h;
+      }
+      const __half hv = __float2half_rn(h);
+#pragma unroll
+      for (int p = 0; p < kC; ++p) peer_hh[p][nxt * kGruMmaRows * S + r * S + j] = hv;
+    }
+    cluster.sync();  // the next step reads every block's units; no block leaves while peers write
+  }
+  for (int i = tid; i < rows * U; i += blockDim.x) a.h[b0 * H + (i / U) * H + c * U + i % U] = hs[i];
+}
+
+// Clusters of kC blocks of the kernel that fit on the device at once.
+template <int kC>
+int GruClustersResident(size_t smem) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = kC;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  config.gridDim = dim3(kC * 64);
+  config.blockDim = dim3(kGruThreads);
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, GruSequenceClusterKernel<kC>, &config) != cudaSuccess) {
+    cudaGetLastError();  // no clusters on this device: clear the error, use no split
+    return 0;
+  }
+  return clusters;
+}
+
+// GruSequenceClusterSize: the largest cluster (4, 2) whose clusters of one
+// 16-row tile each fit at once, with H % (8 * cluster) == 0; else 1.
+int ClusterSize(int64_t batch, int64_t H) {
+  int cap = kGruClusterMaxC;
+  if (const char* env = std::getenv("KAIWU_GRU_CLUSTER")) cap = std::atoi(env);
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9)
+    return 1;
+  const int64_t tiles = (batch + kGruMmaRows - 1) / kGruMmaRows;
+  if (cap >= 4 && H % 32 == 0 && tiles <= GruClustersResident<4>(GruSequenceClusterSmem(H, 4))) return 4;
+  if (cap >= 2 && H % 16 == 0 && tiles <= GruClustersResident<2>(GruSequenceClusterSmem(H, 2))) return 2;
+  return 1;
+}
+
+void LaunchGruSequenceCluster(int cluster, int64_t batch, size_t smem, cudaStream_t stream,
+                              const GruStepArgs& args, const float* r) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  config.gridDim = dim3(static_cast<unsigned>(cluster * ((batch + kGruMmaRows - 1) / kGruMmaRows)));
+  config.blockDim = dim3(kGruThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  if (cluster == 4) {
+    CheckCuda(cudaLaunchKernelEx(&config, GruSequenceClusterKernel<4>, args, r), "GRU sequence kernel (cluster of 4)");
+  } else {
+    CheckCuda(cudaLaunchKernelEx(&config, GruSequenceClusterKernel<2>, args, r), "GRU sequence kernel (cluster of 2)");
+  }
 }
 
 class GruKernel : public RnnKernel {
@@ -376,8 +557,11 @@ class GruKernel : public RnnKernel {
     sequence_mma_ = small_hidden && tf32_ && g_.hidden % 16 == 0 && g_.batch <= max_batch_mma;
     sequence_kernel_ = sequence_mma_ || (small_hidden && g_.hidden % 4 == 0 && g_.batch <= max_batch);
     sequence_rows_ = sequence_mma_ ? kGruMmaRows : sequence_kernel_ ? GruSequenceRows(g_.batch) : 0;
-    sequence_smem_ = sequence_mma_ ? GruSequenceMmaSmem(g_.hidden)
-                                   : GruSequenceSmem(g_.hidden, sequence_rows_);
+    // On tensor cores, split over a cluster of blocks where they fit at once.
+    sequence_cluster_ = sequence_mma_ ? ClusterSize(g_.batch, g_.hidden) : 1;
+    sequence_smem_ = sequence_cluster_ > 1 ? GruSequenceClusterSmem(g_.hidden, sequence_cluster_)
+                     : sequence_mma_       ? GruSequenceMmaSmem(g_.hidden)
+                                           : GruSequenceSmem(g_.hidden, sequence_rows_);
   }
 
   void Run(const KernelIO& io) const override {
@@ -401,7 +585,9 @@ class GruKernel : public RnnKernel {
       args.bias = bias ? bias + d * 2 * G : nullptr;
       const float* rd = r + d * G * H;
       if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd) & 15) == 0) {
-        if (sequence_mma_) {
+        if (sequence_cluster_ > 1) {
+          LaunchGruSequenceCluster(sequence_cluster_, batch, sequence_smem_, dev.stream, args, rd);
+        } else if (sequence_mma_) {
           GruSequenceMmaKernel<<<static_cast<unsigned>((batch + kGruMmaRows - 1) / kGruMmaRows),
                                  kGruThreads, sequence_smem_, dev.stream>>>(args, rd);
           CheckLaunch("GRU sequence kernel (tensor cores)");
@@ -434,12 +620,15 @@ class GruKernel : public RnnKernel {
   bool sequence_kernel_ = false;  // GruSequenceKernel runs the steps
   bool sequence_mma_ = false;     // ... GruSequenceMmaKernel, on tensor cores
   int sequence_rows_ = 0;         // its batch rows per block
+  int sequence_cluster_ = 1;      // > 1: GruSequenceClusterKernel with clusters of this many blocks
   size_t sequence_smem_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Kernel> MakeGruKernel(const Node&) { return std::make_unique<GruKernel>(); }
+
+int GruSequenceClusterSize(int64_t batch, int64_t hidden) { return ClusterSize(batch, hidden); }
 
 }  // namespace cuda
 }  // namespace kaiwu
