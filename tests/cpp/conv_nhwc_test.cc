@@ -73,10 +73,13 @@ TEST(ConvNhwc, TilesMatchFloat64Reference) {
         const cpu::NhwcConvProblem pr{x.data(), off.data(), cs.k, cs.k * cs.c, cs.w * cs.c, cs.m,
                                       packed.data(), with_bias ? bias.data() : nullptr, &act,
                                       y.data(), with_sum ? sum.data() : nullptr};
-        // Two calls over a split row range, as threads would make.
-        const int64_t mid = pixels / 3;
-        cpu::NhwcConvRows(isa, pr, 0, mid);
-        cpu::NhwcConvRows(isa, pr, mid, pixels);
+        // Calls over a split row range and column groups, as threads make
+        // them: rows [0, mid) whole, rows [mid, pixels) one group at a time.
+        const int64_t mid = pixels / 3, panels = (cs.m + 15) / 16;
+        const int64_t group = cpu::NhwcConvPanelGroup(isa);
+        cpu::NhwcConvRows(isa, pr, 0, mid, 0, panels);
+        for (int64_t q = 0; q < panels; q += group)
+          cpu::NhwcConvRows(isa, pr, mid, pixels, q, std::min(panels, q + group));
         for (int64_t i = 0; i < pixels * cs.m; ++i)
           ASSERT_NEAR(y[i], want[i], 1e-4 * (1 + std::abs(want[i])))
               << cpu::PackedIsaName(isa) << " case m=" << cs.m << " c=" << cs.c << " k=" << cs.k

@@ -21,11 +21,12 @@ namespace cpu {
 namespace {
 
 // Portable variant: each element sums over K in the tiles' order.
-void RowsScalar(const NhwcConvProblem& pr, int64_t p0, int64_t p1) {
+void RowsScalar(const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0, int64_t q1) {
   const int64_t k = pr.kh * pr.seg;
+  const int64_t c0 = q0 * kPackedPanel, c1 = std::min(pr.m, q1 * kPackedPanel);
   for (int64_t p = p0; p < p1; ++p) {
     float* yr = pr.y + p * pr.m;
-    for (int64_t col = 0; col < pr.m; ++col) {
+    for (int64_t col = c0; col < c1; ++col) {
       const float* b = pr.packed + (col / kPackedPanel * k) * kPackedPanel + col % kPackedPanel;
       float s = 0.f;
       for (int64_t h = 0; h < pr.kh; ++h) {
@@ -35,19 +36,30 @@ void RowsScalar(const NhwcConvProblem& pr, int64_t p0, int64_t p1) {
       yr[col] = s + (pr.bias ? pr.bias[col] : 0.f);
       if (pr.sum) yr[col] += pr.sum[p * pr.m + col];
     }
-    if (pr.act->active()) pr.act->Apply(yr, pr.m);
+    if (pr.act->active()) pr.act->Apply(yr + c0, c1 - c0);
   }
 }
 
 }  // namespace
 
-void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1) {
+void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0,
+                  int64_t q1) {
   switch (isa) {
 #ifdef KAIWU_PACKED_X86
-    case PackedIsa::kAvx512: isa_avx512::NhwcConvRows(pr, p0, p1); return;
-    case PackedIsa::kAvx2: isa_avx2::NhwcConvRows(pr, p0, p1); return;
+    case PackedIsa::kAvx512: isa_avx512::NhwcConvRows(pr, p0, p1, q0, q1); return;
+    case PackedIsa::kAvx2: isa_avx2::NhwcConvRows(pr, p0, p1, q0, q1); return;
 #endif
-    default: RowsScalar(pr, p0, p1); return;
+    default: RowsScalar(pr, p0, p1, q0, q1); return;
+  }
+}
+
+int64_t NhwcConvPanelGroup(PackedIsa isa) {
+  switch (isa) {
+#ifdef KAIWU_PACKED_X86
+    case PackedIsa::kAvx512: return isa_avx512::PanelGroup();
+    case PackedIsa::kAvx2: return isa_avx2::PanelGroup();
+#endif
+    default: return 1;
   }
 }
 
@@ -153,16 +165,29 @@ class NhwcConvKernel : public Kernel {
     const NhwcConvProblem pr{src,    off_.data(), kh_,   kw_ * c_,    wp_ * c_,
                              m_,     packed,      bias,  &act_,       y + out,
                              sum ? sum + out : nullptr};
-    const int64_t pixels = oh_ * ow_;
+    const int64_t pixels = oh_ * ow_, panels = (m_ + kPackedPanel - 1) / kPackedPanel;
     if (pool == nullptr) {
-      NhwcConvRows(isa_, pr, 0, pixels);
+      NhwcConvRows(isa_, pr, 0, pixels, 0, panels);
       return;
     }
-    constexpr int64_t kBlock = 48;  // pixels per task: whole tiles of 6 and 12
-    const int64_t blocks = (pixels + kBlock - 1) / kBlock;
-    const double cost = 2.0 * static_cast<double>(kh_ * kw_ * c_ * m_) * kBlock;
-    pool->ParallelFor(blocks, cost, [&](int64_t b0, int64_t b1) {
-      NhwcConvRows(isa_, pr, b0 * kBlock, std::min(pixels, b1 * kBlock));
+    // Tasks of 48 pixels (whole tiles of 6 and 12) over all columns; where that
+    // leaves threads idle (small images, many threads), of fewer pixels and
+    // column groups as wide as a full tile, so the tiles stay whole.
+    const int64_t threads = pool->num_threads();
+    int64_t block = 48, group = panels;
+    if ((pixels + block - 1) / block < 2 * threads) {
+      group = std::min(panels, NhwcConvPanelGroup(isa_));
+      block = 24;
+    }
+    const int64_t blocks = (pixels + block - 1) / block, groups = (panels + group - 1) / group;
+    const double cost = 2.0 * static_cast<double>(kh_ * kw_ * c_) *
+                        static_cast<double>(std::min(m_, group * kPackedPanel)) * block;
+    pool->ParallelFor(blocks * groups, cost, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t g = t / blocks, b = t % blocks;
+        NhwcConvRows(isa_, pr, b * block, std::min(pixels, (b + 1) * block), g * group,
+                     std::min(panels, (g + 1) * group));
+      }
     });
   }
 

@@ -38,15 +38,23 @@ struct NhwcConvProblem {
 
 enum class PackedIsa;  // sgemm_packed_isa.h
 
-/// y rows [p0, p1) of `pr` with the given instruction-set variant.
-void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1);
+/// y rows [p0, p1) x column panels [q0, q1) (16 columns each, the last one
+/// partial) of `pr` with the given instruction-set variant.
+void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0,
+                  int64_t q1);
+
+/// Panels one full-height register tile of the variant covers: a split of the
+/// columns into groups of this many panels keeps every tile whole.
+int64_t NhwcConvPanelGroup(PackedIsa isa);
 
 #if defined(__x86_64__) || defined(_M_X64)
 namespace isa_avx2 {
-void NhwcConvRows(const NhwcConvProblem& pr, int64_t p0, int64_t p1);
+void NhwcConvRows(const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0, int64_t q1);
+int64_t PanelGroup();
 }  // namespace isa_avx2
 namespace isa_avx512 {
-void NhwcConvRows(const NhwcConvProblem& pr, int64_t p0, int64_t p1);
+void NhwcConvRows(const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0, int64_t q1);
+int64_t PanelGroup();
 }  // namespace isa_avx512
 #endif
 
