@@ -78,7 +78,9 @@ bool ThreadPool::TryTakeSlot() {
 void ThreadPool::WorkerLoop() {
   for (;;) {
     bool slot = false;
+    polling_.fetch_add(1, std::memory_order_acq_rel);
     SpinUntil([&] { return slot = TryTakeSlot(); });
+    polling_.fetch_sub(1, std::memory_order_acq_rel);
     if (!slot) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || open_slots_.load(std::memory_order_acquire) > 0; });
@@ -142,10 +144,12 @@ void ThreadPool::ParallelFor(int64_t n, double cost_per_item,
     queue_.push_back(&job);
     open_slots_.fetch_add(want, std::memory_order_acq_rel);
   }
-  if (want >= static_cast<int>(workers_.size())) {
+  // Polling workers take slots within a microsecond; wake sleepers for the rest.
+  const int wake = want - polling_.load(std::memory_order_acquire);
+  if (wake >= static_cast<int>(workers_.size())) {
     cv_.notify_all();
   } else {
-    for (int i = 0; i < want; ++i) cv_.notify_one();
+    for (int i = 0; i < wake; ++i) cv_.notify_one();
   }
   RunChunks(&job);
   {

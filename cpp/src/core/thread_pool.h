@@ -55,6 +55,9 @@ class ThreadPool {
   // a batch-1 policy take; a worker takes a slot with one compare-exchange, so
   // only as many workers as a job asks for touch mu_ and the job.
   std::atomic<int> open_slots_{0};
+  // Workers polling now: a caller wakes sleeping ones (a futex call each) only
+  // for the slots these cannot take.
+  std::atomic<int> polling_{0};
   std::atomic<int64_t> worker_joins_{0};
 };
 
