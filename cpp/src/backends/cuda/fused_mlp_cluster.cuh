@@ -1,0 +1,264 @@
+// FusedMlp over a thread-block cluster (sm_90): the blocks of a cluster share
+// 16 * MT rows and split each layer's 8-column tiles among themselves, so the
+// weight bytes come in through many SMs at once instead of one.
+//
+// - Layers run in phases: a phase is the layers whose inputs are X or earlier
+//   phases' outputs (the mlp: body 0, body 1, both heads); its layers' tiles
+//   are numbered one after another and rank r of C takes tiles
+//   [P r / C, P (r + 1) / C) of the phase's P.
+// - At the start every block issues asynchronous copies (cp.async) of its
+//   slices of all layers' weights, one commit group per layer, and waits for a
+//   phase's group just before that phase: the later layers load while the
+//   earlier ones compute.
+// - Every block keeps the full row buffers (X and each layer output a later
+//   layer reads) in its own shared memory. A phase's products go to float
+//   partial sums in shared memory (when a block has fewer tiles than warps, K
+//   is split among the warps, so all warps work); then the block adds them up,
+//   applies bias and activation, writes the layer's output to global memory
+//   and its kept rows into every block of the cluster (distributed shared
+//   memory), followed by one cluster barrier per phase that a later one reads.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstring>
+
+#include "backends/cuda/fused_mlp_kernel.cuh"
+
+namespace kaiwu {
+namespace cuda {
+
+constexpr int kMlpClusterThreads = 256;
+constexpr int kMlpClusterWarps = kMlpClusterThreads / 32;
+constexpr int kMlpMaxCluster = 16;
+
+/// Rank r of c's share [*lo, *hi) of `tiles` tiles.
+__host__ __device__ inline void RankTiles(int tiles, int c, int r, int* lo, int* hi) {
+  *lo = tiles * r / c;
+  *hi = tiles * (r + 1) / c;
+}
+
+/// Columns [*n0, *n1) of layer L that rank tiles [lo, hi) of its phase cover (empty: n0 >= n1).
+__host__ __device__ inline void SliceColumns(const MlpLayerArgs& L, int lo, int hi, int* n0, int* n1) {
+  const int tiles = (L.n + 7) / 8;
+  const int t0 = lo > L.tile0 ? lo : L.tile0;
+  const int t1 = hi < L.tile0 + tiles ? hi : L.tile0 + tiles;
+  *n0 = (t0 - L.tile0) * 8;
+  *n1 = t1 > t0 ? ((t1 - L.tile0) * 8 < L.n ? (t1 - L.tile0) * 8 : L.n) : *n0;
+}
+
+// Stages W columns [n0, n1) as [n - n0][kp + 8] at `ws`, zeros in [K, kp):
+// cp.async for [N, K] rows of 16-byte chunks, else eight loads in flight per thread.
+__device__ __forceinline__ void StageSlice(const MlpLayerArgs& L, uint16_t* ws, int n0, int n1, int tid) {
+  const int wst = L.kp + 8, rows = n1 - n0;
+  if (rows <= 0) return;
+  if (L.vec16) {
+    const int chunks = L.k / 8;
+    const uint4* src = reinterpret_cast<const uint4*>(L.w + static_cast<int64_t>(n0) * L.k);
+    for (int i = tid; i < rows * chunks; i += kMlpClusterThreads) {
+      const int n = i / chunks, c = i - n * chunks;
+      __pipeline_memcpy_async(ws + n * wst + c * 8, src + i, 16);
+    }
+  } else {
+    const int total = rows * L.k;
+    // [N, K]: i runs along K; [K, N]: along the slice's columns (coalesced reads).
+    const auto nk = [&](int i, int* n, int* k) {
+      if (L.trans_b) {
+        *n = i / L.k;
+        *k = i - *n * L.k;
+      } else {
+        *k = i / rows;
+        *n = i - *k * rows;
+      }
+    };
+    for (int base = tid; base < total; base += 8 * kMlpClusterThreads) {
+      uint16_t v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int i = base + j * kMlpClusterThreads;
+        int n = 0, k = 0;
+        if (i < total) nk(i, &n, &k);
+        v[j] = i < total ? __ldg(L.w + (L.trans_b ? static_cast<int64_t>(n0 + n) * L.k + k
+                                                  : static_cast<int64_t>(k) * L.n + n0 + n))
+                         : uint16_t{0};
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int i = base + j * kMlpClusterThreads;
+        if (i >= total) break;
+        int n = 0, k = 0;
+        nk(i, &n, &k);
+        ws[n * wst + k] = v[j];
+      }
+    }
+  }
+  const int pad = L.kp - L.k;
+  for (int i = tid; i < rows * pad; i += kMlpClusterThreads) {
+    const int n = i / pad;
+    ws[n * wst + L.k + (i - n * pad)] = 0;
+  }
+}
+
+// cp.async.wait_group with a run-time count (the instruction takes an immediate).
+__device__ __forceinline__ void WaitPending(int n) {
+  switch (n) {
+    case 0: __pipeline_wait_prior(0); break;
+    case 1: __pipeline_wait_prior(1); break;
+    case 2: __pipeline_wait_prior(2); break;
+    case 3: __pipeline_wait_prior(3); break;
+    case 4: __pipeline_wait_prior(4); break;
+    case 5: __pipeline_wait_prior(5); break;
+    case 6: __pipeline_wait_prior(6); break;
+    default: __pipeline_wait_prior(7); break;
+  }
+}
+
+// The layer of phase p that phase tile g belongs to.
+__device__ __forceinline__ int LayerOfTile(const MlpArgs& a, int p, int g) {
+  for (int l = 0; l < a.layers; ++l) {
+    const MlpLayerArgs& L = a.layer[l];
+    if (L.phase == p && g >= L.tile0 && g < L.tile0 + (L.n + 7) / 8) return l;
+  }
+  return 0;  // not reached: the phase's tiles are its layers'
+}
+
+template <typename T>
+__device__ __forceinline__ uint16_t Bits(float v) {
+  const T h = Store<T>(v);
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+
+template <typename T, int MT>
+__global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sm = reinterpret_cast<T*>(smem_raw);
+  float* part = reinterpret_cast<float*>(smem_raw + a.part_off);
+  constexpr int kRows = 16 * MT;
+  const int csize = a.cluster, rank = static_cast<int>(cluster.block_rank());
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / csize) * kRows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+
+  // Every layer's slice in flight, one group per layer (empty groups too).
+  for (int l = 0; l < a.layers; ++l) {
+    const MlpLayerArgs& L = a.layer[l];
+    int lo, hi, n0, n1;
+    RankTiles(a.phase_tiles[L.phase], csize, rank, &lo, &hi);
+    SliceColumns(L, lo, hi, &n0, &n1);
+    StageSlice(L, reinterpret_cast<uint16_t*>(sm + L.ws_off), n0, n1, tid);
+    __pipeline_commit();
+  }
+  // X (zeros past M and K0), then the kept layers' rows zeroed: K padding and
+  // rows past M read as 0.
+  for (int i = tid; i < kRows * a.x_stride; i += kMlpClusterThreads) {
+    const int r = i / a.x_stride, c = i - r * a.x_stride;
+    const int64_t gr = r0 + r;
+    float v = 0.f;
+    if (c < a.k0 && gr < a.m)
+      v = a.x_float ? static_cast<const float*>(a.x)[gr * a.k0 + c] : Load(static_cast<const T*>(a.x)[gr * a.k0 + c]);
+    sm[i] = Store<T>(v);
+  }
+  for (int i = kRows * a.x_stride + tid; i < a.smem_elems; i += kMlpClusterThreads) sm[i] = Store<T>(0.f);
+  WaitPending(a.phase_pending[0]);
+  cluster.sync();  // every block is running and zeroed before anyone writes into it
+
+  for (int p = 0; p < a.phases; ++p) {
+    int lo, hi;
+    RankTiles(a.phase_tiles[p], csize, rank, &lo, &hi);
+    const int tiles = hi - lo;
+    const int split = tiles > 0 && tiles < kMlpClusterWarps ? kMlpClusterWarps / tiles : 1;
+    for (int item = warp; item < tiles * split; item += kMlpClusterWarps) {
+      const int t = item % tiles, s = item / tiles, g = lo + t;
+      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
+      const int first = lo > L.tile0 ? lo : L.tile0;  // the layer's first tile staged here
+      const int wst = L.kp + 8;
+      const bool n_ok = (g - L.tile0) * 8 + gid < L.n;
+      const uint16_t* wrow =
+          reinterpret_cast<const uint16_t*>(sm + L.ws_off) + ((g - first) * 8 + gid) * wst + 2 * tig;
+      const T* in = sm + L.in_off;
+      const int ktiles = L.kp / 16, chunk = (ktiles + split - 1) / split;
+      const int k0 = s * chunk, k1 = min(ktiles, k0 + chunk);
+      float c[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.f;
+#pragma unroll 4
+      for (int kt = k0; kt < k1; ++kt) {
+        const uint32_t b0 = n_ok ? *reinterpret_cast<const uint32_t*>(wrow + kt * 16) : 0u;
+        const uint32_t b1 = n_ok ? *reinterpret_cast<const uint32_t*>(wrow + kt * 16 + 8) : 0u;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const T* a_lo = in + (mt * 16 + gid) * L.in_stride + kt * 16 + 2 * tig;
+          const T* a_hi = a_lo + 8 * L.in_stride;
+          Mma16816<T>(c[mt], *reinterpret_cast<const uint32_t*>(a_lo), *reinterpret_cast<const uint32_t*>(a_hi),
+                      *reinterpret_cast<const uint32_t*>(a_lo + 8), *reinterpret_cast<const uint32_t*>(a_hi + 8),
+                      b0, b1);
+        }
+      }
+      // c[mt][2h + e]: row mt * 16 + gid + 8h, tile column 2 tig + e; slot `item` of the partials.
+      float* dst = part + item * kRows * 8;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float2*>(dst + (mt * 16 + gid + 8 * h) * 8 + 2 * tig) =
+              make_float2(c[mt][2 * h], c[mt][2 * h + 1]);
+    }
+    __syncthreads();
+    // A thread per (tile, row, column pair): sum the K parts, bias, activation, write.
+    for (int u = tid; u < tiles * kRows * 4; u += kMlpClusterThreads) {
+      const int t = u / (kRows * 4), rem = u - t * kRows * 4, row = rem / 4, cp = rem % 4;
+      const int g = lo + t;
+      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
+      const int col = (g - L.tile0) * 8 + 2 * cp;
+      if (col >= L.n) continue;
+      const bool two = col + 1 < L.n;
+      float2 acc = make_float2(0.f, 0.f);
+      for (int s = 0; s < split; ++s) {
+        const float2 v = *reinterpret_cast<const float2*>(part + ((s * tiles + t) * kRows + row) * 8 + 2 * cp);
+        acc.x += v.x;
+        acc.y += v.y;
+      }
+      const T* bias = reinterpret_cast<const T*>(L.b);
+      const float v0 = L.act(acc.x + (bias ? Load(bias[col]) : 0.f));
+      const float v1 = two ? L.act(acc.y + (bias ? Load(bias[col + 1]) : 0.f)) : 0.f;
+      const int64_t gr = r0 + row;
+      if (L.y && gr < a.m) {
+        if (L.y_float) {
+          float* y = static_cast<float*>(L.y) + gr * L.n + col;
+          y[0] = v0;
+          if (two) y[1] = v1;
+        } else {
+          T* y = static_cast<T*>(L.y) + gr * L.n + col;
+          y[0] = Store<T>(v0);
+          if (two) y[1] = Store<T>(v1);
+        }
+      }
+      if (L.out_off >= 0) {
+        T* mine = sm + L.out_off + row * L.out_stride + col;  // col even, strides even: 4-byte aligned
+        const uint16_t b0 = Bits<T>(v0), b1 = Bits<T>(v1);
+        const uint32_t pair = static_cast<uint32_t>(b0) | static_cast<uint32_t>(b1) << 16;
+        for (int q = 0; q < csize; ++q) {
+          T* there = cluster.map_shared_rank(mine, q);
+          if (two)
+            *reinterpret_cast<uint32_t*>(there) = pair;
+          else
+            *reinterpret_cast<uint16_t*>(there) = b0;
+        }
+      }
+    }
+    if (p + 1 == a.phases) break;
+    WaitPending(a.phase_pending[p + 1]);
+    if (a.phase_sync[p])
+      cluster.sync();  // the phase's rows are in every block; the partials free
+    else
+      __syncthreads();
+  }
+#endif
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
