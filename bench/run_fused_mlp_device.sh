@@ -13,14 +13,14 @@ nproc; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 build=$!
 nvcc -std=c++17 -arch=sm_90 -O3 -Icpp/src -Icpp/include --expt-relaxed-constexpr bench/cuda_fused_mlp_bench.cu \
   -o /tmp/fused_mlp_bench -Xlinker --unresolved-symbols=ignore-all 2>&1 | grep -v "^$" | tail -5
-/tmp/fused_mlp_bench ${BATCHES:-1,32,256,1024} --odd 2>&1 | tee $OUT/kernel_bench.txt
+timeout 90 /tmp/fused_mlp_bench ${BATCHES:-1,32,256,1024} --odd 2>&1 | tee $OUT/kernel_bench.txt
 wait $build || { tail -30 $OUT/build.log; exit 1; }
-./build/cuda/kaiwu_tests --gtest_filter='*FusedMlp*:*FuseMlp*' 2>&1 | tee $OUT/gtest.txt | grep -v "^\[ *RUN\|^\[ *OK" | tail -25
-PYTHONPATH=python python3 -m pytest -q -x tests/python/test_precision.py -k "mlp" 2>&1 | tail -5 | tee $OUT/pytest.txt
+timeout 120 ./build/cuda/kaiwu_tests --gtest_filter='*FusedMlp*:*FuseMlp*' 2>&1 | tee $OUT/gtest.txt | grep -v "^\[ *RUN\|^\[ *OK" | tail -25
+PYTHONPATH=python timeout 150 python3 -m pytest -q -x tests/python/test_precision.py -k "mlp" 2>&1 | tail -5 | tee $OUT/pytest.txt
 if [ "$FULL" = 1 ]; then
   for c in auto 0; do
     if [ $c = auto ]; then unset KAIWU_FUSED_MLP_CLUSTER; else export KAIWU_FUSED_MLP_CLUSTER=$c; fi
-    PYTHONPATH=python python3 bench/bench_cuda_precision.py --policies mlp,multi_input --seconds 0.3 \
+    timeout 150 env PYTHONPATH=python python3 bench/bench_cuda_precision.py --policies mlp,multi_input --seconds 0.3 \
       --batch 1,32,256,1024 --out $OUT --name cuda_precision_cluster_$c > $OUT/policy_$c.log 2>&1
   done
   unset KAIWU_FUSED_MLP_CLUSTER
