@@ -24,5 +24,5 @@ if [ "$FULL" = 1 ]; then
       --batch 1,32,256,1024 --out $OUT --name cuda_precision_cluster_$c > $OUT/policy_$c.log 2>&1
   done
   unset KAIWU_FUSED_MLP_CLUSTER
-  for c in auto 0; do echo "== cluster $c"; grep -i "fp16\|batch\|policy\||" $OUT/cuda_precision_cluster_$c.md | head -40; done
+  for c in auto 0; do echo "== cluster $c"; grep "^## \|^| mlp\|^| multi_input" $OUT/cuda_precision_cluster_$c.md; done
 fi
