@@ -103,7 +103,7 @@ MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int
     last[d.phase] = l;
     if (kept[l]) a.phase_sync[d.phase] = 1;
   }
-  int64_t elems = a.smem_elems, slots = kMlpClusterWarps;
+  int64_t elems = a.smem_elems, floats = 0, slots = kMlpClusterWarps;
   for (int q = 0; q < a.phases; ++q) {
     a.phase_pending[q] = layers - 1 - last[q];
     slots = std::max<int64_t>(slots, (a.phase_tiles[q] + cluster - 1) / cluster);
@@ -120,9 +120,12 @@ MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int
     }
     d.ws_off = static_cast<int>(elems);
     elems += static_cast<int64_t>(most) * 8 * (d.kp + 8);
+    d.bias_off = static_cast<int>(floats);
+    floats += most * 8;
   }
   a.part_off = static_cast<int>((elems * 2 + 15) / 16 * 16);
-  plan.smem = a.part_off + slots * rows * 8 * 4;
+  a.sum_off = static_cast<int>((floats + 3) / 4 * 4);
+  plan.smem = a.part_off + (a.sum_off + slots * rows * 8) * 4;
   return plan;
 }
 

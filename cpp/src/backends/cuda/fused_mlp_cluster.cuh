@@ -14,14 +14,16 @@
 //   layer reads) in its own shared memory. A phase's products go to float
 //   partial sums in shared memory (when a block has fewer tiles than warps, K
 //   is split among the warps, so all warps work); then the block adds them up,
-//   applies bias and activation, writes the layer's output to global memory
-//   and its kept rows into every block of the cluster (distributed shared
-//   memory), followed by one cluster barrier per phase that a later one reads.
+//   applies bias and activation (the bias slices loaded into shared memory at
+//   the start), writes the layer's output to global memory and its kept rows
+//   into its own row buffers, then copies those rows into every other block of
+//   the cluster (distributed shared memory, 16-byte stores), followed by one
+//   cluster barrier per phase that a later one reads. The barrier is split in
+//   arrive / wait: the first arrival (row buffers zeroed) is waited for only
+//   before the first copy, so it overlaps the first phase.
 #pragma once
 
 #include <cooperative_groups.h>
-
-#include <cstring>
 
 #include "backends/cuda/fused_mlp_kernel.cuh"
 
@@ -122,12 +124,13 @@ __device__ __forceinline__ int LayerOfTile(const MlpArgs& a, int p, int g) {
   return 0;  // not reached: the phase's tiles are its layers'
 }
 
-template <typename T>
-__device__ __forceinline__ uint16_t Bits(float v) {
-  const T h = Store<T>(v);
-  uint16_t b;
-  memcpy(&b, &h, 2);
-  return b;
+// The cluster barrier in halves: arrive (release: this thread's shared-memory
+// writes, remote ones too, before it) and wait (acquire).
+__device__ __forceinline__ void ClusterArrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+__device__ __forceinline__ void Stamp(const MlpArgs& a, int step) {
+  if (a.stamps && threadIdx.x == 0) a.stamps[blockIdx.x * 16 + step] = clock64();
 }
 
 template <typename T, int MT>
@@ -137,13 +140,16 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sm = reinterpret_cast<T*>(smem_raw);
-  float* part = reinterpret_cast<float*>(smem_raw + a.part_off);
+  float* fl = reinterpret_cast<float*>(smem_raw + a.part_off);
+  float* part = fl + a.sum_off;
   constexpr int kRows = 16 * MT;
+  constexpr int kThreads = kMlpClusterThreads;
   const int csize = a.cluster, rank = static_cast<int>(cluster.block_rank());
   const int64_t r0 = static_cast<int64_t>(blockIdx.x / csize) * kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  Stamp(a, 0);
 
-  // Every layer's slice in flight, one group per layer (empty groups too).
+  // Every layer's weight slice in flight, one group per layer (empty groups too).
   for (int l = 0; l < a.layers; ++l) {
     const MlpLayerArgs& L = a.layer[l];
     int lo, hi, n0, n1;
@@ -152,19 +158,40 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
     StageSlice(L, reinterpret_cast<uint16_t*>(sm + L.ws_off), n0, n1, tid);
     __pipeline_commit();
   }
-  // X (zeros past M and K0), then the kept layers' rows zeroed: K padding and
-  // rows past M read as 0.
-  for (int i = tid; i < kRows * a.x_stride; i += kMlpClusterThreads) {
-    const int r = i / a.x_stride, c = i - r * a.x_stride;
-    const int64_t gr = r0 + r;
-    float v = 0.f;
-    if (c < a.k0 && gr < a.m)
-      v = a.x_float ? static_cast<const float*>(a.x)[gr * a.k0 + c] : Load(static_cast<const T*>(a.x)[gr * a.k0 + c]);
-    sm[i] = Store<T>(v);
+  // The kept layers' rows zeroed (K padding, rows past M), then the cluster
+  // told so: others write into them only after that.
+  for (int i = kRows * a.x_stride + tid; i < a.smem_elems; i += kThreads) sm[i] = Store<T>(0.f);
+  ClusterArrive();
+  // X (zeros past M and K0) and the bias slices, several loads in flight per thread.
+  const int x_elems = kRows * a.x_stride;
+  for (int base = tid; base < x_elems; base += 4 * kThreads) {
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = base + j * kThreads, r = i / a.x_stride, c = i - r * a.x_stride;
+      const int64_t gr = r0 + r;
+      v[j] = 0.f;
+      if (i < x_elems && c < a.k0 && gr < a.m)
+        v[j] = a.x_float ? __ldg(static_cast<const float*>(a.x) + gr * a.k0 + c)
+                         : Load(static_cast<const T*>(a.x)[gr * a.k0 + c]);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (base + j * kThreads < x_elems) sm[base + j * kThreads] = Store<T>(v[j]);
   }
-  for (int i = kRows * a.x_stride + tid; i < a.smem_elems; i += kMlpClusterThreads) sm[i] = Store<T>(0.f);
+  for (int l = 0; l < a.layers; ++l) {
+    const MlpLayerArgs& L = a.layer[l];
+    int lo, hi, n0, n1;
+    RankTiles(a.phase_tiles[L.phase], csize, rank, &lo, &hi);
+    SliceColumns(L, lo, hi, &n0, &n1);
+    const T* bias = reinterpret_cast<const T*>(L.b);
+    for (int i = tid; i < n1 - n0; i += kThreads) fl[L.bias_off + i] = bias ? Load(bias[n0 + i]) : 0.f;
+  }
+  Stamp(a, 1);
   WaitPending(a.phase_pending[0]);
-  cluster.sync();  // every block is running and zeroed before anyone writes into it
+  __syncthreads();
+  Stamp(a, 2);
+  bool arrived = true;  // an arrival at the cluster barrier not yet waited for
 
   for (int p = 0; p < a.phases; ++p) {
     int lo, hi;
@@ -208,8 +235,10 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
               make_float2(c[mt][2 * h], c[mt][2 * h + 1]);
     }
     __syncthreads();
-    // A thread per (tile, row, column pair): sum the K parts, bias, activation, write.
-    for (int u = tid; u < tiles * kRows * 4; u += kMlpClusterThreads) {
+    Stamp(a, 3 + 3 * p);
+    // A thread per (tile, row, column pair): sum the K parts, bias, activation;
+    // into the layer's output and this block's copy of its rows.
+    for (int u = tid; u < tiles * kRows * 4; u += kThreads) {
       const int t = u / (kRows * 4), rem = u - t * kRows * 4, row = rem / 4, cp = rem % 4;
       const int g = lo + t;
       const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
@@ -222,9 +251,9 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
         acc.x += v.x;
         acc.y += v.y;
       }
-      const T* bias = reinterpret_cast<const T*>(L.b);
-      const float v0 = L.act(acc.x + (bias ? Load(bias[col]) : 0.f));
-      const float v1 = two ? L.act(acc.y + (bias ? Load(bias[col + 1]) : 0.f)) : 0.f;
+      const float* bias = fl + L.bias_off - ((lo > L.tile0 ? lo : L.tile0) - L.tile0) * 8;
+      const float v0 = L.act(acc.x + bias[col]);
+      const float v1 = two ? L.act(acc.y + bias[col + 1]) : 0.f;
       const int64_t gr = r0 + row;
       if (L.y && gr < a.m) {
         if (L.y_float) {
@@ -238,25 +267,42 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
         }
       }
       if (L.out_off >= 0) {
-        T* mine = sm + L.out_off + row * L.out_stride + col;  // col even, strides even: 4-byte aligned
-        const uint16_t b0 = Bits<T>(v0), b1 = Bits<T>(v1);
-        const uint32_t pair = static_cast<uint32_t>(b0) | static_cast<uint32_t>(b1) << 16;
-        for (int q = 0; q < csize; ++q) {
-          T* there = cluster.map_shared_rank(mine, q);
-          if (two)
-            *reinterpret_cast<uint32_t*>(there) = pair;
-          else
-            *reinterpret_cast<uint16_t*>(there) = b0;
-        }
+        T* mine = sm + L.out_off + row * L.out_stride + col;
+        mine[0] = Store<T>(v0);
+        if (two) mine[1] = Store<T>(v1);
       }
     }
+    if (a.phase_sync[p]) {
+      // The phase's kept rows into every other block, 16 bytes (a tile's row) at a
+      // time; columns past N copy the zeros there.
+      __syncthreads();
+      if (arrived) ClusterWait();  // everyone has zeroed their rows
+      const int others = csize - 1;
+      for (int u = tid; u < tiles * kRows * others; u += kThreads) {
+        const int t = u / (kRows * others), rem = u - t * kRows * others, row = rem / others;
+        int q = rem - row * others;
+        q += q >= rank;
+        const int g = lo + t;
+        const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
+        if (L.out_off < 0) continue;
+        T* mine = sm + L.out_off + row * L.out_stride + (g - L.tile0) * 8;
+        *reinterpret_cast<uint4*>(cluster.map_shared_rank(mine, q)) = *reinterpret_cast<const uint4*>(mine);
+      }
+      ClusterArrive();
+      arrived = true;
+    }
+    Stamp(a, 4 + 3 * p);
     if (p + 1 == a.phases) break;
     WaitPending(a.phase_pending[p + 1]);
-    if (a.phase_sync[p])
-      cluster.sync();  // the phase's rows are in every block; the partials free
-    else
-      __syncthreads();
+    if (a.phase_sync[p]) {
+      ClusterWait();  // the phase's rows are in every block
+      arrived = false;
+    }
+    __syncthreads();  // the next phase's weights in; the partials free
+    Stamp(a, 5 + 3 * p);
   }
+  if (arrived) ClusterWait();  // no block leaves before all have arrived
+  Stamp(a, 15);
 #endif
 }
 

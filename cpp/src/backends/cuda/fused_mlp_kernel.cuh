@@ -46,8 +46,8 @@ struct MlpLayerArgs {
   void* y = nullptr;  // the node's output of this layer, or null
   int y_float = 0;
   // Cluster kernel only: the layer's phase, its first tile among the phase's
-  // 8-column tiles, and its weight slice in shared memory (elements).
-  int phase = 0, tile0 = 0, ws_off = 0;
+  // 8-column tiles, its weight slice (elements) and bias slice (floats from part_off).
+  int phase = 0, tile0 = 0, ws_off = 0, bias_off = 0;
 };
 
 struct MlpArgs {
@@ -63,10 +63,12 @@ struct MlpArgs {
   // (layers that read X or only earlier phases' outputs); per phase its tiles,
   // the cp.async groups that may still be pending once its weights are in
   // (layers after its last one), and whether a later phase reads it (a cluster
-  // barrier after it); the float partial sums (byte offset in shared memory).
+  // barrier after it); the float region in shared memory (byte offset): the
+  // bias slices, then the partial sums from sum_off (floats).
   int cluster = 0, phases = 0;
   int phase_tiles[kMlpMaxLayers] = {}, phase_pending[kMlpMaxLayers] = {}, phase_sync[kMlpMaxLayers] = {};
-  int part_off = 0;
+  int part_off = 0, sum_off = 0;
+  long long* stamps = nullptr;  // bench only: clock64() of block b's steps at [16 b + step]
 };
 
 template <typename T>
