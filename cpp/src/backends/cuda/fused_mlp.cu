@@ -104,6 +104,7 @@ MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int
     if (kept[l]) a.phase_sync[d.phase] = 1;
   }
   int64_t elems = a.smem_elems, floats = 0, slots = kMlpClusterWarps;
+  for (int l = 0; l < layers; ++l) a.layer[l].ptiles = a.phase_tiles[phase[l]];
   for (int q = 0; q < a.phases; ++q) {
     a.phase_pending[q] = layers - 1 - last[q];
     slots = std::max<int64_t>(slots, (a.phase_tiles[q] + cluster - 1) / cluster);

@@ -134,11 +134,17 @@ __device__ __forceinline__ void Stamp(const MlpArgs& a, int step) {
 }
 
 template <typename T, int MT>
-__global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpArgs a) {
+__global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(const __grid_constant__ MlpArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The arguments copied into shared memory: the phases index layers and
+  // phases at run time, and such loads from the parameter space go through the
+  // constant cache one by one (the one-block kernel's stack frame, here a chain
+  // of misses); the start below indexes `a` with unrolled constants only.
+  __shared__ __align__(16) unsigned char args_raw[sizeof(MlpArgs)];
+  const MlpArgs& sa = *reinterpret_cast<const MlpArgs*>(args_raw);
   T* sm = reinterpret_cast<T*>(smem_raw);
   float* fl = reinterpret_cast<float*>(smem_raw + a.part_off);
   float* part = fl + a.sum_off;
@@ -148,44 +154,62 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
   const int64_t r0 = static_cast<int64_t>(blockIdx.x / csize) * kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   Stamp(a, 0);
+  static_assert(sizeof(MlpArgs) % 4 == 0 && sizeof(MlpArgs) / 4 <= kThreads, "one word per thread");
+  const int arg_word = tid < static_cast<int>(sizeof(MlpArgs) / 4) ? reinterpret_cast<const int*>(&a)[tid] : 0;
 
-  // Every layer's weight slice in flight, one group per layer (empty groups too).
-  for (int l = 0; l < a.layers; ++l) {
+  // Global loads first, all in flight together: X's first rows (the rest
+  // below), then every layer's bias slice (float, into shared memory later).
+  const int x_rows = a.m - r0 < kRows ? static_cast<int>(a.m - r0) : kRows, x_valid = x_rows * a.k0;
+  const auto load_x = [&](int i) {
+    const int r = i / a.k0, c = i - r * a.k0;
+    const int64_t g = (r0 + r) * a.k0 + c;
+    return a.x_float ? __ldg(static_cast<const float*>(a.x) + g) : Load(static_cast<const T*>(a.x)[g]);
+  };
+  const auto store_x = [&](int i, float v) {
+    const int r = i / a.k0;
+    sm[r * a.x_stride + i - r * a.k0] = Store<T>(v);
+  };
+  float xv[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) xv[j] = tid + j * kThreads < x_valid ? load_x(tid + j * kThreads) : 0.f;
+  float bv[kMlpMaxLayers];
+  int n0s[kMlpMaxLayers], n1s[kMlpMaxLayers];
+#pragma unroll
+  for (int l = 0; l < kMlpMaxLayers; ++l) {
+    if (l >= a.layers) break;
     const MlpLayerArgs& L = a.layer[l];
-    int lo, hi, n0, n1;
-    RankTiles(a.phase_tiles[L.phase], csize, rank, &lo, &hi);
-    SliceColumns(L, lo, hi, &n0, &n1);
-    StageSlice(L, reinterpret_cast<uint16_t*>(sm + L.ws_off), n0, n1, tid);
+    int lo, hi;
+    RankTiles(L.ptiles, csize, rank, &lo, &hi);
+    SliceColumns(L, lo, hi, &n0s[l], &n1s[l]);
+    bv[l] = L.b && tid < n1s[l] - n0s[l] ? Load(reinterpret_cast<const T*>(L.b)[n0s[l] + tid]) : 0.f;
+  }
+  // Every layer's weight slice in flight, one cp.async group per layer (empty groups too).
+#pragma unroll
+  for (int l = 0; l < kMlpMaxLayers; ++l) {
+    if (l >= a.layers) break;
+    StageSlice(a.layer[l], reinterpret_cast<uint16_t*>(sm + a.layer[l].ws_off), n0s[l], n1s[l], tid);
     __pipeline_commit();
   }
-  // The kept layers' rows zeroed (K padding, rows past M), then the cluster
-  // told so: others write into them only after that.
-  for (int i = kRows * a.x_stride + tid; i < a.smem_elems; i += kThreads) sm[i] = Store<T>(0.f);
-  ClusterArrive();
-  // X (zeros past M and K0) and the bias slices, several loads in flight per thread.
-  const int x_elems = kRows * a.x_stride;
-  for (int base = tid; base < x_elems; base += 4 * kThreads) {
-    float v[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = base + j * kThreads, r = i / a.x_stride, c = i - r * a.x_stride;
-      const int64_t gr = r0 + r;
-      v[j] = 0.f;
-      if (i < x_elems && c < a.k0 && gr < a.m)
-        v[j] = a.x_float ? __ldg(static_cast<const float*>(a.x) + gr * a.k0 + c)
-                         : Load(static_cast<const T*>(a.x)[gr * a.k0 + c]);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (base + j * kThreads < x_elems) sm[base + j * kThreads] = Store<T>(v[j]);
+  // The row buffers zeroed but X's rows and columns (K padding, rows past M),
+  // then the cluster told so: others write into them only after that.
+  for (int i = tid; i < a.smem_elems; i += kThreads) {
+    const int r = i / a.x_stride;
+    if (i >= kRows * a.x_stride || r >= x_rows || i - r * a.x_stride >= a.k0) sm[i] = Store<T>(0.f);
   }
-  for (int l = 0; l < a.layers; ++l) {
-    const MlpLayerArgs& L = a.layer[l];
-    int lo, hi, n0, n1;
-    RankTiles(a.phase_tiles[L.phase], csize, rank, &lo, &hi);
-    SliceColumns(L, lo, hi, &n0, &n1);
-    const T* bias = reinterpret_cast<const T*>(L.b);
-    for (int i = tid; i < n1 - n0; i += kThreads) fl[L.bias_off + i] = bias ? Load(bias[n0 + i]) : 0.f;
+  ClusterArrive();
+  if (tid < static_cast<int>(sizeof(MlpArgs) / 4)) reinterpret_cast<int*>(args_raw)[tid] = arg_word;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (tid + j * kThreads < x_valid) store_x(tid + j * kThreads, xv[j]);
+  for (int i = tid + 8 * kThreads; i < x_valid; i += kThreads) store_x(i, load_x(i));
+#pragma unroll
+  for (int l = 0; l < kMlpMaxLayers; ++l) {
+    if (l >= a.layers) break;
+    const int cnt = n1s[l] - n0s[l];
+    float* dst = fl + a.layer[l].bias_off;
+    if (tid < cnt) dst[tid] = bv[l];
+    const T* bias = reinterpret_cast<const T*>(a.layer[l].b);
+    for (int i = tid + kThreads; i < cnt; i += kThreads) dst[i] = bias ? Load(bias[n0s[l] + i]) : 0.f;
   }
   Stamp(a, 1);
   WaitPending(a.phase_pending[0]);
@@ -195,12 +219,12 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
 
   for (int p = 0; p < a.phases; ++p) {
     int lo, hi;
-    RankTiles(a.phase_tiles[p], csize, rank, &lo, &hi);
+    RankTiles(sa.phase_tiles[p], csize, rank, &lo, &hi);
     const int tiles = hi - lo;
     const int split = tiles > 0 && tiles < kMlpClusterWarps ? kMlpClusterWarps / tiles : 1;
     for (int item = warp; item < tiles * split; item += kMlpClusterWarps) {
       const int t = item % tiles, s = item / tiles, g = lo + t;
-      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
+      const MlpLayerArgs& L = sa.layer[LayerOfTile(sa, p, g)];
       const int first = lo > L.tile0 ? lo : L.tile0;  // the layer's first tile staged here
       const int wst = L.kp + 8;
       const bool n_ok = (g - L.tile0) * 8 + gid < L.n;
@@ -235,13 +259,13 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
               make_float2(c[mt][2 * h], c[mt][2 * h + 1]);
     }
     __syncthreads();
-    Stamp(a, 3 + 3 * p);
+    Stamp(a, 3 + 4 * p);
     // A thread per (tile, row, column pair): sum the K parts, bias, activation;
     // into the layer's output and this block's copy of its rows.
     for (int u = tid; u < tiles * kRows * 4; u += kThreads) {
       const int t = u / (kRows * 4), rem = u - t * kRows * 4, row = rem / 4, cp = rem % 4;
       const int g = lo + t;
-      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
+      const MlpLayerArgs& L = sa.layer[LayerOfTile(sa, p, g)];
       const int col = (g - L.tile0) * 8 + 2 * cp;
       if (col >= L.n) continue;
       const bool two = col + 1 < L.n;
@@ -272,7 +296,8 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
         if (two) mine[1] = Store<T>(v1);
       }
     }
-    if (a.phase_sync[p]) {
+    Stamp(a, 4 + 4 * p);
+    if (sa.phase_sync[p]) {
       // The phase's kept rows into every other block, 16 bytes (a tile's row) at a
       // time; columns past N copy the zeros there.
       __syncthreads();
@@ -283,7 +308,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
         int q = rem - row * others;
         q += q >= rank;
         const int g = lo + t;
-        const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
+        const MlpLayerArgs& L = sa.layer[LayerOfTile(sa, p, g)];
         if (L.out_off < 0) continue;
         T* mine = sm + L.out_off + row * L.out_stride + (g - L.tile0) * 8;
         *reinterpret_cast<uint4*>(cluster.map_shared_rank(mine, q)) = *reinterpret_cast<const uint4*>(mine);
@@ -291,15 +316,15 @@ __global__ void __launch_bounds__(kMlpClusterThreads) FusedMlpClusterKernel(MlpA
       ClusterArrive();
       arrived = true;
     }
-    Stamp(a, 4 + 3 * p);
+    Stamp(a, 5 + 4 * p);
     if (p + 1 == a.phases) break;
-    WaitPending(a.phase_pending[p + 1]);
-    if (a.phase_sync[p]) {
+    WaitPending(sa.phase_pending[p + 1]);
+    if (sa.phase_sync[p]) {
       ClusterWait();  // the phase's rows are in every block
       arrived = false;
     }
     __syncthreads();  // the next phase's weights in; the partials free
-    Stamp(a, 5 + 3 * p);
+    Stamp(a, 6 + 4 * p);
   }
   if (arrived) ClusterWait();  // no block leaves before all have arrived
   Stamp(a, 15);

@@ -46,8 +46,9 @@ struct MlpLayerArgs {
   void* y = nullptr;  // the node's output of this layer, or null
   int y_float = 0;
   // Cluster kernel only: the layer's phase, its first tile among the phase's
-  // 8-column tiles, its weight slice (elements) and bias slice (floats from part_off).
-  int phase = 0, tile0 = 0, ws_off = 0, bias_off = 0;
+  // 8-column tiles and the phase's count, its weight slice (elements) and bias
+  // slice (floats from part_off).
+  int phase = 0, tile0 = 0, ptiles = 0, ws_off = 0, bias_off = 0;
 };
 
 struct MlpArgs {
