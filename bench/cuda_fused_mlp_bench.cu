@@ -226,8 +226,8 @@ float EmptyLaunchUs(int blocks, int c) {
 void PrintSteps(Net& net, MlpPlan plan) {
   if (plan.cluster == 0 || plan.smem > kMlpMaxSmem || ConfigureFusedMlp<__half>(plan) != cudaSuccess) return;
   long long* st;
-  cudaMalloc(&st, plan.grid * 16 * sizeof(long long));
-  cudaMemset(st, 0, plan.grid * 16 * sizeof(long long));
+  cudaMalloc(&st, plan.grid * 32 * sizeof(long long));
+  cudaMemset(st, 0, plan.grid * 32 * sizeof(long long));
   MlpArgs a = plan.args;
   a.x = net.dx;
   for (int l = 0; l < a.layers; ++l) {
@@ -239,14 +239,14 @@ void PrintSteps(Net& net, MlpPlan plan) {
   a.stamps = st;
   for (int i = 0; i < 3; ++i) LaunchFusedMlp<__half>(plan, a, 0);
   cudaDeviceSynchronize();
-  std::vector<long long> h(plan.grid * 16);
+  std::vector<long long> h(plan.grid * 32);
   cudaMemcpy(h.data(), st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost);
   std::printf("  steps (cycles from block start, mean over %u blocks):", plan.grid);
-  for (int k = 1; k < 16; ++k) {
+  for (int k : {16, 17, 18, 19, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
     double sum = 0;
     int n = 0;
     for (unsigned b = 0; b < plan.grid; ++b)
-      if (h[b * 16 + k]) sum += h[b * 16 + k] - h[b * 16], ++n;
+      if (h[b * 32 + k]) sum += h[b * 32 + k] - h[b * 32], ++n;
     if (n) std::printf(" %d:%.0f", k, sum / n);
   }
   std::printf("\n");

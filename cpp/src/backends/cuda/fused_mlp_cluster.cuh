@@ -30,7 +30,7 @@
 namespace kaiwu {
 namespace cuda {
 
-constexpr int kMlpClusterThreads = 256;
+constexpr int kMlpClusterThreads = 512;
 constexpr int kMlpClusterWarps = kMlpClusterThreads / 32;
 constexpr int kMlpMaxCluster = 16;
 
@@ -130,7 +130,7 @@ __device__ __forceinline__ void ClusterArrive() { asm volatile("barrier.cluster.
 __device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
 __device__ __forceinline__ void Stamp(const MlpArgs& a, int step) {
-  if (a.stamps && threadIdx.x == 0) a.stamps[blockIdx.x * 16 + step] = clock64();
+  if (a.stamps && threadIdx.x == 0) a.stamps[blockIdx.x * 32 + step] = clock64();
 }
 
 template <typename T, int MT>
@@ -139,12 +139,6 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // The arguments copied into shared memory: the phases index layers and
-  // phases at run time, and such loads from the parameter space go through the
-  // constant cache one by one (the one-block kernel's stack frame, here a chain
-  // of misses); the start below indexes `a` with unrolled constants only.
-  __shared__ __align__(16) unsigned char args_raw[sizeof(MlpArgs)];
-  const MlpArgs& sa = *reinterpret_cast<const MlpArgs*>(args_raw);
   T* sm = reinterpret_cast<T*>(smem_raw);
   float* fl = reinterpret_cast<float*>(smem_raw + a.part_off);
   float* part = fl + a.sum_off;
@@ -154,8 +148,8 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
   const int64_t r0 = static_cast<int64_t>(blockIdx.x / csize) * kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   Stamp(a, 0);
-  static_assert(sizeof(MlpArgs) % 4 == 0 && sizeof(MlpArgs) / 4 <= kThreads, "one word per thread");
-  const int arg_word = tid < static_cast<int>(sizeof(MlpArgs) / 4) ? reinterpret_cast<const int*>(&a)[tid] : 0;
+  TouchArgs(a, warp, lane);
+  Stamp(a, 16);
 
   // Global loads first, all in flight together: X's first rows (the rest
   // below), then every layer's bias slice (float, into shared memory later).
@@ -183,6 +177,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
     SliceColumns(L, lo, hi, &n0s[l], &n1s[l]);
     bv[l] = L.b && tid < n1s[l] - n0s[l] ? Load(reinterpret_cast<const T*>(L.b)[n0s[l] + tid]) : 0.f;
   }
+  Stamp(a, 17);
   // Every layer's weight slice in flight, one cp.async group per layer (empty groups too).
 #pragma unroll
   for (int l = 0; l < kMlpMaxLayers; ++l) {
@@ -190,18 +185,18 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
     StageSlice(a.layer[l], reinterpret_cast<uint16_t*>(sm + a.layer[l].ws_off), n0s[l], n1s[l], tid);
     __pipeline_commit();
   }
-  // The row buffers zeroed but X's rows and columns (K padding, rows past M),
-  // then the cluster told so: others write into them only after that.
-  for (int i = tid; i < a.smem_elems; i += kThreads) {
-    const int r = i / a.x_stride;
-    if (i >= kRows * a.x_stride || r >= x_rows || i - r * a.x_stride >= a.k0) sm[i] = Store<T>(0.f);
-  }
-  ClusterArrive();
-  if (tid < static_cast<int>(sizeof(MlpArgs) / 4)) reinterpret_cast<int*>(args_raw)[tid] = arg_word;
+  Stamp(a, 18);
+  // The row buffers zeroed (K padding, rows past M), then X's rows written
+  // and the cluster told: others write into the buffers only after that.
+  for (int i = tid; i < a.smem_elems / 8; i += kThreads) reinterpret_cast<uint4*>(sm)[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  Stamp(a, 19);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
     if (tid + j * kThreads < x_valid) store_x(tid + j * kThreads, xv[j]);
   for (int i = tid + 8 * kThreads; i < x_valid; i += kThreads) store_x(i, load_x(i));
+  ClusterArrive();
+  Stamp(a, 20);
 #pragma unroll
   for (int l = 0; l < kMlpMaxLayers; ++l) {
     if (l >= a.layers) break;
@@ -219,12 +214,12 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
 
   for (int p = 0; p < a.phases; ++p) {
     int lo, hi;
-    RankTiles(sa.phase_tiles[p], csize, rank, &lo, &hi);
+    RankTiles(a.phase_tiles[p], csize, rank, &lo, &hi);
     const int tiles = hi - lo;
     const int split = tiles > 0 && tiles < kMlpClusterWarps ? kMlpClusterWarps / tiles : 1;
     for (int item = warp; item < tiles * split; item += kMlpClusterWarps) {
       const int t = item % tiles, s = item / tiles, g = lo + t;
-      const MlpLayerArgs& L = sa.layer[LayerOfTile(sa, p, g)];
+      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
       const int first = lo > L.tile0 ? lo : L.tile0;  // the layer's first tile staged here
       const int wst = L.kp + 8;
       const bool n_ok = (g - L.tile0) * 8 + gid < L.n;
@@ -265,7 +260,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
     for (int u = tid; u < tiles * kRows * 4; u += kThreads) {
       const int t = u / (kRows * 4), rem = u - t * kRows * 4, row = rem / 4, cp = rem % 4;
       const int g = lo + t;
-      const MlpLayerArgs& L = sa.layer[LayerOfTile(sa, p, g)];
+      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
       const int col = (g - L.tile0) * 8 + 2 * cp;
       if (col >= L.n) continue;
       const bool two = col + 1 < L.n;
@@ -297,7 +292,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
       }
     }
     Stamp(a, 4 + 4 * p);
-    if (sa.phase_sync[p]) {
+    if (a.phase_sync[p]) {
       // The phase's kept rows into every other block, 16 bytes (a tile's row) at a
       // time; columns past N copy the zeros there.
       __syncthreads();
@@ -308,7 +303,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
         int q = rem - row * others;
         q += q >= rank;
         const int g = lo + t;
-        const MlpLayerArgs& L = sa.layer[LayerOfTile(sa, p, g)];
+        const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
         if (L.out_off < 0) continue;
         T* mine = sm + L.out_off + row * L.out_stride + (g - L.tile0) * 8;
         *reinterpret_cast<uint4*>(cluster.map_shared_rank(mine, q)) = *reinterpret_cast<const uint4*>(mine);
@@ -318,8 +313,8 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
     }
     Stamp(a, 5 + 4 * p);
     if (p + 1 == a.phases) break;
-    WaitPending(sa.phase_pending[p + 1]);
-    if (sa.phase_sync[p]) {
+    WaitPending(a.phase_pending[p + 1]);
+    if (a.phase_sync[p]) {
       ClusterWait();  // the phase's rows are in every block
       arrived = false;
     }
