@@ -132,7 +132,9 @@ double Check(const Net& net) {
 // Checks the plan's outputs, then times it; returns us per kernel (-1: did not run).
 float Run(Net& net, MlpPlan plan, double* err, bool time_it) {
   *err = -1;
-  if (plan.smem > kMlpMaxSmem || ConfigureFusedMlp<__half>(plan) != cudaSuccess) {
+  int active = 0;  // clusters in waves run too here (the engine takes the one-block kernel then)
+  const cudaError_t ce = ConfigureFusedMlp<__half>(plan, &active);
+  if (plan.smem > kMlpMaxSmem || (ce != cudaSuccess && !(ce == cudaErrorNotSupported && active > 0))) {
     cudaGetLastError();
     return -1;
   }
@@ -225,6 +227,7 @@ float EmptyLaunchUs(int blocks, int c) {
 // Mean clock64() cycles from each block's start to its steps (Stamp in fused_mlp_cluster.cuh).
 void PrintSteps(Net& net, MlpPlan plan) {
   if (plan.cluster == 0 || plan.smem > kMlpMaxSmem || ConfigureFusedMlp<__half>(plan) != cudaSuccess) return;
+  std::printf("  auto plan: %u blocks, %lld bytes of shared memory\n", plan.grid, static_cast<long long>(plan.smem));
   long long* st;
   cudaMalloc(&st, plan.grid * 32 * sizeof(long long));
   cudaMemset(st, 0, plan.grid * 32 * sizeof(long long));
@@ -291,8 +294,16 @@ int main(int argc, char** argv) {
     for (int64_t m : ms) {
       Net net = MakeNet(m, time_it ? 64 : 12, time_it ? mlp : odd_net, rng);
       const auto pick = AutoCluster(net.p, sms);
-      std::printf("%s m %lld (auto: cluster %d mt %d)\n", time_it ? "mlp" : "odd", static_cast<long long>(m),
-                  pick.first, pick.second);
+      int active[17] = {};
+      for (int c : {2, 4, 8, 16}) {
+        MlpPlan probe = PlanFusedMlp(net.p, true, net.k0, sms, c, 1);
+        probe.grid = c;
+        ConfigureFusedMlp<__half>(probe, &active[c]);
+        cudaGetLastError();
+      }
+      std::printf("%s m %lld (auto: cluster %d mt %d; clusters active at once of 2/4/8/16: %d/%d/%d/%d)\n",
+                  time_it ? "mlp" : "odd", static_cast<long long>(m), pick.first, pick.second, active[2], active[4],
+                  active[8], active[16]);
       double err, worst = 0;
       int variants = 1;
       const float old_us = Run(net, PlanFusedMlp(net.p, true, net.k0, sms, 0, 0), &err, time_it);

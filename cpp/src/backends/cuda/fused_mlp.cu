@@ -103,12 +103,9 @@ MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int
     last[d.phase] = l;
     if (kept[l]) a.phase_sync[d.phase] = 1;
   }
-  int64_t elems = a.smem_elems, floats = 0, slots = kMlpClusterWarps;
+  int64_t elems = a.smem_elems, floats = 0;
   for (int l = 0; l < layers; ++l) a.layer[l].ptiles = a.phase_tiles[phase[l]];
-  for (int q = 0; q < a.phases; ++q) {
-    a.phase_pending[q] = layers - 1 - last[q];
-    slots = std::max<int64_t>(slots, (a.phase_tiles[q] + cluster - 1) / cluster);
-  }
+  for (int q = 0; q < a.phases; ++q) a.phase_pending[q] = layers - 1 - last[q];
   for (int l = 0; l < layers; ++l) {
     MlpLayerArgs& d = a.layer[l];
     // The most tiles of this layer one rank stages.
@@ -125,21 +122,27 @@ MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int
     floats += most * 8;
   }
   a.part_off = static_cast<int>((elems * 2 + 15) / 16 * 16);
-  a.sum_off = static_cast<int>((floats + 3) / 4 * 4);
-  plan.smem = a.part_off + (a.sum_off + slots * rows * 8) * 4;
+  plan.smem = a.part_off + floats * 4;
   return plan;
 }
 
 /// The cluster the shapes call for, as {blocks per cluster, mt}, or {0, 0}
-/// for the one-block kernel: one block per SM, the widest phase's 8-column
-/// tiles spread over up to 16 blocks, while the clusters fill the GPU.
+/// for the one-block kernel (bench/notes/cuda.md, the mlp on an H100): 8
+/// blocks up to 8 row blocks of 16, 4 up to 32, 2 up to 66 (one block per SM),
+/// never more blocks than the widest phase has 8-column tiles; past that the
+/// one-block kernel.
 std::pair<int, int> AutoCluster(const FusedMlpParams& p, int sms) {
+  std::vector<int> phase(p.layers.size(), 0), tiles(p.layers.size(), 0);
   int most_tiles = 0;
-  for (const auto& L : p.layers) most_tiles = std::max<int>(most_tiles, static_cast<int>((L.n + 7) / 8));
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    phase[l] = p.layers[l].input < 0 ? 0 : phase[p.layers[l].input] + 1;
+    tiles[phase[l]] += static_cast<int>((p.layers[l].n + 7) / 8);
+    most_tiles = std::max(most_tiles, tiles[phase[l]]);
+  }
   const int64_t row_blocks = (p.m + 15) / 16;
-  int c = kMlpMaxCluster;
-  while (c > 2 && (c > most_tiles || row_blocks * c > sms)) c /= 2;
-  if (row_blocks * c > 2 * sms) return {0, 0};
+  int c = row_blocks <= 8 ? 8 : row_blocks <= 32 ? 4 : 2;
+  while (c > 2 && c > most_tiles) c /= 2;
+  if (row_blocks * c > sms || most_tiles < 2) return {0, 0};
   return {c, 1};
 }
 
@@ -174,7 +177,7 @@ cudaError_t LaunchFusedMlp(const MlpPlan& plan, const MlpArgs& a, cudaStream_t s
 /// Sets the kernel's shared-memory limit (and non-portable cluster sizes);
 /// for a cluster, cudaErrorNotSupported unless one fits on the device.
 template <typename T>
-cudaError_t ConfigureFusedMlp(const MlpPlan& plan) {
+cudaError_t ConfigureFusedMlp(const MlpPlan& plan, int* active_clusters = nullptr) {
   const void* fn = nullptr;
   if (plan.cluster == 0)
     fn = plan.mt == 4 ? reinterpret_cast<const void*>(FusedMlpKernel<T, 4>)
@@ -199,7 +202,11 @@ cudaError_t ConfigureFusedMlp(const MlpPlan& plan) {
   cfg.numAttrs = 1;
   int clusters = 0;
   if ((e = cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg)) != cudaSuccess) return e;
-  return clusters > 0 ? cudaSuccess : cudaErrorNotSupported;
+  if (active_clusters) *active_clusters = clusters;
+  // All clusters at once, or the one-block kernel (a second wave of clusters doubles the time).
+  return clusters > 0 && static_cast<int64_t>(plan.grid) <= static_cast<int64_t>(clusters) * plan.cluster
+             ? cudaSuccess
+             : cudaErrorNotSupported;
 }
 
 template <typename T>

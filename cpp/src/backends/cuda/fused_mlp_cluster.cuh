@@ -11,16 +11,19 @@
 //   phase's group just before that phase: the later layers load while the
 //   earlier ones compute.
 // - Every block keeps the full row buffers (X and each layer output a later
-//   layer reads) in its own shared memory. A phase's products go to float
-//   partial sums in shared memory (when a block has fewer tiles than warps, K
-//   is split among the warps, so all warps work); then the block adds them up,
-//   applies bias and activation (the bias slices loaded into shared memory at
-//   the start), writes the layer's output to global memory and its kept rows
-//   into its own row buffers, then copies those rows into every other block of
-//   the cluster (distributed shared memory, 16-byte stores), followed by one
-//   cluster barrier per phase that a later one reads. The barrier is split in
-//   arrive / wait: the first arrival (row buffers zeroed) is waited for only
-//   before the first copy, so it overlaps the first phase.
+//   layer reads) in its own shared memory. A warp takes one of the block's
+//   tiles over all of K (mma.m16n8k16), adds the bias (its slices loaded into
+//   shared memory at the start) and applies the activation in registers, writes
+//   the layer's output to global memory and, for a layer a later one reads, the
+//   tile into the row buffers of every block of the cluster (distributed shared
+//   memory), followed by one cluster barrier per phase that a later one reads.
+//   The start's barrier (every block's buffers zeroed) is split in arrive and
+//   wait around the loads of X and the bias.
+//
+// Measured (bench/cuda_fused_mlp_bench.cu, bench/notes/cuda.md): the kernel is
+// bound by chains of dependent latencies, not by the products: K split among
+// warps (with a reduction through shared memory) and rows copied after the
+// epilogue in 16-byte pieces each cost more barriers and steps than they saved.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -129,6 +132,22 @@ __device__ __forceinline__ int LayerOfTile(const MlpArgs& a, int p, int g) {
 __device__ __forceinline__ void ClusterArrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
+template <typename T>
+__device__ __forceinline__ T FromBits(uint32_t v) {
+  const uint16_t b = static_cast<uint16_t>(v);
+  T h;
+  memcpy(&h, &b, 2);
+  return h;
+}
+
+template <typename T>
+__device__ __forceinline__ uint16_t Bits(float v) {
+  const T h = Store<T>(v);
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+
 __device__ __forceinline__ void Stamp(const MlpArgs& a, int step) {
   if (a.stamps && threadIdx.x == 0) a.stamps[blockIdx.x * 32 + step] = clock64();
 }
@@ -141,7 +160,6 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sm = reinterpret_cast<T*>(smem_raw);
   float* fl = reinterpret_cast<float*>(smem_raw + a.part_off);
-  float* part = fl + a.sum_off;
   constexpr int kRows = 16 * MT;
   constexpr int kThreads = kMlpClusterThreads;
   const int csize = a.cluster, rank = static_cast<int>(cluster.block_rank());
@@ -152,21 +170,23 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
   Stamp(a, 16);
 
   // Global loads first, all in flight together: X's first rows (the rest
-  // below), then every layer's bias slice (float, into shared memory later).
+  // below) and every layer's bias slice, kept as raw bits until stored (a
+  // conversion here would wait for each load in turn).
   const int x_rows = a.m - r0 < kRows ? static_cast<int>(a.m - r0) : kRows, x_valid = x_rows * a.k0;
-  const auto load_x = [&](int i) {
+  const auto load_x = [&](int i) -> uint32_t {
     const int r = i / a.k0, c = i - r * a.k0;
     const int64_t g = (r0 + r) * a.k0 + c;
-    return a.x_float ? __ldg(static_cast<const float*>(a.x) + g) : Load(static_cast<const T*>(a.x)[g]);
+    return a.x_float ? __float_as_uint(__ldg(static_cast<const float*>(a.x) + g))
+                     : __ldg(static_cast<const unsigned short*>(a.x) + g);
   };
-  const auto store_x = [&](int i, float v) {
+  const auto store_x = [&](int i, uint32_t v) {
     const int r = i / a.k0;
-    sm[r * a.x_stride + i - r * a.k0] = Store<T>(v);
+    sm[r * a.x_stride + i - r * a.k0] = a.x_float ? Store<T>(__uint_as_float(v)) : FromBits<T>(v);
   };
-  float xv[8];
+  uint32_t xv[4];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) xv[j] = tid + j * kThreads < x_valid ? load_x(tid + j * kThreads) : 0.f;
-  float bv[kMlpMaxLayers];
+  for (int j = 0; j < 4; ++j) xv[j] = tid + j * kThreads < x_valid ? load_x(tid + j * kThreads) : 0u;
+  unsigned short bv[kMlpMaxLayers];
   int n0s[kMlpMaxLayers], n1s[kMlpMaxLayers];
 #pragma unroll
   for (int l = 0; l < kMlpMaxLayers; ++l) {
@@ -175,7 +195,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
     int lo, hi;
     RankTiles(L.ptiles, csize, rank, &lo, &hi);
     SliceColumns(L, lo, hi, &n0s[l], &n1s[l]);
-    bv[l] = L.b && tid < n1s[l] - n0s[l] ? Load(reinterpret_cast<const T*>(L.b)[n0s[l] + tid]) : 0.f;
+    bv[l] = L.b && tid < n1s[l] - n0s[l] ? __ldg(L.b + n0s[l] + tid) : static_cast<unsigned short>(0);
   }
   Stamp(a, 17);
   // Every layer's weight slice in flight, one cp.async group per layer (empty groups too).
@@ -192,9 +212,9 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
   __syncthreads();
   Stamp(a, 19);
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < 4; ++j)
     if (tid + j * kThreads < x_valid) store_x(tid + j * kThreads, xv[j]);
-  for (int i = tid + 8 * kThreads; i < x_valid; i += kThreads) store_x(i, load_x(i));
+  for (int i = tid + 4 * kThreads; i < x_valid; i += kThreads) store_x(i, load_x(i));
   ClusterArrive();
   Stamp(a, 20);
 #pragma unroll
@@ -202,7 +222,7 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
     if (l >= a.layers) break;
     const int cnt = n1s[l] - n0s[l];
     float* dst = fl + a.layer[l].bias_off;
-    if (tid < cnt) dst[tid] = bv[l];
+    if (tid < cnt) dst[tid] = Load(FromBits<T>(bv[l]));
     const T* bias = reinterpret_cast<const T*>(a.layer[l].b);
     for (int i = tid + kThreads; i < cnt; i += kThreads) dst[i] = bias ? Load(bias[n0s[l] + i]) : 0.f;
   }
@@ -210,29 +230,24 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
   WaitPending(a.phase_pending[0]);
   __syncthreads();
   Stamp(a, 2);
-  bool arrived = true;  // an arrival at the cluster barrier not yet waited for
+  ClusterWait();  // every block's rows zeroed: from here on blocks write into each other
 
   for (int p = 0; p < a.phases; ++p) {
     int lo, hi;
     RankTiles(a.phase_tiles[p], csize, rank, &lo, &hi);
-    const int tiles = hi - lo;
-    const int split = tiles > 0 && tiles < kMlpClusterWarps ? kMlpClusterWarps / tiles : 1;
-    for (int item = warp; item < tiles * split; item += kMlpClusterWarps) {
-      const int t = item % tiles, s = item / tiles, g = lo + t;
+    // A warp per tile, all of K, then bias, activation and the writes straight from the registers.
+    for (int g = lo + warp; g < hi; g += kMlpClusterWarps) {
       const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
-      const int first = lo > L.tile0 ? lo : L.tile0;  // the layer's first tile staged here
-      const int wst = L.kp + 8;
-      const bool n_ok = (g - L.tile0) * 8 + gid < L.n;
-      const uint16_t* wrow =
-          reinterpret_cast<const uint16_t*>(sm + L.ws_off) + ((g - first) * 8 + gid) * wst + 2 * tig;
+      const int first = (lo > L.tile0 ? lo : L.tile0) - L.tile0;  // the layer's first tile staged here
+      const int nt = g - L.tile0, wst = L.kp + 8, ktiles = L.kp / 16;
+      const bool n_ok = nt * 8 + gid < L.n;
+      const uint16_t* wrow = reinterpret_cast<const uint16_t*>(sm + L.ws_off) + ((nt - first) * 8 + gid) * wst + 2 * tig;
       const T* in = sm + L.in_off;
-      const int ktiles = L.kp / 16, chunk = (ktiles + split - 1) / split;
-      const int k0 = s * chunk, k1 = min(ktiles, k0 + chunk);
       float c[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.f;
 #pragma unroll 4
-      for (int kt = k0; kt < k1; ++kt) {
+      for (int kt = 0; kt < ktiles; ++kt) {
         const uint32_t b0 = n_ok ? *reinterpret_cast<const uint32_t*>(wrow + kt * 16) : 0u;
         const uint32_t b1 = n_ok ? *reinterpret_cast<const uint32_t*>(wrow + kt * 16 + 8) : 0u;
 #pragma unroll
@@ -244,85 +259,51 @@ __global__ void __launch_bounds__(kMlpClusterThreads, 1) FusedMlpClusterKernel(c
                       b0, b1);
         }
       }
-      // c[mt][2h + e]: row mt * 16 + gid + 8h, tile column 2 tig + e; slot `item` of the partials.
-      float* dst = part + item * kRows * 8;
+      // c[mt][2h + e]: row mt * 16 + gid + 8h, column col + e.
+      const int col = nt * 8 + 2 * tig;
+      if (col >= L.n) continue;
+      const bool two = col + 1 < L.n;
+      const float* bias = fl + L.bias_off + col - first * 8;
+      const float bias0 = bias[0], bias1 = two ? bias[1] : 0.f;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float2*>(dst + (mt * 16 + gid + 8 * h) * 8 + 2 * tig) =
-              make_float2(c[mt][2 * h], c[mt][2 * h + 1]);
-    }
-    __syncthreads();
-    Stamp(a, 3 + 4 * p);
-    // A thread per (tile, row, column pair): sum the K parts, bias, activation;
-    // into the layer's output and this block's copy of its rows.
-    for (int u = tid; u < tiles * kRows * 4; u += kThreads) {
-      const int t = u / (kRows * 4), rem = u - t * kRows * 4, row = rem / 4, cp = rem % 4;
-      const int g = lo + t;
-      const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
-      const int col = (g - L.tile0) * 8 + 2 * cp;
-      if (col >= L.n) continue;
-      const bool two = col + 1 < L.n;
-      float2 acc = make_float2(0.f, 0.f);
-      for (int s = 0; s < split; ++s) {
-        const float2 v = *reinterpret_cast<const float2*>(part + ((s * tiles + t) * kRows + row) * 8 + 2 * cp);
-        acc.x += v.x;
-        acc.y += v.y;
-      }
-      const float* bias = fl + L.bias_off - ((lo > L.tile0 ? lo : L.tile0) - L.tile0) * 8;
-      const float v0 = L.act(acc.x + bias[col]);
-      const float v1 = two ? L.act(acc.y + bias[col + 1]) : 0.f;
-      const int64_t gr = r0 + row;
-      if (L.y && gr < a.m) {
-        if (L.y_float) {
-          float* y = static_cast<float*>(L.y) + gr * L.n + col;
-          y[0] = v0;
-          if (two) y[1] = v1;
-        } else {
-          T* y = static_cast<T*>(L.y) + gr * L.n + col;
-          y[0] = Store<T>(v0);
-          if (two) y[1] = Store<T>(v1);
+        for (int h = 0; h < 2; ++h) {
+          const int row = mt * 16 + gid + 8 * h;
+          const float v0 = L.act(c[mt][2 * h] + bias0), v1 = two ? L.act(c[mt][2 * h + 1] + bias1) : 0.f;
+          const int64_t gr = r0 + row;
+          if (L.y && gr < a.m) {
+            if (L.y_float) {
+              float* y = static_cast<float*>(L.y) + gr * L.n + col;
+              y[0] = v0;
+              if (two) y[1] = v1;
+            } else {
+              T* y = static_cast<T*>(L.y) + gr * L.n + col;
+              y[0] = Store<T>(v0);
+              if (two) y[1] = Store<T>(v1);
+            }
+          }
+          if (L.out_off >= 0) {
+            // The pair into every block's rows (col even, strides even: 4-byte aligned;
+            // past N the second is 0, as the padding there).
+            T* mine = sm + L.out_off + row * L.out_stride + col;
+            const uint32_t pair = Bits<T>(v0) | static_cast<uint32_t>(Bits<T>(v1)) << 16;
+            *reinterpret_cast<uint32_t*>(mine) = pair;
+            for (int q = 0; q < csize; ++q)
+              if (q != rank) *reinterpret_cast<uint32_t*>(cluster.map_shared_rank(mine, q)) = pair;
+          }
         }
-      }
-      if (L.out_off >= 0) {
-        T* mine = sm + L.out_off + row * L.out_stride + col;
-        mine[0] = Store<T>(v0);
-        if (two) mine[1] = Store<T>(v1);
-      }
     }
-    Stamp(a, 4 + 4 * p);
-    if (a.phase_sync[p]) {
-      // The phase's kept rows into every other block, 16 bytes (a tile's row) at a
-      // time; columns past N copy the zeros there.
-      __syncthreads();
-      if (arrived) ClusterWait();  // everyone has zeroed their rows
-      const int others = csize - 1;
-      for (int u = tid; u < tiles * kRows * others; u += kThreads) {
-        const int t = u / (kRows * others), rem = u - t * kRows * others, row = rem / others;
-        int q = rem - row * others;
-        q += q >= rank;
-        const int g = lo + t;
-        const MlpLayerArgs& L = a.layer[LayerOfTile(a, p, g)];
-        if (L.out_off < 0) continue;
-        T* mine = sm + L.out_off + row * L.out_stride + (g - L.tile0) * 8;
-        *reinterpret_cast<uint4*>(cluster.map_shared_rank(mine, q)) = *reinterpret_cast<const uint4*>(mine);
-      }
-      ClusterArrive();
-      arrived = true;
-    }
-    Stamp(a, 5 + 4 * p);
+    Stamp(a, 3 + 2 * p);
     if (p + 1 == a.phases) break;
+    if (a.phase_sync[p]) ClusterArrive();
     WaitPending(a.phase_pending[p + 1]);
-    if (a.phase_sync[p]) {
-      ClusterWait();  // the phase's rows are in every block
-      arrived = false;
-    }
-    __syncthreads();  // the next phase's weights in; the partials free
-    Stamp(a, 6 + 4 * p);
+    if (a.phase_sync[p])
+      ClusterWait();  // the phase's rows are in every block, the next weights in
+    else
+      __syncthreads();  // the next phase's weights in
+    Stamp(a, 4 + 2 * p);
   }
-  if (arrived) ClusterWait();  // no block leaves before all have arrived
-  Stamp(a, 15);
 #endif
 }
 

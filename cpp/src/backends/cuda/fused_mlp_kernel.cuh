@@ -64,11 +64,10 @@ struct MlpArgs {
   // (layers that read X or only earlier phases' outputs); per phase its tiles,
   // the cp.async groups that may still be pending once its weights are in
   // (layers after its last one), and whether a later phase reads it (a cluster
-  // barrier after it); the float region in shared memory (byte offset): the
-  // bias slices, then the partial sums from sum_off (floats).
+  // barrier after it); the bias slices in shared memory (float, byte offset).
   int cluster = 0, phases = 0;
   int phase_tiles[kMlpMaxLayers] = {}, phase_pending[kMlpMaxLayers] = {}, phase_sync[kMlpMaxLayers] = {};
-  int part_off = 0, sum_off = 0;
+  int part_off = 0;
   long long* stamps = nullptr;  // bench only: clock64() of block b's steps at [32 b + step]
 };
 
