@@ -13,6 +13,11 @@ nproc; nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 build=$!
 nvcc -std=c++17 -arch=sm_90 -O3 -Icpp/src -Icpp/include --expt-relaxed-constexpr bench/cuda_fused_mlp_bench.cu \
   -o /tmp/fused_mlp_bench -Xlinker --unresolved-symbols=ignore-all 2>&1 | grep -v "^$" | tail -5
+if [ -f .base/cpp/src/backends/cuda/fused_mlp.cu ]; then  # the kernel before this branch, its own bench
+  nvcc -std=c++17 -arch=sm_90 -O3 -I.base/cpp/src -Icpp/src -Icpp/include --expt-relaxed-constexpr .base/bench/cuda_fused_mlp_bench.cu \
+    -o /tmp/fused_mlp_bench_base -Xlinker --unresolved-symbols=ignore-all 2>&1 | grep -v "^$" | tail -3
+  echo "== base kernel (main), its bench (zero data)"; timeout 60 /tmp/fused_mlp_bench_base 2>&1 | tee $OUT/kernel_bench_base.txt
+fi
 timeout 90 /tmp/fused_mlp_bench ${BATCHES:-1,32,256,1024} --odd 2>&1 | tee $OUT/kernel_bench.txt
 [ "$KERNEL_ONLY" = 1 ] && exit 0
 wait $build || { tail -30 $OUT/build.log; exit 1; }

@@ -186,7 +186,11 @@ cudaError_t ConfigureFusedMlp(const MlpPlan& plan, int* active_clusters = nullpt
     fn = plan.mt == 4   ? reinterpret_cast<const void*>(FusedMlpClusterKernel<T, 4>)
          : plan.mt == 2 ? reinterpret_cast<const void*>(FusedMlpClusterKernel<T, 2>)
                         : reinterpret_cast<const void*>(FusedMlpClusterKernel<T, 1>);
-  cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+  // The limit is the function's, shared by every node: raise it, never lower it.
+  cudaFuncAttributes attrs = {};
+  cudaError_t e = cudaFuncGetAttributes(&attrs, fn);
+  if (e == cudaSuccess && attrs.maxDynamicSharedSizeBytes < plan.smem)
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
   if (e != cudaSuccess || plan.cluster == 0) return e;
   if (plan.cluster > 8 && (e = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) != cudaSuccess)
     return e;
