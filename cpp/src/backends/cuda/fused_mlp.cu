@@ -121,8 +121,8 @@ MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int
     d.bias_off = static_cast<int>(floats);
     floats += most * 8;
   }
-  a.part_off = static_cast<int>((elems * 2 + 15) / 16 * 16);
-  plan.smem = a.part_off + floats * 4;
+  a.bias_smem = static_cast<int>((elems * 2 + 15) / 16 * 16);
+  plan.smem = a.bias_smem + floats * 4;
   return plan;
 }
 

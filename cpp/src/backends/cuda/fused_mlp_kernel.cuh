@@ -47,7 +47,7 @@ struct MlpLayerArgs {
   int y_float = 0;
   // Cluster kernel only: the layer's phase, its first tile among the phase's
   // 8-column tiles and the phase's count, its weight slice (elements) and bias
-  // slice (floats from part_off).
+  // slice (floats from bias_smem).
   int phase = 0, tile0 = 0, ptiles = 0, ws_off = 0, bias_off = 0;
 };
 
@@ -67,25 +67,9 @@ struct MlpArgs {
   // barrier after it); the bias slices in shared memory (float, byte offset).
   int cluster = 0, phases = 0;
   int phase_tiles[kMlpMaxLayers] = {}, phase_pending[kMlpMaxLayers] = {}, phase_sync[kMlpMaxLayers] = {};
-  int part_off = 0;
+  int bias_smem = 0;
   long long* stamps = nullptr;  // bench only: clock64() of block b's steps at [32 b + step]
 };
-
-/// Reads one word of each 64-byte line of the kernel's arguments, a line per
-/// warp: a CUDA graph gives every launch its own parameter block, so each
-/// line's first use misses the constant cache, and the misses of one warp's
-/// instructions come one after another (the start of a kernel that reads its
-/// layers' fields in order: thousands of cycles). `a` must be __grid_constant__.
-__device__ __forceinline__ void TouchArgs(const MlpArgs& a, int warp, int lane) {
-  constexpr int kLines = (sizeof(MlpArgs) + 63) / 64;
-  const int* words = reinterpret_cast<const int*>(&a);
-  const int warps = blockDim.x / 32;
-  if (lane == 0)
-    for (int line = warp; line < kLines; line += warps) {
-      const int v = words[line * 16];
-      asm volatile("" ::"r"(v));
-    }
-}
 
 template <typename T>
 __device__ __forceinline__ void Mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -142,7 +126,6 @@ __global__ void __launch_bounds__(kMlpThreads) FusedMlpKernel(const __grid_const
   constexpr int kRows = 16 * MT;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-  TouchArgs(a, warp, lane);
   // Zeros first: K padding and rows past M read as 0 in every layer.
   for (int i = tid; i < a.smem_elems; i += kMlpThreads) sm[i] = Store<T>(0.f);
   __syncthreads();
