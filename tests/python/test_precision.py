@@ -267,6 +267,28 @@ def test_server_warms_up_by_default_when_convs_run_channels_last():
 
 
 @gpu
+@pytest.mark.parametrize("cluster", ["0", "2", "16", "4:2", None])
+@pytest.mark.parametrize("batch", [1, 33, 300])
+def test_policy_mlp_fused_kernels_agree_with_onnxruntime(cluster, batch, monkeypatch):
+    """The mlp's FusedMlp through the one-block kernel (KAIWU_FUSED_MLP_CLUSTER=0), forced
+    cluster sizes and the kernel's own choice (unset), fp16 against float32 onnxruntime."""
+    data, model = _model("mlp")
+    feeds = policies.make_inputs("mlp", batch, seed=11)
+    ref = run_ort(model, feeds)
+    monkeypatch.delenv("KAIWU_FUSED_MLP", raising=False)
+    if cluster is None:
+        monkeypatch.delenv("KAIWU_FUSED_MLP_CLUSTER", raising=False)
+    else:
+        monkeypatch.setenv("KAIWU_FUSED_MLP_CLUSTER", cluster)
+    sess = ki.Session(data, device="cuda", precision="fp16")
+    assert [r["op"] for r in sess.profile(feeds, runs=1)] == ["FusedMlp"]
+    got = sess.run(feeds)
+    for k, want in ref.items():
+        err = np.linalg.norm(got[k].astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30)
+        assert err <= RTOL["fp16"], (k, err)
+
+
+@gpu
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_policy_mlp_runs_as_one_fused_launch(precision, monkeypatch):
     """The MLP's body and heads (four Gemms) and its edge casts become one FusedMlp node;

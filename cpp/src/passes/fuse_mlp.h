@@ -21,7 +21,10 @@ namespace kaiwu {
 /// Limits of a group, so that the CUDA kernel's shared memory holds it: every
 /// layer's K and N; one layer's weights as staged ([round8(N)][round16(K) + 8]
 /// elements); all layers' weights; the row buffers (X and every layer output a
-/// later layer reads, each round16(width) + 8 elements).
+/// later layer reads, each round16(width) + 8 elements). These are the CUDA
+/// one-block kernel's; the cluster kernel (backends/cuda/fused_mlp_cluster.cuh)
+/// holds a share of every layer's weights per block and runs only where those
+/// fit, else the one-block kernel does, so they stay the limits of the group.
 constexpr int64_t kFusedMlpMaxWidth = 1024;
 constexpr int64_t kFusedMlpMaxStage = 80 * 1024;
 constexpr int64_t kFusedMlpMaxWeights = int64_t{1} << 20;

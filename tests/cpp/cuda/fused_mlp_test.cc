@@ -6,12 +6,20 @@
 // error of that; 16-bit outputs within one rounding. Sizes: K and N tails of
 // the 16 x 8 tiles, W stored [N, K] and [K, N], a layer without bias, heads
 // reading one layer, an output also read by a later layer, one row, a part-full
-// last block and enough rows for the 64-row blocks.
+// last block and enough rows for the 64-row blocks. The cluster kernel
+// (KAIWU_FUSED_MLP_CLUSTER forces its size and rows per block, 0 the one-block
+// kernel): widths that do not divide into the cluster's share of 8-column
+// tiles, 1 to 300 rows, every fused activation, both 16-bit types, and a
+// network whose slices overflow shared memory (the one-block kernel instead).
+// Tolerance: |got - want| <= atol + rtol |want|, 4e-3 for float16, 3e-2 for bfloat16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "half_harness.h"
@@ -24,7 +32,7 @@ struct MlpLayerCase {
   int input;  // -1: X
   int64_t n;
   bool trans_b;
-  std::string act;  // "" (none), Relu, Tanh, Sigmoid, LeakyRelu
+  std::string act;  // "" (none), Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid, HardSwish
   bool bias;
 };
 
@@ -36,13 +44,49 @@ struct MlpCase {
   std::vector<bool> out_float;
 };
 
+// The activation's two parameters as the cases use them.
+std::pair<float, float> ActParams(const std::string& a) {
+  if (a == "LeakyRelu") return {0.1f, 0.f};
+  if (a == "Clip") return {-0.5f, 0.5f};
+  if (a == "HardSigmoid") return {0.2f, 0.5f};
+  return {0.f, 0.f};
+}
+
 double Act(const std::string& a, double v) {
+  const auto [alpha, beta] = ActParams(a);
   if (a == "Relu") return v > 0 ? v : 0;
   if (a == "Tanh") return std::tanh(v);
   if (a == "Sigmoid") return 1 / (1 + std::exp(-v));
-  if (a == "LeakyRelu") return v >= 0 ? v : 0.1 * v;
+  if (a == "LeakyRelu") return v >= 0 ? v : alpha * v;
+  if (a == "Clip") return std::min<double>(std::max<double>(v, alpha), beta);
+  if (a == "HardSigmoid") return std::min(std::max(v * alpha + beta, 0.0), 1.0);
+  if (a == "HardSwish") return v * std::min(std::max(v / 6 + 0.5, 0.0), 1.0);
   return v;
 }
+
+// Sets KAIWU_FUSED_MLP_CLUSTER for the scope (null: unset, the kernel's own choice).
+class ScopedClusterEnv {
+ public:
+  explicit ScopedClusterEnv(const char* value) {
+    const char* old = std::getenv("KAIWU_FUSED_MLP_CLUSTER");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv("KAIWU_FUSED_MLP_CLUSTER", value, 1);
+    else
+      unsetenv("KAIWU_FUSED_MLP_CLUSTER");
+  }
+  ~ScopedClusterEnv() {
+    if (had_)
+      setenv("KAIWU_FUSED_MLP_CLUSTER", old_.c_str(), 1);
+    else
+      unsetenv("KAIWU_FUSED_MLP_CLUSTER");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
 
 void CheckMlp(const MlpCase& c, DType dt, std::mt19937& rng) {
   const size_t L = c.layers.size();
@@ -66,8 +110,8 @@ void CheckMlp(const MlpCase& c, DType dt, std::mt19937& rng) {
     inputs_attr.push_back(lc.input);
     trans_attr.push_back(lc.trans_b);
     acts.strings.push_back(lc.act);
-    params.push_back(lc.act == "LeakyRelu" ? 0.1f : 0.f);
-    params.push_back(0.f);
+    params.push_back(ActParams(lc.act).first);
+    params.push_back(ActParams(lc.act).second);
   }
   for (size_t o = 0; o < c.out_layers.size(); ++o) {
     outs_attr.push_back(c.out_layers[o]);
@@ -119,7 +163,8 @@ void CheckMlp(const MlpCase& c, DType dt, std::mt19937& rng) {
       const double want = y[l][i], v = out.As<float>()[i];
       if (std::fabs(v - want) > atol + rtol * std::fabs(want)) {
         ++bad;
-        ADD_FAILURE() << DTypeName(dt) << " m " << c.m << " output " << o << " (layer " << l << ") at " << i
+        ADD_FAILURE() << DTypeName(dt) << " m " << c.m << " KAIWU_FUSED_MLP_CLUSTER="
+                      << (std::getenv("KAIWU_FUSED_MLP_CLUSTER") ? std::getenv("KAIWU_FUSED_MLP_CLUSTER") : "(unset)") << " output " << o << " (layer " << l << ") at " << i
                       << ": " << v << " vs " << want;
       }
     }
@@ -150,6 +195,54 @@ TEST(CudaFusedMlp, TailsLayoutsAndOutputs) {
                 {1, 2, 3}, {false, true, true}};
       CheckMlp(c, dt, rng);
     }
+}
+
+TEST(CudaFusedMlp, ClusterSizesRowsAndTails) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(304);
+  // Columns 300, 33, 5, 9, 40: not multiples of 8 * cluster; K 20 and 33 not of 16;
+  // [K, N] and [N, K]; heads on X and on layer 0 (phases of 3 and 2 layers).
+  const std::vector<MlpLayerCase> layers = {
+      {-1, 300, true, "Relu", true}, {0, 33, false, "Tanh", false}, {1, 5, true, "Sigmoid", true},
+      {-1, 9, false, "LeakyRelu", true}, {0, 40, true, "HardSwish", true}, {-1, 17, true, "", true}};
+  for (const char* env : {static_cast<const char*>(nullptr), "2", "4:2", "8:4", "16", "16:4", "0"}) {
+    ScopedClusterEnv scoped(env);
+    for (int64_t m : {1, 7, 16, 17, 33, 300}) {
+      MlpCase c{m, 20, true, layers, {0, 2, 3, 4, 5}, {false, true, true, false, true}};
+      CheckMlp(c, DType::kFloat16, rng);
+    }
+  }
+}
+
+TEST(CudaFusedMlp, ClusterEveryActivationBothTypes) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(305);
+  for (const char* env : {static_cast<const char*>(nullptr), "8", "0"}) {
+    ScopedClusterEnv scoped(env);
+    for (DType dt : {DType::kFloat16, DType::kBFloat16})
+      for (const std::string act : {"", "Relu", "LeakyRelu", "Tanh", "Sigmoid", "Clip", "HardSigmoid", "HardSwish"}) {
+        MlpCase c{17, 64, false,
+                  {{-1, 72, true, act, true}, {0, 130, false, act, true}, {1, 18, true, act, false}},
+                  {1, 2}, {false, true}};
+        CheckMlp(c, dt, rng);
+      }
+  }
+}
+
+TEST(CudaFusedMlp, ClusterSlicesPastSharedMemoryUseOneBlock) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(306);
+  // Five 256 x 256 layers: a cluster of 2 would hold 5 x 128 x 264 x 2 bytes of
+  // slices (338 KB), so the one-block kernel runs; 16 blocks hold theirs.
+  std::vector<MlpLayerCase> layers = {{-1, 256, true, "Tanh", true}};
+  for (int l = 0; l < 4; ++l) layers.push_back({l, 256, true, "Tanh", true});
+  for (const char* env : {"2", "16"}) {
+    ScopedClusterEnv scoped(env);
+    for (int64_t m : {3, 40}) {
+      MlpCase c{m, 256, true, layers, {4}, {true}};
+      CheckMlp(c, DType::kFloat16, rng);
+    }
+  }
 }
 
 TEST(CudaFusedMlp, TooManyLayersIsUnsupported) {

@@ -1,191 +1,224 @@
 // FusedMlp (ops/linalg.h FusedMlpParams) on CUDA: a small dense network in one
-// launch. A block owns 16 * MT rows of X; each layer's input rows live in
-// shared memory in the weights' 16-bit type (K padded to 16 with zeros, rows
-// padded by 8 elements so the fragment loads hit 32 distinct banks); warps
-// take the layer's 8-column tiles in turn and run mma.m16n8k16 (16-bit
-// operands, float32 accumulation), each layer's weights first staged in shared
-// memory by the whole block with asynchronous 16-byte copies (rows padded like the inputs),
-// since fragment-order loads straight from global memory touch eight lines per
-// instruction and left the block waiting on L2; then add the bias, apply the activation
-// in float and write the tile to shared memory for later layers and/or to the
-// layer's output (float32 or 16-bit). One launch replaces a GEMM and a
-// bias/activation kernel per layer and the casts at the network's edges.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_pipeline.h>
-
+// launch. Two kernels: the cluster kernel (fused_mlp_cluster.cuh) splits each
+// layer's columns over a cluster of 2-16 blocks sharing 16 * MT rows, so that
+// the weights load through many SMs; the one-block kernel (fused_mlp_kernel.cuh)
+// runs all of a block's rows on one SM, the better choice once the row blocks
+// alone fill the GPU, and the fallback where the cluster kernel cannot run
+// (pre-Hopper device, slices past shared memory, no cluster fits).
+// KAIWU_FUSED_MLP_CLUSTER=0 keeps the one-block kernel, =C (2, 4, 8, 16) or
+// C:MT forces that cluster (A/B and tests).
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
-#include "backends/cuda/device_util.cuh"
-#include "backends/cuda/half_util.cuh"
+#include "backends/cuda/fused_mlp_cluster.cuh"
+#include "backends/cuda/fused_mlp_kernel.cuh"
 #include "ops/linalg.h"
 
 namespace kaiwu {
 namespace cuda {
 namespace {
 
-constexpr int kMlpThreads = 512;
-constexpr int kMlpWarps = kMlpThreads / 32;
-constexpr int kMlpMaxLayers = 8;
-constexpr int64_t kMlpMaxSmem = 220 * 1024;
+int64_t Round16(int64_t v) { return (v + 15) / 16 * 16; }
 
-struct MlpLayerArgs {
-  const uint16_t* w = nullptr;  // [N, K] (trans_b) or [K, N], 16-bit
-  const uint16_t* b = nullptr;  // [N] or null
-  int k = 0, n = 0, kp = 0;     // kp: K rounded up to 16
-  int trans_b = 1;
-  int vec16 = 0;  // W [N, K], K % 8 == 0, 16-byte aligned: staged in 16-byte loads
-  int in_off = 0, in_stride = 0;    // input rows in shared memory (elements)
-  int out_off = -1, out_stride = 0;  // this layer's rows kept for later layers (-1: not kept)
-  DeviceActivation act;
-  void* y = nullptr;  // the node's output of this layer, or null
-  int y_float = 0;
+/// A launch of one of the two kernels, its arguments without the tensors' pointers.
+struct MlpPlan {
+  MlpArgs args;
+  int cluster = 0;    // 0: the one-block kernel; else blocks per cluster
+  int mt = 1;         // rows per block (cluster) are 16 * mt
+  int64_t smem = 0;   // dynamic shared memory, bytes (over kMlpMaxSmem: does not fit)
+  unsigned grid = 0;  // blocks
 };
 
-struct MlpArgs {
-  const void* x = nullptr;
-  int x_float = 0;
-  int64_t m = 0;
-  int k0 = 0, x_stride = 0;
-  int layers = 0;
-  int smem_elems = 0;  // the row buffers (zeroed at start)
-  int w_off = 0;       // the weight stage: [round8(N)][kp + 8] of the layer at hand
-  MlpLayerArgs layer[kMlpMaxLayers];
-};
+/// Lays out shared memory and the arguments for `cluster` blocks per cluster
+/// (0: the one-block kernel) and 16 * mt rows per block (mt 0: the one-block
+/// kernel's own choice, 1 or 4).
+MlpPlan PlanFusedMlp(const FusedMlpParams& p, bool x_float, int k0, int sms, int cluster, int mt) {
+  MlpPlan plan;
+  MlpArgs& a = plan.args;
+  const int layers = static_cast<int>(p.layers.size());
+  std::vector<bool> kept(layers, false);
+  for (const auto& L : p.layers)
+    if (L.input >= 0) kept[L.input] = true;
+  a.m = p.m;
+  a.layers = layers;
+  a.x_float = x_float ? 1 : 0;
+  a.k0 = k0;
+  // Shared memory per row, in elements: X, then each kept layer's output.
+  a.x_stride = static_cast<int>(Round16(k0) + 8);
+  int64_t per_row = a.x_stride;
+  std::vector<int> off(layers, -1), stride(layers, 0);
+  for (int l = 0; l < layers; ++l) {
+    if (!kept[l]) continue;
+    stride[l] = static_cast<int>(Round16(p.layers[l].n) + 8);
+    off[l] = static_cast<int>(per_row);  // times the block's rows, below
+    per_row += stride[l];
+  }
+  if (cluster == 0) {
+    // Blocks of 64 rows only when 16-row blocks would fill the GPU twice over
+    // (each block reads every weight once).
+    int64_t stage = 0;  // the largest layer's staged weights, elements
+    for (const auto& L : p.layers) stage = std::max(stage, (L.n + 7) / 8 * 8 * (Round16(L.k) + 8));
+    const auto bytes = [&](int64_t rows) { return (rows * per_row + stage) * 2; };
+    if (mt == 0) mt = (p.m + 15) / 16 > 2 * sms && bytes(64) <= kMlpMaxSmem ? 4 : 1;
+    plan.smem = bytes(16 * mt);
+  }
+  const int rows = 16 * mt;
+  plan.cluster = cluster;
+  plan.mt = mt;
+  a.smem_elems = static_cast<int>(rows * per_row);
+  a.w_off = a.smem_elems;
+  std::vector<int> phase(layers, 0);
+  for (int l = 0; l < layers; ++l) {
+    const FusedMlpParams::Layer& L = p.layers[l];
+    MlpLayerArgs& d = a.layer[l];
+    d.k = static_cast<int>(L.k);
+    d.n = static_cast<int>(L.n);
+    d.kp = static_cast<int>(Round16(L.k));
+    d.trans_b = L.trans_b ? 1 : 0;
+    d.vec16 = L.trans_b && L.k % 8 == 0 ? 1 : 0;
+    d.in_off = L.input < 0 ? 0 : rows * off[L.input];
+    d.in_stride = L.input < 0 ? a.x_stride : stride[L.input];
+    d.out_off = kept[l] ? rows * off[l] : -1;
+    d.out_stride = stride[l];
+    d.act = DeviceActivation::From(L.act);
+    phase[l] = L.input < 0 ? 0 : phase[L.input] + 1;  // a layer reads an earlier one
+  }
+  const int64_t row_blocks = (p.m + rows - 1) / rows;
+  plan.grid = static_cast<unsigned>(row_blocks * std::max(cluster, 1));
+  if (cluster == 0) return plan;
+  // Cluster kernel: phases, each layer's tiles within its phase, the slices.
+  a.cluster = cluster;
+  a.phases = *std::max_element(phase.begin(), phase.end()) + 1;
+  std::vector<int> last(a.phases, 0);
+  for (int l = 0; l < layers; ++l) {
+    MlpLayerArgs& d = a.layer[l];
+    d.phase = phase[l];
+    d.tile0 = a.phase_tiles[d.phase];
+    a.phase_tiles[d.phase] += (d.n + 7) / 8;
+    last[d.phase] = l;
+    if (kept[l]) a.phase_sync[d.phase] = 1;
+  }
+  int64_t elems = a.smem_elems, floats = 0;
+  for (int l = 0; l < layers; ++l) a.layer[l].ptiles = a.phase_tiles[phase[l]];
+  for (int q = 0; q < a.phases; ++q) a.phase_pending[q] = layers - 1 - last[q];
+  for (int l = 0; l < layers; ++l) {
+    MlpLayerArgs& d = a.layer[l];
+    // The most tiles of this layer one rank stages.
+    int most = 0;
+    for (int r = 0; r < cluster; ++r) {
+      int lo, hi, n0, n1;
+      RankTiles(a.phase_tiles[d.phase], cluster, r, &lo, &hi);
+      SliceColumns(d, lo, hi, &n0, &n1);
+      most = std::max(most, (n1 - n0 + 7) / 8);
+    }
+    d.ws_off = static_cast<int>(elems);
+    elems += static_cast<int64_t>(most) * 8 * (d.kp + 8);
+    d.bias_off = static_cast<int>(floats);
+    floats += most * 8;
+  }
+  a.bias_smem = static_cast<int>((elems * 2 + 15) / 16 * 16);
+  plan.smem = a.bias_smem + floats * 4;
+  return plan;
+}
+
+/// The cluster the shapes call for, as {blocks per cluster, mt}, or {0, 0}
+/// for the one-block kernel (bench/notes/cuda.md, the mlp on an H100): 8
+/// blocks up to 8 row blocks of 16, 4 up to 32, 2 up to 66 (one block per SM),
+/// never more blocks than the widest phase has 8-column tiles; past that the
+/// one-block kernel.
+std::pair<int, int> AutoCluster(const FusedMlpParams& p, int sms) {
+  std::vector<int> phase(p.layers.size(), 0), tiles(p.layers.size(), 0);
+  int most_tiles = 0;
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    phase[l] = p.layers[l].input < 0 ? 0 : phase[p.layers[l].input] + 1;
+    tiles[phase[l]] += static_cast<int>((p.layers[l].n + 7) / 8);
+    most_tiles = std::max(most_tiles, tiles[phase[l]]);
+  }
+  const int64_t row_blocks = (p.m + 15) / 16;
+  int c = row_blocks <= 8 ? 8 : row_blocks <= 32 ? 4 : 2;
+  while (c > 2 && c > most_tiles) c /= 2;
+  if (row_blocks * c > sms || most_tiles < 2) return {0, 0};
+  return {c, 1};
+}
 
 template <typename T>
-__device__ __forceinline__ void Mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+cudaError_t LaunchFusedMlp(const MlpPlan& plan, const MlpArgs& a, cudaStream_t stream) {
+  if (plan.cluster == 0) {
+    if (plan.mt == 4)
+      FusedMlpKernel<T, 4><<<plan.grid, kMlpThreads, plan.smem, stream>>>(a);
+    else
+      FusedMlpKernel<T, 1><<<plan.grid, kMlpThreads, plan.smem, stream>>>(a);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(plan.grid);
+  cfg.blockDim = dim3(kMlpClusterThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(plan.smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  switch (plan.mt) {
+    case 4: return cudaLaunchKernelEx(&cfg, FusedMlpClusterKernel<T, 4>, a);
+    case 2: return cudaLaunchKernelEx(&cfg, FusedMlpClusterKernel<T, 2>, a);
+    default: return cudaLaunchKernelEx(&cfg, FusedMlpClusterKernel<T, 1>, a);
+  }
+}
+
+/// Sets the kernel's shared-memory limit (and non-portable cluster sizes);
+/// for a cluster, cudaErrorNotSupported unless one fits on the device.
+template <typename T>
+cudaError_t ConfigureFusedMlp(const MlpPlan& plan, int* active_clusters = nullptr) {
+  const void* fn = nullptr;
+  if (plan.cluster == 0)
+    fn = plan.mt == 4 ? reinterpret_cast<const void*>(FusedMlpKernel<T, 4>)
+                      : reinterpret_cast<const void*>(FusedMlpKernel<T, 1>);
   else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    fn = plan.mt == 4   ? reinterpret_cast<const void*>(FusedMlpClusterKernel<T, 4>)
+         : plan.mt == 2 ? reinterpret_cast<const void*>(FusedMlpClusterKernel<T, 2>)
+                        : reinterpret_cast<const void*>(FusedMlpClusterKernel<T, 1>);
+  // The limit is the function's, shared by every node: raise it, never lower it.
+  cudaFuncAttributes attrs = {};
+  cudaError_t e = cudaFuncGetAttributes(&attrs, fn);
+  if (e == cudaSuccess && attrs.maxDynamicSharedSizeBytes < plan.smem)
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem));
+  if (e != cudaSuccess || plan.cluster == 0) return e;
+  if (plan.cluster > 8 && (e = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) != cudaSuccess)
+    return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(plan.cluster);
+  cfg.blockDim = dim3(kMlpClusterThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(plan.smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if ((e = cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg)) != cudaSuccess) return e;
+  if (active_clusters) *active_clusters = clusters;
+  // All clusters at once, or the one-block kernel (a second wave of clusters doubles the time).
+  return clusters > 0 && static_cast<int64_t>(plan.grid) <= static_cast<int64_t>(clusters) * plan.cluster
+             ? cudaSuccess
+             : cudaErrorNotSupported;
 }
-
-// Stages W as [n][k] rows of kp + 8 elements at `ws`, zeros in [K, kp).
-__device__ __forceinline__ void StageWeights(const MlpLayerArgs& L, uint16_t* ws, int tid) {
-  const int wst = L.kp + 8;
-  if (L.vec16) {
-    const int chunks = L.k / 8;
-    const uint4* src = reinterpret_cast<const uint4*>(L.w);
-    // Asynchronous copies: all of a thread's 16-byte loads in flight at once.
-    for (int i = tid; i < L.n * chunks; i += kMlpThreads) {
-      const int n = i / chunks, c = i - n * chunks;
-      __pipeline_memcpy_async(ws + n * wst + c * 8, src + i, 16);
-    }
-    __pipeline_commit();
-  } else if (L.trans_b) {
-    for (int i = tid; i < L.n * L.k; i += kMlpThreads) {
-      const int n = i / L.k, k = i - n * L.k;
-      ws[n * wst + k] = __ldg(L.w + i);
-    }
-  } else {  // [K, N]: read along N (coalesced), write transposed
-    for (int i = tid; i < L.n * L.k; i += kMlpThreads) {
-      const int k = i / L.n, n = i - k * L.n;
-      ws[n * wst + k] = __ldg(L.w + i);
-    }
-  }
-  const int pad = L.kp - L.k;
-  for (int i = tid; i < L.n * pad; i += kMlpThreads) {
-    const int n = i / pad;
-    ws[n * wst + L.k + (i - n * pad)] = 0;
-  }
-  if (L.vec16) __pipeline_wait_prior(0);  // this thread's copies; the caller's barrier publishes them
-}
-
-template <typename T, int MT>
-__global__ void __launch_bounds__(kMlpThreads) FusedMlpKernel(MlpArgs a) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sm = reinterpret_cast<T*>(smem_raw);
-  constexpr int kRows = 16 * MT;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-  // Zeros first: K padding and rows past M read as 0 in every layer.
-  for (int i = tid; i < a.smem_elems; i += kMlpThreads) sm[i] = Store<T>(0.f);
-  __syncthreads();
-  for (int i = tid; i < kRows * a.k0; i += kMlpThreads) {
-    const int r = i / a.k0, c = i - r * a.k0;
-    const int64_t gr = r0 + r;
-    if (gr >= a.m) break;
-    const float v = a.x_float ? static_cast<const float*>(a.x)[gr * a.k0 + c]
-                              : Load(static_cast<const T*>(a.x)[gr * a.k0 + c]);
-    sm[r * a.x_stride + c] = Store<T>(v);
-  }
-  __syncthreads();
-  for (int l = 0; l < a.layers; ++l) {
-    const MlpLayerArgs& L = a.layer[l];
-    const T* in = sm + L.in_off;
-    const int ntiles = (L.n + 7) / 8, ktiles = L.kp / 16;
-    uint16_t* ws = reinterpret_cast<uint16_t*>(sm + a.w_off);
-    StageWeights(L, ws, tid);
-    __syncthreads();
-    const int wst = L.kp + 8;
-    for (int nt = warp; nt < ntiles; nt += kMlpWarps) {
-      float c[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.f;
-      const int n = nt * 8 + gid;
-      const bool n_ok = n < L.n;
-      const uint16_t* wrow = ws + n * wst + 2 * tig;
-#pragma unroll 4
-      for (int kt = 0; kt < ktiles; ++kt) {
-        const uint32_t b0 = n_ok ? *reinterpret_cast<const uint32_t*>(wrow + kt * 16) : 0u;
-        const uint32_t b1 = n_ok ? *reinterpret_cast<const uint32_t*>(wrow + kt * 16 + 8) : 0u;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const T* a_lo = in + (mt * 16 + gid) * L.in_stride + kt * 16 + 2 * tig;
-          const T* a_hi = a_lo + 8 * L.in_stride;
-          Mma16816<T>(c[mt], *reinterpret_cast<const uint32_t*>(a_lo), *reinterpret_cast<const uint32_t*>(a_hi),
-                      *reinterpret_cast<const uint32_t*>(a_lo + 8), *reinterpret_cast<const uint32_t*>(a_hi + 8),
-                      b0, b1);
-        }
-      }
-      // c[mt][2h + e]: row mt * 16 + gid + 8h, column nt * 8 + 2 tig + e.
-#pragma unroll 1
-      for (int e = 0; e < 2; ++e) {
-        const int col = nt * 8 + 2 * tig + e;
-        if (col >= L.n) continue;
-        const float bias = L.b ? Load(reinterpret_cast<const T*>(L.b)[col]) : 0.f;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = mt * 16 + gid + 8 * h;
-            const float v = L.act(c[mt][2 * h + e] + bias);
-            if (L.out_off >= 0) sm[L.out_off + r * L.out_stride + col] = Store<T>(v);
-            const int64_t gr = r0 + r;
-            if (L.y && gr < a.m) {
-              if (L.y_float)
-                static_cast<float*>(L.y)[gr * L.n + col] = v;
-              else
-                static_cast<T*>(L.y)[gr * L.n + col] = Store<T>(v);
-            }
-          }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-int64_t Round16(int64_t v) { return (v + 15) / 16 * 16; }
 
 template <typename T>
 class FusedMlpCudaKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
-    if (args_.m == 0) return;
-    MlpArgs a = args_;
+    if (plan_.args.m == 0) return;
+    MlpArgs a = plan_.args;
     a.x = io.inputs[0];
     for (int l = 0; l < a.layers; ++l) {
       a.layer[l].w = static_cast<const uint16_t*>(io.inputs[1 + 2 * l]);
@@ -194,14 +227,7 @@ class FusedMlpCudaKernel : public CudaKernel {
       a.layer[l].y = nullptr;
     }
     for (size_t o = 0; o < output_layers_.size(); ++o) a.layer[output_layers_[o]].y = io.outputs[o];
-    const int rows = 16 * mt_;
-    const unsigned grid = static_cast<unsigned>((a.m + rows - 1) / rows);
-    const DeviceContext& dev = Dev(io);
-    if (mt_ == 4)
-      FusedMlpKernel<T, 4><<<grid, kMlpThreads, smem_bytes_, dev.stream>>>(a);
-    else
-      FusedMlpKernel<T, 1><<<grid, kMlpThreads, smem_bytes_, dev.stream>>>(a);
-    CheckLaunch("FusedMlp kernel");
+    CheckCuda(LaunchFusedMlp<T>(plan_, a, Dev(io).stream), "FusedMlp kernel");
   }
 
  protected:
@@ -210,74 +236,40 @@ class FusedMlpCudaKernel : public CudaKernel {
     const int layers = static_cast<int>(p.layers.size());
     if (layers > kMlpMaxLayers)
       Unsupported(ctx, layers, " layers (the CUDA kernel takes up to ", kMlpMaxLayers, ")");
-    std::vector<bool> kept(layers, false);
-    for (const auto& L : p.layers)
-      if (L.input >= 0) kept[L.input] = true;
-    MlpArgs a;
-    a.m = p.m;
-    a.layers = layers;
-    a.x_float = ctx.in(0).dtype == DType::kFloat32;
-    a.k0 = static_cast<int>(ctx.in(0).shape[1]);
-    // Shared memory per row, in elements: X, then each kept layer's output.
-    int64_t per_row = 0;
-    a.x_stride = static_cast<int>(Round16(a.k0) + 8);
-    per_row += a.x_stride;
-    std::vector<int> off(layers, -1), stride(layers, 0);
-    for (int l = 0; l < layers; ++l) {
-      if (!kept[l]) continue;
-      stride[l] = static_cast<int>(Round16(p.layers[l].n) + 8);
-      off[l] = static_cast<int>(per_row);  // times the block's rows, below
-      per_row += stride[l];
-    }
-    has_bias_.assign(layers, false);
-    // Blocks of 64 rows only when 16-row blocks would fill the GPU twice over
-    // (each block reads every weight once).
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) == cudaSuccess)
+    int device = 0, sms = 132, major = 0;
+    if (cudaGetDevice(&device) == cudaSuccess) {
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    int64_t stage = 0;  // the largest layer's staged weights, elements
-    for (const auto& L : p.layers) stage = std::max(stage, (L.n + 7) / 8 * 8 * (Round16(L.k) + 8));
-    const auto bytes = [&](int64_t rows) { return static_cast<int64_t>(rows * per_row + stage) * 2; };
-    mt_ = (p.m + 15) / 16 > 2 * sms && bytes(64) <= kMlpMaxSmem ? 4 : 1;
-    const int rows = 16 * mt_;
-    smem_bytes_ = static_cast<size_t>(bytes(rows));
-    if (static_cast<int64_t>(smem_bytes_) > kMlpMaxSmem)
-      Unsupported(ctx, "layers too wide for shared memory (", smem_bytes_, " bytes)");
-    a.smem_elems = static_cast<int>(rows * per_row);
-    a.w_off = a.smem_elems;
-    for (int l = 0; l < layers; ++l) {
-      const FusedMlpParams::Layer& L = p.layers[l];
-      MlpLayerArgs& d = a.layer[l];
-      d.k = static_cast<int>(L.k);
-      d.n = static_cast<int>(L.n);
-      d.kp = static_cast<int>(Round16(L.k));
-      d.trans_b = L.trans_b ? 1 : 0;
-      d.vec16 = L.trans_b && L.k % 8 == 0 ? 1 : 0;
-      d.in_off = L.input < 0 ? 0 : rows * off[L.input];
-      d.in_stride = L.input < 0 ? a.x_stride : stride[L.input];
-      d.out_off = kept[l] ? rows * off[l] : -1;
-      d.out_stride = stride[l];
-      d.act = DeviceActivation::From(L.act);
-      has_bias_[l] = L.has_bias;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     }
+    const bool x_float = ctx.in(0).dtype == DType::kFloat32;
+    const int k0 = static_cast<int>(ctx.in(0).shape[1]);
+    std::pair<int, int> want = major >= 9 ? AutoCluster(p, sms) : std::pair<int, int>{0, 0};
+    if (const char* env = std::getenv("KAIWU_FUSED_MLP_CLUSTER"); env && major >= 9) {
+      const int c = std::atoi(env);
+      const char* colon = std::strchr(env, ':');
+      const int mt = colon ? std::atoi(colon + 1) : 1;
+      want = c >= 2 && c <= kMlpMaxCluster && (c & (c - 1)) == 0 && (mt == 1 || mt == 2 || mt == 4)
+                 ? std::pair<int, int>{c, mt}
+                 : std::pair<int, int>{0, 0};
+    }
+    plan_ = PlanFusedMlp(p, x_float, k0, sms, 0, 0);
+    if (plan_.smem > kMlpMaxSmem)
+      Unsupported(ctx, "layers too wide for shared memory (", plan_.smem, " bytes)");
+    if (want.first > 0) {
+      const MlpPlan c = PlanFusedMlp(p, x_float, k0, sms, want.first, want.second);
+      if (c.smem <= kMlpMaxSmem && ConfigureFusedMlp<T>(c) == cudaSuccess) plan_ = c;
+      cudaGetLastError();  // a refused cluster leaves the one-block kernel
+    }
+    if (plan_.cluster == 0) CheckCuda(ConfigureFusedMlp<T>(plan_), "FusedMlp shared memory size");
+    has_bias_.assign(layers, false);
+    for (int l = 0; l < layers; ++l) has_bias_[l] = p.layers[l].has_bias;
     output_layers_ = p.output_layers;
     for (size_t o = 0; o < output_layers_.size(); ++o)
-      a.layer[output_layers_[o]].y_float = ctx.outputs[o].dtype == DType::kFloat32;
-    args_ = a;
-    if (smem_bytes_ > 48 * 1024) {
-      const cudaError_t e =
-          mt_ == 4 ? cudaFuncSetAttribute(FusedMlpKernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem_bytes_))
-                   : cudaFuncSetAttribute(FusedMlpKernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem_bytes_));
-      CheckCuda(e, "FusedMlp shared memory size");
-    }
+      plan_.args.layer[output_layers_[o]].y_float = ctx.outputs[o].dtype == DType::kFloat32;
   }
 
  private:
-  MlpArgs args_;
-  int mt_ = 1;
-  size_t smem_bytes_ = 0;
+  MlpPlan plan_;
   std::vector<bool> has_bias_;
   std::vector<int> output_layers_;
 };
