@@ -273,6 +273,70 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Shared by the tensor-core kernels. Warp `warp` owns the 8-column tiles warp,
+// warp + 12, ... of `ntiles`; column n of its tiles is R's row row_of(n).
+// The B fragments (column-major 16 x 8 per tile): column n of tile (t, k) is
+// gate row row_of(t * 8 + gid), rows k * 16 + 2 * tig (+1, +8, +9).
+template <int kTiles, typename RowOf>
+__device__ void GruLoadRFragments(const float* __restrict__ R, int H, int ntiles, int ktiles, int warp,
+                                  int gid, int tig, RowOf row_of, uint32_t (&bf)[kTiles][kGruMmaKTiles][2]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int nt = warp + kGruMmaWarps * i;
+#pragma unroll
+    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
+      bf[i][kt][0] = bf[i][kt][1] = 0u;
+      if (nt < ntiles && kt < ktiles) {
+        const float* rr = R + static_cast<int64_t>(row_of(nt * 8 + gid)) * H + kt * 16 + 2 * tig;
+        bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
+        bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
+      }
+    }
+  }
+}
+
+// h * R^T of the warp's tiles for the 16 rows of ha (FP16, row stride S) into
+// hr (float32, row stride `stride`): per k-tile the A fragment once, then one
+// mma.m16n8k16 per tile.
+template <int kTiles>
+__device__ void GruTileProducts(const __half* ha, int S, int ntiles, int ktiles, int warp, int gid, int tig,
+                                const uint32_t (&bf)[kTiles][kGruMmaKTiles][2], float* hr, int stride) {
+  float acc[kTiles][4];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#pragma unroll
+  for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
+    if (kt < ktiles) {
+      const __half* a_lo = ha + gid * S + kt * 16 + 2 * tig;
+      const __half* a_hi = a_lo + 8 * S;
+      const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo);
+      const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi);
+      const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + 8);
+      const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + 8);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        if (warp + kGruMmaWarps * i < ntiles)
+          asm volatile(
+              "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+              "{%8,%9}, {%0,%1,%2,%3};\n"
+              : "+f"(acc[i][0]), "+f"(acc[i][1]), "+f"(acc[i][2]), "+f"(acc[i][3])
+              : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bf[i][kt][0]), "r"(bf[i][kt][1]));
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const int nt = warp + kGruMmaWarps * i;
+    if (nt < ntiles) {
+      const int col = nt * 8 + 2 * tig;
+      hr[gid * stride + col] = acc[i][0];
+      hr[gid * stride + col + 1] = acc[i][1];
+      hr[(gid + 8) * stride + col] = acc[i][2];
+      hr[(gid + 8) * stride + col + 1] = acc[i][3];
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepArgs a, const float* __restrict__ R) {
   extern __shared__ __align__(16) float sm[];
   const int H = static_cast<int>(a.g.hidden), G = 3 * H, S = H + 8;
@@ -283,22 +347,8 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
   float* hs = sm;                                                 // h [16][H], float32
   float* hr = hs + kGruMmaRows * H;                               // h * R^T [16][G]
   __half* hh = reinterpret_cast<__half*>(hr + kGruMmaRows * G);   // h [16][S], FP16
-  // This warp's R fragments (B operand, column-major 16 x 8 per tile): column n
-  // of tile (t, k) is gate row t * 8 + gid, rows k * 16 + 2 * tig (+1, +8, +9).
-  uint32_t bf[kGruMmaTilesPerWarp][kGruMmaKTiles][2];
-#pragma unroll
-  for (int i = 0; i < kGruMmaTilesPerWarp; ++i) {
-    const int nt = warp + kGruMmaWarps * i;
-#pragma unroll
-    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
-      bf[i][kt][0] = bf[i][kt][1] = 0u;
-      if (nt < ntiles && kt < ktiles) {
-        const float* rr = R + static_cast<int64_t>(nt * 8 + gid) * H + kt * 16 + 2 * tig;
-        bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
-        bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
-      }
-    }
-  }
+  uint32_t bf[kGruMmaTilesPerWarp][kGruMmaKTiles][2];  // this warp's R fragments
+  GruLoadRFragments(R, H, ntiles, ktiles, warp, gid, tig, [](int n) { return n; }, bf);
   const int groups = kGruThreads / H, group = tid / H, j = tid % H;
   const bool updates = group < groups;
   GruUnitRows<kGruMmaRowsPerThread> unit;
@@ -312,40 +362,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
   __syncthreads();
   for (int64_t s = 0; s < a.g.seq; ++s) {
     unit.LoadStep(a, s, b0, rows, group, groups, j, updates);
-    float c[kGruMmaTilesPerWarp][4];
-#pragma unroll
-    for (int i = 0; i < kGruMmaTilesPerWarp; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
-#pragma unroll
-    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
-      if (kt < ktiles) {
-        const __half* a_lo = hh + gid * S + kt * 16 + 2 * tig;
-        const __half* a_hi = a_lo + 8 * S;
-        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo);
-        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi);
-        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + 8);
-        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + 8);
-#pragma unroll
-        for (int i = 0; i < kGruMmaTilesPerWarp; ++i) {
-          if (warp + kGruMmaWarps * i < ntiles)
-            asm volatile(
-                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                "{%8,%9}, {%0,%1,%2,%3};\n"
-                : "+f"(c[i][0]), "+f"(c[i][1]), "+f"(c[i][2]), "+f"(c[i][3])
-                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bf[i][kt][0]), "r"(bf[i][kt][1]));
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kGruMmaTilesPerWarp; ++i) {
-      const int nt = warp + kGruMmaWarps * i;
-      if (nt < ntiles) {
-        const int col = nt * 8 + 2 * tig;
-        hr[gid * G + col] = c[i][0];
-        hr[gid * G + col + 1] = c[i][1];
-        hr[(gid + 8) * G + col] = c[i][2];
-        hr[(gid + 8) * G + col + 1] = c[i][3];
-      }
-    }
+    GruTileProducts(hh, S, ntiles, ktiles, warp, gid, tig, bf, hr, G);
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < kGruMmaRowsPerThread; ++k) {
@@ -400,20 +417,8 @@ __global__ void __launch_bounds__(kGruThreads, 1)
   // Local column n (gate n / U, unit c * U + n % U) is R's row g * H + c * U + n % U;
   // U % 8 == 0, so a tile never straddles two gates.
   uint32_t bf[kTilesPerWarp][kGruMmaKTiles][2];
-#pragma unroll
-  for (int i = 0; i < kTilesPerWarp; ++i) {
-    const int nt = warp + kGruMmaWarps * i;
-#pragma unroll
-    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
-      bf[i][kt][0] = bf[i][kt][1] = 0u;
-      if (nt < ntiles && kt < ktiles) {
-        const int n = nt * 8 + gid, gate = n / U;
-        const float* rr = R + static_cast<int64_t>(gate * H + c * U + n % U) * H + kt * 16 + 2 * tig;
-        bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
-        bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
-      }
-    }
-  }
+  GruLoadRFragments(R, H, ntiles, ktiles, warp, gid, tig,
+                    [H, U, c](int n) { return n / U * H + c * U + n % U; }, bf);
   const int groups = kGruThreads / U, group = tid / U, jj = tid % U, j = c * U + jj;
   const bool updates = group < groups;
   GruUnitRows<kRowsPerThread> unit;
@@ -431,41 +436,7 @@ __global__ void __launch_bounds__(kGruThreads, 1)
   for (int64_t s = 0; s < a.g.seq; ++s) {
     const int cur = static_cast<int>(s & 1), nxt = cur ^ 1;
     unit.LoadStep(a, s, b0, rows, group, groups, j, updates);
-    const __half* ha = hh + cur * kGruMmaRows * S;
-    float acc[kTilesPerWarp][4];
-#pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-#pragma unroll
-    for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
-      if (kt < ktiles) {
-        const __half* a_lo = ha + gid * S + kt * 16 + 2 * tig;
-        const __half* a_hi = a_lo + 8 * S;
-        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(a_lo);
-        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(a_hi);
-        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(a_lo + 8);
-        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(a_hi + 8);
-#pragma unroll
-        for (int i = 0; i < kTilesPerWarp; ++i) {
-          if (warp + kGruMmaWarps * i < ntiles)
-            asm volatile(
-                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                "{%8,%9}, {%0,%1,%2,%3};\n"
-                : "+f"(acc[i][0]), "+f"(acc[i][1]), "+f"(acc[i][2]), "+f"(acc[i][3])
-                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(bf[i][kt][0]), "r"(bf[i][kt][1]));
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kTilesPerWarp; ++i) {
-      const int nt = warp + kGruMmaWarps * i;
-      if (nt < ntiles) {
-        const int col = nt * 8 + 2 * tig;
-        hr[gid * 3 * U + col] = acc[i][0];
-        hr[gid * 3 * U + col + 1] = acc[i][1];
-        hr[(gid + 8) * 3 * U + col] = acc[i][2];
-        hr[(gid + 8) * 3 * U + col + 1] = acc[i][3];
-      }
-    }
+    GruTileProducts(hh + cur * kGruMmaRows * S, S, ntiles, ktiles, warp, gid, tig, bf, hr, 3 * U);
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < kRowsPerThread; ++k) {
