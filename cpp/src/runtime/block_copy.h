@@ -51,8 +51,9 @@ bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, v
 
 /// CopyBlocks with copies of 256K elements and more split into pieces of 16K
 /// elements run on `pool` (in place when the copy is smaller or the pool has
-/// one thread). On a
-/// non-finite value, `fault` names the first piece's (in destination order).
+/// one thread). Copies of 1 MB and more write with streaming stores (a refit's
+/// destination is out of cache). On a non-finite value, `fault` names the
+/// first piece's (in destination order).
 bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                         DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool);
 
@@ -66,8 +67,9 @@ struct CopyTask {
 
 /// Independent copies (no job reads what another writes) as one batch: one
 /// wake of `pool` for all of them, split into pieces of 16K elements when the
-/// batch has 128K elements and more (else run in place). On a non-finite
-/// value, `fault` and `*fault_task` name the first piece's (in job order).
+/// batch has 128K elements and more (else run in place); a batch of 1 MB and
+/// more writes with streaming stores. On a non-finite value, `fault` and
+/// `*fault_task` name the first piece's (in job order).
 bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
                       size_t* fault_task, ThreadPool* pool);
 
