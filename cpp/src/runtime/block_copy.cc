@@ -181,13 +181,15 @@ bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, v
   return true;
 }
 
+template <typename U> U Mask(bool check, DType t) { return check ? ExponentMask<U>(t) : 0; }
+
 bool CopyBlockRange(const CopyBlock* blocks, size_t count, const void* const* srcs, void* dst,
                     DType dtype, bool check, bool stream, CopyFault* fault) {
   switch (DTypeSize(dtype)) {
     case 1: return CopyTyped<uint8_t>(blocks, count, srcs, dst, 0, stream, fault);
-    case 2: return CopyTyped<uint16_t>(blocks, count, srcs, dst, check ? ExponentMask<uint16_t>(dtype) : 0, stream, fault);
-    case 4: return CopyTyped<uint32_t>(blocks, count, srcs, dst, check ? ExponentMask<uint32_t>(dtype) : 0, stream, fault);
-    case 8: return CopyTyped<uint64_t>(blocks, count, srcs, dst, check ? ExponentMask<uint64_t>(dtype) : 0, stream, fault);
+    case 2: return CopyTyped(blocks, count, srcs, dst, Mask<uint16_t>(check, dtype), stream, fault);
+    case 4: return CopyTyped(blocks, count, srcs, dst, Mask<uint32_t>(check, dtype), stream, fault);
+    case 8: return CopyTyped(blocks, count, srcs, dst, Mask<uint64_t>(check, dtype), stream, fault);
     default: Fail(StatusCode::kInternal, "CopyBlocks: no copy for dtype ", DTypeName(dtype));
   }
 }
@@ -230,7 +232,8 @@ void SplitBlocks(const std::vector<CopyBlock>& blocks, int64_t max_elements,
       }
       continue;
     }
-    const int64_t rows = std::max<int64_t>(8, (max_elements / std::max<int64_t>(b.cols, 1)) & ~int64_t{7});
+    const int64_t rows =
+        std::max<int64_t>(8, (max_elements / std::max<int64_t>(b.cols, 1)) & ~int64_t{7});
     for (int64_t r = 0; r < b.rows; r += rows) {
       CopyBlock p = b;
       p.rows = std::min(rows, b.rows - r);
