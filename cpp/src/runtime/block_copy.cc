@@ -281,6 +281,55 @@ bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const*
   return true;
 }
 
+void SplitTasks(const std::vector<CopyTask>& jobs, int64_t max_elements,
+                std::vector<CopyPiece>* out) {
+  thread_local std::vector<CopyBlock> tl_split;  // kept: a steady refit allocates nothing here
+  out->clear();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SplitBlocks(*jobs[i].blocks, max_elements, &tl_split);
+    for (const CopyBlock& b : tl_split) out->push_back(CopyPiece{b, i});
+  }
+}
+
+bool CopyPieces(const std::vector<CopyTask>& jobs, const CopyPiece* pieces, size_t count,
+                bool check_finite, bool stream, CopyFault* fault, size_t* fault_task,
+                ThreadPool* pool) {
+  constexpr int64_t kPiece = 1 << 14, kMinParallel = 1 << 17;
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i) total += pieces[i].block.size();
+  auto copy = [&](size_t i, CopyFault* f) {
+    const CopyTask& j = jobs[pieces[i].task];
+    return CopyBlockRange(&pieces[i].block, 1, j.srcs, j.dst, j.dtype,
+                          check_finite && IsFloat(j.dtype), stream, f);
+  };
+  if (!pool || pool->num_threads() < 2 || total < kMinParallel) {
+    for (size_t i = 0; i < count; ++i)
+      if (!copy(i, fault)) {
+        *fault_task = pieces[i].task;
+        return false;
+      }
+    return true;
+  }
+  // Scratch kept per calling thread (see CopyBlocksParallel).
+  thread_local std::vector<CopyFault> tl_faults;
+  thread_local std::vector<char> tl_failed;
+  std::vector<CopyFault>& faults = tl_faults;
+  std::vector<char>& failed = tl_failed;
+  faults.assign(count, CopyFault{});
+  failed.assign(count, 0);
+  pool->ParallelFor(static_cast<int64_t>(count), static_cast<double>(kPiece),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) failed[i] = !copy(i, &faults[i]);
+                    });
+  for (size_t i = 0; i < count; ++i)
+    if (failed[i]) {
+      *fault = faults[i];
+      *fault_task = pieces[i].task;
+      return false;
+    }
+  return true;
+}
+
 bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
                       size_t* fault_task, ThreadPool* pool) {
   constexpr int64_t kPiece = 1 << 14, kMinParallel = 1 << 17;
@@ -303,41 +352,11 @@ bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, Cop
     }
     return true;
   }
-  // Scratch kept per calling thread (see CopyBlocksParallel).
-  struct Piece {
-    CopyBlock block;
-    size_t job;
-  };
-  thread_local std::vector<Piece> tl_pieces;
-  thread_local std::vector<CopyBlock> tl_split;
-  thread_local std::vector<CopyFault> tl_faults;
-  thread_local std::vector<char> tl_failed;
-  std::vector<Piece>& pieces = tl_pieces;
-  std::vector<CopyFault>& faults = tl_faults;
-  std::vector<char>& failed = tl_failed;
-  pieces.clear();
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    SplitBlocks(*jobs[i].blocks, kPiece, &tl_split);
-    for (const CopyBlock& b : tl_split) pieces.push_back(Piece{b, i});
-  }
-  faults.assign(pieces.size(), CopyFault{});
-  failed.assign(pieces.size(), 0);
-  pool->ParallelFor(static_cast<int64_t>(pieces.size()), static_cast<double>(kPiece),
-                    [&](int64_t begin, int64_t end) {
-                      for (int64_t i = begin; i < end; ++i) {
-                        const CopyTask& j = jobs[pieces[i].job];
-                        failed[i] = !CopyBlockRange(&pieces[i].block, 1, j.srcs, j.dst, j.dtype,
-                                                    check_finite && IsFloat(j.dtype), stream,
-                                                    &faults[i]);
-                      }
-                    });
-  for (size_t i = 0; i < pieces.size(); ++i)
-    if (failed[i]) {
-      *fault = faults[i];
-      *fault_task = pieces[i].job;
-      return false;
-    }
-  return true;
+  thread_local std::vector<CopyPiece> tl_pieces;  // kept per calling thread
+  std::vector<CopyPiece>& pieces = tl_pieces;
+  SplitTasks(jobs, kPiece, &pieces);
+  return CopyPieces(jobs, pieces.data(), pieces.size(), check_finite, stream, fault, fault_task,
+                    pool);
 }
 
 bool AllRowsContiguous(const std::vector<CopyBlock>& blocks) {

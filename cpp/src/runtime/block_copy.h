@@ -73,6 +73,24 @@ struct CopyTask {
 bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
                       size_t* fault_task, ThreadPool* pool);
 
+/// One piece of a batch of copies: `block` of job `task`.
+struct CopyPiece {
+  CopyBlock block;
+  size_t task = 0;
+};
+
+/// The blocks of `jobs` cut into pieces of at most about `max_elements`
+/// (SplitBlocks), in job order and, within a job, in destination order.
+void SplitTasks(const std::vector<CopyTask>& jobs, int64_t max_elements,
+                std::vector<CopyPiece>* out);
+
+/// Copies `count` pieces of `jobs` (independent copies), on `pool` when they
+/// hold 128K elements and more, with streaming stores when `stream`. On a
+/// non-finite value, `fault` and `*fault_task` name the first piece's.
+bool CopyPieces(const std::vector<CopyTask>& jobs, const CopyPiece* pieces, size_t count,
+                bool check_finite, bool stream, CopyFault* fault, size_t* fault_task,
+                ThreadPool* pool);
+
 /// `blocks` cut into blocks of at most about `max_elements` (row ranges of a
 /// strided block, multiples of 8 rows; element ranges of a contiguous run).
 void SplitBlocks(const std::vector<CopyBlock>& blocks, int64_t max_elements,
