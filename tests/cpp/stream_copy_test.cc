@@ -1,8 +1,10 @@
 // Streaming-store copies against memcpy and the plain transpose, at every
-// alignment of the destination, and refit's large copy batches (which write
-// with them) against the serial copy, finite check included.
+// alignment of the destination, and the pieces a GPU refit copies into its
+// staging with them (in chunks, on a pool) against the source, finite check
+// included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,9 +62,10 @@ TEST(StreamCopy, TransposeEqualsThePlainTranspose) {
   }
 }
 
-TEST(StreamCopy, LargeRefitBatchesEqualTheSerialCopy) {
-  // Above the size from which refit's copies stream: a contiguous weight and a
-  // prepacked GEMM weight (panels of 16 columns), serial and on a pool.
+TEST(StreamCopy, StagedPiecesInChunksEqualTheSource) {
+  // A prepacked GEMM weight (panels of 16 columns) and a contiguous weight,
+  // cut into pieces and copied in two chunks as a GPU refit stages them,
+  // serially and on a pool.
   const int64_t n = 512, k = 1030;
   const std::vector<float> w = Random(n * k, 3), v = Random(n * k, 4);
   std::vector<int64_t> panels = TransposeIndex({n / 16, 16, k}, {0, 2, 1});
@@ -80,17 +83,29 @@ TEST(StreamCopy, LargeRefitBatchesEqualTheSerialCopy) {
                                   CopyTask{&flat_blocks, vsrc, b + 1, DType::kFloat32}};
     CopyFault fault;
     size_t job = 0;
-    ASSERT_TRUE(CopyTasksParallel(jobs, true, &fault, &job, pool));
-    for (int64_t i = 0; i < n * k; ++i) {
-      ASSERT_EQ(a[i], w[panels[i]]) << i;
-      ASSERT_EQ(b[1 + i], v[i]) << i;
+    std::vector<CopyPiece> pieces;
+    auto copy = [&](bool check) {  // without the check, panels take the streamed transpose
+      SplitTasks(jobs, 1 << 14, &pieces);
+      const size_t half = pieces.size() / 2;
+      return CopyPieces(jobs, pieces.data(), half, check, true, &fault, &job, pool) &&
+             CopyPieces(jobs, pieces.data() + half, pieces.size() - half, check, true, &fault,
+                        &job, pool);
+    };
+    for (bool check : {false, true}) {
+      std::fill(a, a + n * k, 0.0f);
+      std::fill(b, b + n * k + 1, 0.0f);
+      ASSERT_TRUE(copy(check));
+      for (int64_t i = 0; i < n * k; ++i) {
+        ASSERT_EQ(a[i], w[panels[i]]) << i;
+        ASSERT_EQ(b[1 + i], v[i]) << i;
+      }
     }
     // A NaN in either source is named, streamed or not.
     std::vector<float> bad = v;
     bad[n * k - 77] = std::nanf("");
     const void* bad_src[] = {bad.data()};
     jobs[1].srcs = bad_src;
-    ASSERT_FALSE(CopyTasksParallel(jobs, true, &fault, &job, pool));
+    ASSERT_FALSE(copy(true));
     EXPECT_EQ(job, 1u);
     EXPECT_EQ(fault.index, n * k - 77);
     std::vector<float> bad_w = w;
@@ -98,7 +113,7 @@ TEST(StreamCopy, LargeRefitBatchesEqualTheSerialCopy) {
     const void* bad_wsrc[] = {bad_w.data()};
     jobs[1].srcs = vsrc;
     jobs[0].srcs = bad_wsrc;
-    ASSERT_FALSE(CopyTasksParallel(jobs, true, &fault, &job, pool));
+    ASSERT_FALSE(copy(true));
     EXPECT_EQ(job, 0u);
     EXPECT_EQ(fault.index, 16 * k + 5);
     AlignedFree(a);

@@ -1,10 +1,10 @@
 // Copies that write with streaming (non-temporal) stores: whole cache lines go
 // to memory without being read first, so a copy whose destination is not in
-// cache moves two bytes of memory traffic per byte instead of three. Refit
-// writes each new weight version into the buffers of the version before last,
-// which a large model's runs have long pushed out of cache: there these copies
-// run near the speed of reading the source alone. A destination that is in
-// cache is better written with ordinary stores (CopyBlocks decides by size).
+// cache moves two bytes of memory traffic per byte instead of three, and
+// leaves the cache to other data. For destinations no CPU reads next: a GPU
+// refit's page-locked staging, which only the copy engine reads. (Refit's CPU
+// weight copies use ordinary stores: the runs after a refit read the new
+// weights, and found them in memory instead of cache when these were used.)
 #pragma once
 
 #include <cstddef>

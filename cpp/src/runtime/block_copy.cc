@@ -194,16 +194,6 @@ bool CopyBlockRange(const CopyBlock* blocks, size_t count, const void* const* sr
   }
 }
 
-// Copies of a refit writing this many bytes and more use streaming stores:
-// their destination is the storage of the version before last, which the
-// runs since have pushed out of cache. On the 2-core EPYC dev machine a whole
-// refit of the 6.8 MB Atari CNN took 0.45-0.7 ms streamed against 0.85-1.05 ms
-// with ordinary stores; below about 1 MB (the L2) the destination may still
-// be cached, and ordinary stores win.
-constexpr int64_t kStreamMinBytes = int64_t{1} << 20;
-
-bool Streamed(int64_t bytes) { return HasStreamingStores() && bytes >= kStreamMinBytes; }
-
 }  // namespace
 
 bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
@@ -251,10 +241,9 @@ bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const*
   constexpr int64_t kPiece = 1 << 14, kMinParallel = 1 << 18;
   int64_t total = 0;
   for (const CopyBlock& b : blocks) total += b.size();
-  const bool stream = Streamed(total * static_cast<int64_t>(DTypeSize(dtype)));
   const bool check = check_finite && IsFloat(dtype);
   if (!pool || pool->num_threads() < 2 || total < kMinParallel)
-    return CopyBlockRange(blocks.data(), blocks.size(), srcs, dst, dtype, check, stream, fault);
+    return CopyBlockRange(blocks.data(), blocks.size(), srcs, dst, dtype, check, false, fault);
   // Scratch kept per calling thread (a steady refit allocates nothing here),
   // named through references: the workers must see the caller's vectors, not
   // their own thread's.
@@ -270,7 +259,7 @@ bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const*
   pool->ParallelFor(static_cast<int64_t>(pieces.size()), static_cast<double>(kPiece),
                     [&](int64_t begin, int64_t end) {
                       for (int64_t i = begin; i < end; ++i)
-                        failed[i] = !CopyBlockRange(&pieces[i], 1, srcs, dst, dtype, check, stream,
+                        failed[i] = !CopyBlockRange(&pieces[i], 1, srcs, dst, dtype, check, false,
                                                     &faults[i]);
                     });
   for (size_t i = 0; i < pieces.size(); ++i)
@@ -333,14 +322,15 @@ bool CopyPieces(const std::vector<CopyTask>& jobs, const CopyPiece* pieces, size
 bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
                       size_t* fault_task, ThreadPool* pool) {
   constexpr int64_t kPiece = 1 << 14, kMinParallel = 1 << 17;
-  int64_t total = 0, bytes = 0;
-  for (const CopyTask& j : jobs) {
-    int64_t n = 0;
-    for (const CopyBlock& b : *j.blocks) n += b.size();
-    total += n;
-    bytes += n * static_cast<int64_t>(DTypeSize(j.dtype));
-  }
-  const bool stream = Streamed(bytes);
+  // Ordinary stores: they leave the new weights in cache for the runs that
+  // follow. Streaming stores made the refit itself faster (Atari CNN on the
+  // 2-core EPYC: 0.39-0.55 ms against 0.9-1.0 ms) but the first run after it
+  // slower by more (0.5 -> 1.2-1.35 ms), since it then read every weight from
+  // memory. Only the device staging, which no run reads, streams.
+  constexpr bool stream = false;
+  int64_t total = 0;
+  for (const CopyTask& j : jobs)
+    for (const CopyBlock& b : *j.blocks) total += b.size();
   if (!pool || pool->num_threads() < 2 || total < kMinParallel) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       const CopyTask& j = jobs[i];
