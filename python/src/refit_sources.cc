@@ -169,7 +169,19 @@ void ReadRefitSources(const py::handle& weights, int device_ordinal,
 bool TorchCurrentStream(int device, uintptr_t* stream) {
   PyObject* mod = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
   if (!mod || mod == Py_None) return false;
-  py::object s = py::reinterpret_borrow<py::object>(mod).attr("cuda").attr("current_stream")(device);
+  py::object torch = py::reinterpret_borrow<py::object>(mod);
+  // torch._C._cuda_getCurrentRawStream gives the handle itself (what Triton
+  // asks torch for); current_stream() makes a Stream object per call.
+  static PyObject* raw = [&]() -> PyObject* {  // never freed, like as_array
+    py::object c = py::getattr(torch, "_C", py::none());
+    py::object f = c.is_none() ? c : py::getattr(c, "_cuda_getCurrentRawStream", py::none());
+    return f.is_none() ? nullptr : f.release().ptr();
+  }();
+  if (raw) {
+    *stream = static_cast<uintptr_t>(py::reinterpret_borrow<py::object>(raw)(device).cast<int64_t>());
+    return true;
+  }
+  py::object s = torch.attr("cuda").attr("current_stream")(device);
   *stream = static_cast<uintptr_t>(s.attr("cuda_stream").cast<int64_t>());
   return true;
 }

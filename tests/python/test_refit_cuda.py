@@ -137,3 +137,45 @@ def test_non_contiguous_cuda_tensors():
     sess.refit(odd)
     for o, g, f in zip(outs, outputs(sess, name, outs), fresh_outputs(module, sd, name, ins, outs)):
         assert_close(g, f, 1e-6, 1e-6, f"non-contiguous CUDA weights, {o}")
+
+
+@pytest.mark.parametrize("name", ["atari_cnn", "impala_lstm", "mlp"])
+@pytest.mark.parametrize("threads", [1, 4])
+def test_refit_from_numpy_through_staging_equals_fresh_session(name, threads):
+    """Host arrays go through the pool's page-locked staging in chunks copied on the session's
+    threads: alternating refits allocate nothing once the staging exists, the result equals
+    a fresh session, and the host copies read back (get_weights) are the new values."""
+    module, model, ins, outs = case(name)
+    sess = kt.load(model, device="cuda", threads=threads)
+    sd_a = {k: v.numpy() for k, v in perturbed(module, 11).items()}
+    sd_b = {k: v.numpy() for k, v in perturbed(module, 12).items()}
+    sess.refit(sd_a)
+    sess.refit(sd_b)
+    steady = sess.weight_memory
+    for i in range(6):
+        sess.refit(sd_a if i % 2 == 0 else sd_b)
+        outputs(sess, name, outs)
+        assert sess.weight_memory == steady, (i, steady, sess.weight_memory)
+    for o, g, f in zip(outs, outputs(sess, name, outs), fresh_outputs(
+            module, {k: torch.from_numpy(v) for k, v in sd_b.items()}, name, ins, outs)):
+        assert_close(g, f, 1e-6, 1e-6, f"{name} refit from numpy (threads={threads}) vs fresh, {o}")
+    engine = sess.refit_map.apply(sd_b)[0]
+    got = sess.get_weights(list(engine))
+    for k, v in engine.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=f"get_weights after a staged refit: {k}")
+
+
+def test_refused_refit_from_numpy_names_the_element_and_keeps_weights():
+    name = "atari_cnn"
+    module, model, ins, outs = case(name)
+    sess = kt.load(model, device="cuda", threads=4)
+    sess.refit({k: v.numpy() for k, v in perturbed(module, 13).items()})
+    before = outputs(sess, name, outs)
+    bad = {k: v.numpy() for k, v in perturbed(module, 14).items()}
+    key = max(bad, key=lambda k: bad[k].size)  # the largest weight: split over several chunks
+    bad[key].reshape(-1)[bad[key].size - 3] = np.inf
+    with pytest.raises(ki.RefitError, match=f"'{key}' holds a non-finite value at flat index "
+                                            f"{bad[key].size - 3}"):
+        sess.refit(bad, check_finite=True)
+    for o, a, b in zip(outs, outputs(sess, name, outs), before):
+        np.testing.assert_array_equal(a, b, err_msg=f"a refused refit changed {o}")

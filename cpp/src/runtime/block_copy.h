@@ -51,8 +51,8 @@ bool CopyBlocks(const std::vector<CopyBlock>& blocks, const void* const* srcs, v
 
 /// CopyBlocks with copies of 256K elements and more split into pieces of 16K
 /// elements run on `pool` (in place when the copy is smaller or the pool has
-/// one thread). On a
-/// non-finite value, `fault` names the first piece's (in destination order).
+/// one thread). On a non-finite value, `fault` names the first piece's (in
+/// destination order).
 bool CopyBlocksParallel(const std::vector<CopyBlock>& blocks, const void* const* srcs, void* dst,
                         DType dtype, bool check_finite, CopyFault* fault, ThreadPool* pool);
 
@@ -66,10 +66,30 @@ struct CopyTask {
 
 /// Independent copies (no job reads what another writes) as one batch: one
 /// wake of `pool` for all of them, split into pieces of 16K elements when the
-/// batch has 128K elements and more (else run in place). On a non-finite
+/// batch has 128K elements and more (else run in place). Ordinary stores, so
+/// that the runs after a refit find the new weights in cache. On a non-finite
 /// value, `fault` and `*fault_task` name the first piece's (in job order).
 bool CopyTasksParallel(const std::vector<CopyTask>& jobs, bool check_finite, CopyFault* fault,
                       size_t* fault_task, ThreadPool* pool);
+
+/// One piece of a batch of copies: `block` of job `task`.
+struct CopyPiece {
+  CopyBlock block;
+  size_t task = 0;
+};
+
+/// The blocks of `jobs` cut into pieces of at most about `max_elements`
+/// (SplitBlocks), in job order and, within a job, in destination order.
+void SplitTasks(const std::vector<CopyTask>& jobs, int64_t max_elements,
+                std::vector<CopyPiece>* out);
+
+/// Copies `count` pieces of `jobs` (independent copies), on `pool` when they
+/// hold 128K elements and more, with streaming stores when `stream` (for a
+/// destination no CPU reads next: the device staging of a refit). On a
+/// non-finite value, `fault` and `*fault_task` name the first piece's.
+bool CopyPieces(const std::vector<CopyTask>& jobs, const CopyPiece* pieces, size_t count,
+                bool check_finite, bool stream, CopyFault* fault, size_t* fault_task,
+                ThreadPool* pool);
 
 /// `blocks` cut into blocks of at most about `max_elements` (row ranges of a
 /// strided block, multiples of 8 rows; element ranges of a contiguous run).

@@ -69,6 +69,11 @@ class WeightBuilder {
                    bool keys, const RefitOptions& options, std::vector<std::string>* problems);
   // weight_builder_device.cc: copies, derived values and uploads of a device session.
   void BuildOnDevice(WeightSet* next, const RefitOptions& options, std::vector<std::string>* problems);
+  // weight_builder_staging.cc: the host arrays of a device refit through the
+  // pool's staging, uploaded chunk by chunk while the next chunk is copied;
+  // appends to jobs_ the device copies from staging into `next`'s buffers.
+  bool StageHostWrites(WeightSet* next, const RefitOptions& options,
+                       std::vector<std::string>* problems);
   void PrepareDevice(const WeightSet& ws);
   void QueueCopySteps(const WeightSet& next, size_t begin, size_t end);
 
@@ -108,6 +113,10 @@ class WeightBuilder {
   std::vector<size_t> job_names_;    // by job: first entry in job_name_list_
   std::vector<std::string_view> job_name_list_;
   std::vector<const void*> job_srcs_;
+  std::vector<size_t> stage_write_;   // by staged task: index in writes_
+  std::vector<size_t> stage_offset_;  // by staged task: byte offset in staging
+  std::vector<CopyTask> stage_tasks_;
+  std::vector<CopyPiece> stage_pieces_;
 };
 
 }  // namespace kaiwu

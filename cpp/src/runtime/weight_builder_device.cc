@@ -1,8 +1,9 @@
-// The device half of WeightBuilder: a refit of a GPU session writes host
-// arrays into page-locked buffers and uploads each one as soon as it is
-// written, copies CUDA tensors device to device (one launch for all), and
-// recomputes derived weights on the device where their kernels exist, all on a
-// stream of its own; the version is published once that stream is done.
+// The device half of WeightBuilder: a refit of a GPU session uploads host
+// arrays through staging in chunks (weight_builder_staging.cc), copies CUDA
+// tensors device to device (one launch for all, the staged weights' last
+// pass included), and recomputes derived weights on the device where their
+// kernels exist, all on a stream of its own; the version is published once
+// that stream is done.
 #include <algorithm>
 
 #include "plan/node_plan.h"
@@ -110,19 +111,24 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
   for (size_t i = 0; i < steps.size(); ++i)
     if (dirty_[i] && !steps[i].copy && !device_kernels_[i]) device_steps = false;
 
-  // 1. The weights given: host arrays into page-locked buffers (each upload
-  // queued as soon as its buffer is written), CUDA tensors device to device
-  // once the stream that wrote them is done.
+  // 1. The weights given: host arrays through staging (or into page-locked
+  // buffers, each upload queued as soon as its buffer is written), CUDA
+  // tensors device to device once the stream that wrote them is done.
   for (const Write& w : writes_)
     if (w.on_device && options.has_producer_stream) {
       stream.WaitFor(options.producer_stream);
       break;
     }
+  // Staged when the derived weights are computed on the device (which reads
+  // only the device copies); else each host buffer is written and uploaded.
   jobs_.clear();
+  const bool staged = device_steps;
+  if (staged && !StageHostWrites(next, options, problems)) return;
   for (size_t wi = 0; wi < writes_.size(); ++wi) {
     const Write& w = writes_[wi];
     WeightBuffer* b = next->buffers[w.value];
     const DType dt = statics_.dtype(w.value);
+    if (!w.on_device && staged) continue;
     if (!w.on_device) {
       CopyFault fault;
       if (!CopyBlocksParallel(*w.blocks, srcs_.data() + w.first_src, b->host.data(), dt,

@@ -106,6 +106,22 @@ void WeightPool::Release(const std::vector<WeightBuffer*>& buffers) {
   }
 }
 
+const WeightPool::Staging& WeightPool::staging(size_t bytes) {
+  if (staging_.bytes >= bytes || !device_) return staging_;
+  const size_t rounded = (bytes + 4095) / 4096 * 4096;
+  Staging next;
+  next.host = device_->AllocPinned(rounded);
+  next.device = device_->Alloc(rounded);
+  next.bytes = rounded;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.host_buffers += 1;
+  stats_.device_buffers += 1;
+  stats_.host_bytes += rounded;
+  stats_.device_bytes += rounded;
+  staging_ = std::move(next);
+  return staging_;
+}
+
 WeightMemoryStats WeightPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -47,6 +47,16 @@ class WeightPool {
   /// One hold less on each non-null buffer; a value keeps at most two free.
   void Release(const std::vector<WeightBuffer*>& buffers);
 
+  /// Device pools: page-locked host and device staging of at least `bytes`,
+  /// which a refit from host arrays fills and uploads in chunks. Kept, and
+  /// grown only when asked for more, so that steady refits allocate nothing.
+  /// One builder uses it at a time (WeightBuilder::Build is serialized).
+  struct Staging {
+    std::shared_ptr<void> host, device;
+    size_t bytes = 0;
+  };
+  const Staging& staging(size_t bytes);
+
   WeightMemoryStats stats() const;
 
  private:
@@ -54,6 +64,7 @@ class WeightPool {
   mutable std::mutex mu_;
   std::vector<std::vector<std::unique_ptr<WeightBuffer>>> slots_;  // by value id
   WeightMemoryStats stats_;
+  Staging staging_;
 };
 
 }  // namespace kaiwu
