@@ -181,6 +181,44 @@ def test_lstm_prepacked(engine, rng, seq, inp, hidden, direction, batch):
     refit_matches_fresh(engine, model, feeds, {"W", "R"}, rng)
 
 
+def gru_model(seq, inp, hidden, direction, lbr):
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(hidden + 100 * lbr)
+    inits = {"W": (rng.standard_normal((dirs, 3 * hidden, inp)) * 0.3).astype(np.float32),
+             "R": (rng.standard_normal((dirs, 3 * hidden, hidden)) * 0.3).astype(np.float32),
+             "B": (rng.standard_normal((dirs, 6 * hidden)) * 0.3).astype(np.float32)}
+    node = helper.make_node("GRU", ["x", "W", "R", "B", "", "h0"], ["y", "yh"], hidden_size=hidden,
+                            direction=direction, linear_before_reset=lbr)
+    return make_model([node], [("x", np.float32, [seq, "N", inp]),
+                               ("h0", np.float32, [dirs, "N", hidden])],
+                      ["y", "yh"], initializers=inits)
+
+
+@pytest.mark.parametrize("seq,inp,hidden,direction", [(1, 24, 16, "forward"),
+                                                      (5, 7, 5, "bidirectional"),
+                                                      (4, 33, 8, "reverse"),
+                                                      (3, 20, 12, "forward")])
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_gru_prepacked(engine, rng, seq, inp, hidden, direction, lbr, batch):
+    """GRU W and R packed by static nodes: 3 * hidden not a multiple of 16 pads the panels; with
+    linear_before_reset = 0, Rh starts on a panel for hidden 8 and 16 (packed) and not for 5 and
+    12 (R read unpacked)."""
+    model = gru_model(seq, inp, hidden, direction, lbr)
+    dirs = 2 if direction == "bidirectional" else 1
+    feeds = {"x": rand(rng, (seq, batch, inp)), "h0": rand(rng, (dirs, batch, hidden))}
+    ref = run_ort(model, feeds)
+    outs = []
+    for threads in (1, 2):
+        sess = engine.Session(model, threads=threads, optimize=True)
+        assert fired(sess).get("prepack_gemm_weights") == 1
+        out = sess.run(dict(feeds))
+        assert_outputs_close(out, ref, context=f"threads={threads}", **TOL)
+        outs.append(out)
+    assert_same(outs[0], outs[1])  # the same summation order with any split
+    refit_matches_fresh(engine, model, feeds, {"W", "R"}, rng)
+
+
 def test_shared_weight_packed_once(engine, rng):
     """Two Gemms reading one weight the same way share one packed copy."""
     rng0 = np.random.default_rng(4)

@@ -145,6 +145,23 @@ void ParseActivations(const OpContext& ctx, const std::vector<std::string>& defa
   p.activation_names = std::move(names);
 }
 
+// "_kaiwu_packed" (passes/prepack_gemm.cc): W and R packed as inputs `first`
+// and `first + 1`, [dirs, ceil(gates hidden / 16), input or hidden, 16].
+void InferPacked(OpContext& ctx, int first, RnnParams& p) {
+  p.packed = ctx.node.GetInt("_kaiwu_packed", 0) != 0;
+  if (!p.packed) return;
+  const RnnDims& d = p.dims;
+  const int64_t panels = (p.gates * d.hidden + 15) / 16;
+  for (int i : {first, first + 1}) {
+    if (!ctx.HasInput(i)) ctx.Error("packed input ", i, " is required with _kaiwu_packed");
+    ctx.ExpectDType(i, {DType::kFloat32});
+    const Shape want{d.dirs, panels, i == first ? d.input : d.hidden, 16};
+    if (ctx.in(i).shape != want)
+      ctx.Error("packed input ", i, " has shape ", ShapeToString(ctx.in(i).shape), ", expected ",
+                ShapeToString(want));
+  }
+}
+
 // LSTM (gate order i, o, f, c): also initial_c (6), peepholes P (7),
 // input_forget, and Y_c (2).
 void InferLstm(OpContext& ctx) {
@@ -168,18 +185,7 @@ void InferLstm(OpContext& ctx) {
                 ShapeToString({d.dirs, 3 * h}));
   }
   p.input_forget = ctx.node.GetInt("input_forget", 0) != 0;
-  p.packed = ctx.node.GetInt("_kaiwu_packed", 0) != 0;
-  if (p.packed) {
-    const int64_t panels = (4 * h + 15) / 16;
-    for (int i : {8, 9}) {
-      if (!ctx.HasInput(i)) ctx.Error("packed input ", i, " is required with _kaiwu_packed");
-      ctx.ExpectDType(i, {DType::kFloat32});
-      const Shape want{d.dirs, panels, i == 8 ? d.input : h, 16};
-      if (ctx.in(i).shape != want)
-        ctx.Error("packed input ", i, " has shape ", ShapeToString(ctx.in(i).shape), ", expected ",
-                  ShapeToString(want));
-    }
-  }
+  InferPacked(ctx, 8, p);
   ParseActivations(ctx, {"Sigmoid", "Tanh", "Tanh"}, p);
   if (ctx.outputs.size() > 2) ctx.SetOutput(2, DType::kFloat32, state);
 }
@@ -189,6 +195,7 @@ void InferGru(OpContext& ctx) {
   RnnParams& p = ctx.SetParams<RnnParams>();
   InferRnnCommon(ctx, 3, p);
   p.linear_before_reset = ctx.node.GetInt("linear_before_reset", 0) != 0;
+  InferPacked(ctx, 6, p);
   ParseActivations(ctx, {"Sigmoid", "Tanh"}, p);
 }
 

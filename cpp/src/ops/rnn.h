@@ -62,9 +62,10 @@ struct RnnParams : OpParams {
   bool has_init_c = false, has_peep = false;  // LSTM
   bool input_forget = false;                  // LSTM
   bool linear_before_reset = false;           // GRU
-  /// LSTM made by passes/prepack_gemm.cc ("_kaiwu_packed", CPU sessions):
-  /// inputs 8 and 9 are W and R packed per direction in 16-column panels of
-  /// their transposes, [dirs, ceil(4 hidden / 16), input or hidden, 16].
+  /// Made by passes/prepack_gemm.cc ("_kaiwu_packed", CPU sessions): W and R
+  /// packed per direction in 16-column panels of their transposes, [dirs,
+  /// ceil(gates hidden / 16), input or hidden, 16], as inputs 8 and 9 (LSTM)
+  /// or 6 and 7 (GRU).
   bool packed = false;
   /// gates - 1 activations per direction (f, g for the GRU; f, g, h for the
   /// LSTM), direction-major.

@@ -1,6 +1,6 @@
 // CPU sessions only (run by the session after Optimize, not in kRules): Gemm
 // and MatMul against a static float32 matrix become kaiwu PackedGemm (and an
-// LSTM with static W and R gets their packed forms as inputs 8 and 9,
+// LSTM or GRU with static W and R gets their packed forms as extra inputs,
 // "_kaiwu_packed"), whose B
 // is the matrix in column panels of 16 ([ceil(N / 16), K, 16], zero-padded
 // columns: backends/cpu/sgemm_packed.h). The packing is ordinary nodes over
@@ -46,7 +46,7 @@ int PackNodes(Graph* g, int w, bool trans_b, int64_t k, int64_t n, const std::st
   return x;
 }
 
-// Nodes packing static W [dirs, G, K] (an LSTM's W or R) into per-direction
+// Nodes packing static W [dirs, G, K] (an LSTM's or GRU's W or R) into per-direction
 // panels of W^T: [dirs, ceil(G / 16), K, 16].
 int PackRnnNodes(Graph* g, int w, int64_t dirs, int64_t gates, int64_t k, const std::string& base) {
   const int64_t panels = (gates + kPanel - 1) / kPanel, gp = panels * kPanel;
@@ -64,8 +64,10 @@ int PackRnnNodes(Graph* g, int w, int64_t dirs, int64_t gates, int64_t k, const 
   return x;
 }
 
-// LSTM with static W and R: their packed forms as inputs 8 and 9.
-bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
+// LSTM (4 gates, packed inputs 8 and 9) or GRU (3 gates, inputs 6 and 7) with
+// static W and R: their packed forms as those inputs.
+bool PrepackRnn(Graph* g, size_t i, const std::vector<bool>& is_static, int64_t gates_per_unit,
+                size_t first) {
   const Node& node = g->nodes[i];
   if (node.num_inputs() < 3 || node.Has("_kaiwu_packed")) return false;
   const int w = node.inputs[1], r = node.inputs[2];
@@ -74,13 +76,14 @@ bool PrepackLstm(Graph* g, size_t i, const std::vector<bool>& is_static) {
   std::vector<int64_t> wd, rd;
   if (!KnownDims(*g, w, &wd) || !KnownDims(*g, r, &rd) || wd.size() != 3 || rd.size() != 3) return false;
   const int64_t dirs = wd[0], gates = wd[1], h = rd[2];
-  if (gates == 0 || gates != 4 * h || rd[0] != dirs || rd[1] != gates || wd[2] == 0 || h == 0)
+  if (gates == 0 || gates != gates_per_unit * h || rd[0] != dirs || rd[1] != gates || wd[2] == 0 ||
+      h == 0)
     return false;
   const std::string base = node.name + "_prepack";
   const int pw = PackRnnNodes(g, w, dirs, gates, wd[2], base + "_w");
   const int pr = PackRnnNodes(g, r, dirs, gates, h, base + "_r");
   Node& nd = g->nodes[i];  // AddOp may have moved the node vector
-  nd.inputs.resize(8, -1);
+  nd.inputs.resize(first, -1);
   nd.inputs.push_back(pw);
   nd.inputs.push_back(pr);
   nd.attrs["_kaiwu_packed"] = IntAttr(1);
@@ -124,8 +127,9 @@ int PrepackGemmWeights(Graph* g) {
   for (size_t i = 0; i < original; ++i) {
     const Node& node = g->nodes[i];
     if (!node.domain.empty()) continue;
-    if (node.op_type == "LSTM") {
-      fired += PrepackLstm(g, i, is_static) ? 1 : 0;
+    if (node.op_type == "LSTM" || node.op_type == "GRU") {
+      const bool lstm = node.op_type == "LSTM";
+      fired += PrepackRnn(g, i, is_static, lstm ? 4 : 3, lstm ? 8 : 6) ? 1 : 0;
       continue;
     }
     const bool gemm = node.op_type == "Gemm", matmul = node.op_type == "MatMul";

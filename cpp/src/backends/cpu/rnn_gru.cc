@@ -1,16 +1,20 @@
 // GRU (ONNX, opsets 7-22 semantics; gate order z, r, h).
 //
-// Per direction: one Sgemm computes X*W^T for every time step into scratch.
-// Each step then runs, with linear_before_reset = 1, one Sgemm H*R^T and the
-// fused gate math; with linear_before_reset = 0, one Sgemm for the z and r
-// gates, the gate math producing r.H, a second Sgemm (r.H)*Rh^T, and the
-// final update. Gate math runs in parallel over the batch.
+// Per direction: one GEMM computes X*W^T for every time step into scratch.
+// Each step then runs, with linear_before_reset = 1, one GEMM H*R^T and the
+// fused gate math; with linear_before_reset = 0, one GEMM for the z and r
+// gates, the gate math producing r.H, a second GEMM (r.H)*Rh^T, and the
+// final update. Gate math runs in parallel over the batch. In CPU sessions W
+// and R come prepacked too (passes/prepack_gemm.cc: inputs 6 and 7), and the
+// GEMMs read the packed panels (sgemm_packed.h); (r.H)*Rh^T does where Rh
+// starts on a panel (2 * hidden % 16 == 0).
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/rnn_common.h"
+#include "backends/cpu/sgemm_packed.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -27,6 +31,7 @@ class GruKernel : public Kernel {
     params_ = ctx.SharedParams<RnnParams>();
     d_ = params_->dims;
     linear_before_reset_ = params_->linear_before_reset;
+    packed_ = params_->packed;
     acts_ = params_->activations;
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     scratch_ = RnnScratch(d_, 3);  // states: h, r.h; bias row: z, r, Wbh, Rbh
@@ -41,9 +46,20 @@ class GruKernel : public Kernel {
     const float *x = run.x, *w = run.w, *r = run.r, *bsrc = run.b, *init_h = run.init_h;
     float *y = run.y, *y_h = run.y_h;
 
+    // Packed W and R (inputs 6, 7): per direction [panels, input or H, 16].
+    const int64_t panels = (G + kPackedPanel - 1) / kPackedPanel;
+    const float* pw = packed_ ? static_cast<const float*>(io.inputs[6]) : nullptr;
+    const float* pr = packed_ ? static_cast<const float*>(io.inputs[7]) : nullptr;
+    const bool packed_rh = packed_ && (2 * H) % kPackedPanel == 0;
+    const Activation none;
     for (int64_t d = 0; d < d_.dirs; ++d) {
-      Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
-            d_.input, 0.f, xw, G, io.pool);
+      if (packed_) {
+        SgemmPackedB(d_.seq * batch, G, d_.input, x, d_.input,
+                     pw + d * panels * d_.input * kPackedPanel, nullptr, none, xw, G, io.pool);
+      } else {
+        Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
+              d_.input, 0.f, xw, G, io.pool);
+      }
       // bias = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]
       for (int64_t j = 0; j < 4 * H; ++j) {
         float v = 0.f;
@@ -59,14 +75,17 @@ class GruKernel : public Kernel {
         else std::fill(h + b * H, h + (b + 1) * H, 0.f);
       }
       const float* rd = r + d * G * H;
+      const float* prd = packed_ ? pr + d * panels * H * kPackedPanel : nullptr;
       const RnnActivation* acts = &acts_[d * 2];
       const bool backward = d_.Backward(d);
       auto time_of = [&](int64_t s, int64_t b) { return backward ? lens[b] - 1 - s : s; };
       for (int64_t s = 0; s < d_.seq; ++s) {
         if (linear_before_reset_) {
-          Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+          if (packed_) SgemmPackedB(batch, G, H, h, H, prd, nullptr, none, gates, G, io.pool);
+          else Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
         } else {
-          Sgemm(false, true, batch, 2 * H, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+          if (packed_) SgemmPackedB(batch, 2 * H, H, h, H, prd, nullptr, none, gates, G, io.pool);
+          else Sgemm(false, true, batch, 2 * H, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
           io.pool->ParallelFor(batch, 20.0 * H, [&](int64_t b0, int64_t b1) {
             for (int64_t b = b0; b < b1; ++b) {
               if (s >= lens[b]) continue;
@@ -75,8 +94,13 @@ class GruKernel : public Kernel {
               Arr(rh + b * H, H) = ConstArr(gates + b * G + H, H) * ConstArr(h + b * H, H);
             }
           });
-          Sgemm(false, true, batch, H, H, 1.f, rh, H, rd + 2 * H * H, H, 0.f, gates + 2 * H, G,
-                io.pool);
+          if (packed_rh) {
+            SgemmPackedB(batch, H, H, rh, H, prd + 2 * H / kPackedPanel * H * kPackedPanel, nullptr,
+                         none, gates + 2 * H, G, io.pool);
+          } else {
+            Sgemm(false, true, batch, H, H, 1.f, rh, H, rd + 2 * H * H, H, 0.f, gates + 2 * H, G,
+                  io.pool);
+          }
         }
         io.pool->ParallelFor(batch, 30.0 * H, [&](int64_t b0, int64_t b1) {
           for (int64_t b = b0; b < b1; ++b) {
@@ -121,6 +145,7 @@ class GruKernel : public Kernel {
   std::shared_ptr<const RnnParams> params_;
   RnnDims d_;
   bool linear_before_reset_ = false;
+  bool packed_ = false;  // W and R also come packed (inputs 6, 7)
   int num_outputs_ = 0;
   std::vector<RnnActivation> acts_;
   RnnScratch scratch_;
