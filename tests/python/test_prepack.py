@@ -105,6 +105,37 @@ def test_matmul_prepacked(engine, rng, x_shape):
     refit_matches_fresh(engine, model, feeds, {"W"}, rng)
 
 
+def matmul_add_model(k, n, x_shape, bias_shape):
+    """Tanh(x) -> MatMul(., W) -> Add(., B): the MatMul's A has no declared shape, so its rank
+    is unknown to the optimizer's MatMul+Add fusion; prepacking takes it at any rank."""
+    rng = np.random.default_rng(k + n)
+    inits = {"W": (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32),
+             "B": rng.standard_normal(bias_shape).astype(np.float32)}
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("MatMul", ["t", "W"], ["m"]),
+             helper.make_node("Add", ["m", "B"], ["y"])]
+    return make_model(nodes, [("x", np.float32, list(x_shape))], ["y"], initializers=inits)
+
+
+@pytest.mark.parametrize("x_shape,bias_shape,folds", [
+    (("N", 7, 24), (40,), True),        # 3-D A, bias per column: PackedGemm with bias
+    (("N", 3, 5, 24), (1, 40), True),   # 4-D A, [1, N] bias
+    ((24,), (40,), True),               # 1-D A: MatMul drops the row dim, PackedGemm too
+    (("N", 7, 24), (7, 40), False),     # a per-row bias is not a column bias: Add stays
+    (("N", 7, 24), (1,), False),        # a broadcast scalar: Add stays
+])
+def test_matmul_any_rank_and_bias_fold(engine, rng, x_shape, bias_shape, folds):
+    k, n = 24, 40
+    model = matmul_add_model(k, n, x_shape, bias_shape)
+    shape = tuple(3 if d == "N" else d for d in x_shape)
+    feeds = {"x": rand(rng, shape)}
+    sess = engine.Session(model, threads=2, optimize=True)
+    ops = ops_after(sess)
+    assert ops.get("PackedGemm") == 1 and "MatMul" not in ops, ops
+    assert ("Add" not in ops) == folds, ops
+    assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
+    refit_matches_fresh(engine, model, feeds, {"W", "B"}, rng)
+
+
 @pytest.mark.parametrize("case", ["trans_a", "alpha", "beta", "bias_per_row"])
 def test_prepack_must_not_fire(engine, rng, case):
     k, n = 12, 10

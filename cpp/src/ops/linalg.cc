@@ -137,7 +137,7 @@ void InferPackedGemm(OpContext& ctx) {
   const Shape& b = ctx.in(1).shape;
   PackedGemmParams& p = ctx.SetParams<PackedGemmParams>();
   p.n = ctx.node.GetInt("n", -1);
-  if (a.size() < 2) ctx.Error("A must have rank >= 2, got ", ShapeToString(a));
+  if (a.empty()) ctx.Error("A must have rank >= 1, got a scalar");
   p.k = a.back();
   p.m = 1;
   for (size_t i = 0; i + 1 < a.size(); ++i) p.m *= a[i];

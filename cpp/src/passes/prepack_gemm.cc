@@ -90,6 +90,41 @@ bool PrepackRnn(Graph* g, size_t i, const std::vector<bool>& is_static, int64_t 
   return true;
 }
 
+// PackedGemm (no bias, no activation) whose only reader is Add(y, B) with B a
+// static float32 [N] or [1, N]: B becomes its bias and it writes the Add's
+// result (a MatMul + Add of a rank fuse_matmul_add could not see).
+int FoldBiasAdds(Graph* g) {
+  int fired = 0;
+  const std::vector<int> producer = Producers(*g);
+  const std::vector<int> uses = UseCounts(*g);
+  const std::vector<bool> is_static = StaticValues(*g);
+  for (Node& add : g->nodes) {
+    if (add.op_type != "Add" || !add.domain.empty() || add.num_inputs() != 2 || add.outputs.empty())
+      continue;
+    for (int k = 0; k < 2; ++k) {
+      const int y = add.inputs[k], bias = add.inputs[1 - k];
+      if (y < 0 || bias < 0 || y == bias || !is_static[bias] || producer[y] < 0) continue;
+      if (uses[y] != 1 || IsGraphOutput(*g, y)) continue;
+      Node& pg = g->nodes[producer[y]];
+      if (pg.op_type != "PackedGemm" || pg.domain != "kaiwu" || pg.num_inputs() != 2 ||
+          pg.Has("_kaiwu_act"))
+        continue;
+      std::vector<int64_t> bd;
+      const int64_t n = pg.GetInt("n", -1);
+      if (g->values[bias].dtype != DType::kFloat32 || !KnownDims(*g, bias, &bd) || bd.empty() ||
+          bd.size() > 2 || bd.back() != n || (bd.size() == 2 && bd[0] != 1))
+        continue;
+      pg.inputs.push_back(bias);
+      pg.outputs = {add.outputs[0]};
+      MarkRemoved(&add);
+      ++fired;
+      break;
+    }
+  }
+  if (fired) RemoveMarkedNodes(g);
+  return fired;
+}
+
 }  // namespace
 
 int PrepackNhwcConvWeights(Graph* g) {
@@ -155,10 +190,9 @@ int PrepackGemmWeights(Graph* g) {
             (cd.size() == 2 && cd[0] != 1) || cd.size() > 2)
           continue;
       }
-    } else {
-      // MatMul(A [.., K], W [K, N]): A of rank >= 2 (a 1-D A drops a dim).
-      if (KnownRank(*g, a) < 2) continue;
     }
+    // MatMul(A [.., K], W [K, N]) of any rank of A: PackedGemm's result is
+    // A.shape[:-1] + [N], which is also MatMul's for a 1-D A.
     const int64_t k = trans_b ? wd[1] : wd[0], n = trans_b ? wd[0] : wd[1];
     if (k == 0 || n == 0) continue;
     auto known = packed_of.find({w, trans_b});
@@ -178,6 +212,7 @@ int PrepackGemmWeights(Graph* g) {
     nd.attrs = std::move(attrs);
     ++fired;
   }
+  fired += FoldBiasAdds(g);
   if (fired) g->Verify();  // sorts the appended packing nodes before their readers
   return fired;
 }
