@@ -7,6 +7,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/rnn_common.h"
+#include "backends/cpu/sgemm_packed.h"
 
 namespace kaiwu {
 namespace cpu {
@@ -18,6 +19,16 @@ using Arr = Eigen::Map<Eigen::ArrayXf>;
 int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
+
+void RnnGemm(int64_t rows, int64_t n, int64_t k, const float* a, const float* w,
+             const float* packed, float* out, int64_t ldc, ThreadPool* pool) {
+  if (packed) {
+    static const Activation kNone;
+    SgemmPackedB(rows, n, k, a, k, packed, nullptr, kNone, out, ldc, pool);
+  } else {
+    Sgemm(false, true, rows, n, k, 1.f, a, k, w, k, 0.f, out, ldc, pool);
+  }
+}
 
 void ApplyActivation(const RnnActivation& a, float* x, int64_t n) {
   Arr v(x, n);

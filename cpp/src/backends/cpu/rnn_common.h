@@ -53,6 +53,12 @@ struct RnnRun {
 RnnRun BeginRnnRun(const Node& node, const RnnParams& params, const RnnScratch& scratch,
                    const KernelIO& io, int num_outputs);
 
+/// out[rows, n] (row stride ldc) = a[rows, k] * W^T for W's rows [0, n) (W
+/// [n', k] row-major, n <= n'): from its packed panels (sgemm_packed.h, made by
+/// passes/prepack_gemm.cc) when `packed` is given, else from W itself.
+void RnnGemm(int64_t rows, int64_t n, int64_t k, const float* a, const float* w,
+             const float* packed, float* out, int64_t ldc, ThreadPool* pool);
+
 std::unique_ptr<Kernel> MakeLstmKernel(const Node& node);  // rnn_lstm.cc
 std::unique_ptr<Kernel> MakeGruKernel(const Node& node);   // rnn_gru.cc
 

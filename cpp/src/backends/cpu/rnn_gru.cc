@@ -50,16 +50,9 @@ class GruKernel : public Kernel {
     const int64_t panels = (G + kPackedPanel - 1) / kPackedPanel;
     const float* pw = packed_ ? static_cast<const float*>(io.inputs[6]) : nullptr;
     const float* pr = packed_ ? static_cast<const float*>(io.inputs[7]) : nullptr;
-    const bool packed_rh = packed_ && (2 * H) % kPackedPanel == 0;
-    const Activation none;
     for (int64_t d = 0; d < d_.dirs; ++d) {
-      if (packed_) {
-        SgemmPackedB(d_.seq * batch, G, d_.input, x, d_.input,
-                     pw + d * panels * d_.input * kPackedPanel, nullptr, none, xw, G, io.pool);
-      } else {
-        Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
-              d_.input, 0.f, xw, G, io.pool);
-      }
+      RnnGemm(d_.seq * batch, G, d_.input, x, w + d * G * d_.input,
+              pw ? pw + d * panels * d_.input * kPackedPanel : nullptr, xw, G, io.pool);
       // bias = [Wbz+Rbz, Wbr+Rbr, Wbh, Rbh]
       for (int64_t j = 0; j < 4 * H; ++j) {
         float v = 0.f;
@@ -75,17 +68,19 @@ class GruKernel : public Kernel {
         else std::fill(h + b * H, h + (b + 1) * H, 0.f);
       }
       const float* rd = r + d * G * H;
-      const float* prd = packed_ ? pr + d * panels * H * kPackedPanel : nullptr;
+      const float* prd = pr ? pr + d * panels * H * kPackedPanel : nullptr;
+      // Rh's packed panels where Rh starts on one (2H % 16 == 0), else Rh itself.
+      const float* prh = prd && (2 * H) % kPackedPanel == 0
+                             ? prd + 2 * H / kPackedPanel * H * kPackedPanel
+                             : nullptr;
       const RnnActivation* acts = &acts_[d * 2];
       const bool backward = d_.Backward(d);
       auto time_of = [&](int64_t s, int64_t b) { return backward ? lens[b] - 1 - s : s; };
       for (int64_t s = 0; s < d_.seq; ++s) {
         if (linear_before_reset_) {
-          if (packed_) SgemmPackedB(batch, G, H, h, H, prd, nullptr, none, gates, G, io.pool);
-          else Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+          RnnGemm(batch, G, H, h, rd, prd, gates, G, io.pool);
         } else {
-          if (packed_) SgemmPackedB(batch, 2 * H, H, h, H, prd, nullptr, none, gates, G, io.pool);
-          else Sgemm(false, true, batch, 2 * H, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
+          RnnGemm(batch, 2 * H, H, h, rd, prd, gates, G, io.pool);
           io.pool->ParallelFor(batch, 20.0 * H, [&](int64_t b0, int64_t b1) {
             for (int64_t b = b0; b < b1; ++b) {
               if (s >= lens[b]) continue;
@@ -94,13 +89,7 @@ class GruKernel : public Kernel {
               Arr(rh + b * H, H) = ConstArr(gates + b * G + H, H) * ConstArr(h + b * H, H);
             }
           });
-          if (packed_rh) {
-            SgemmPackedB(batch, H, H, rh, H, prd + 2 * H / kPackedPanel * H * kPackedPanel, nullptr,
-                         none, gates + 2 * H, G, io.pool);
-          } else {
-            Sgemm(false, true, batch, H, H, 1.f, rh, H, rd + 2 * H * H, H, 0.f, gates + 2 * H, G,
-                  io.pool);
-          }
+          RnnGemm(batch, H, H, rh, rd + 2 * H * H, prh, gates + 2 * H, G, io.pool);
         }
         io.pool->ParallelFor(batch, 30.0 * H, [&](int64_t b0, int64_t b1) {
           for (int64_t b = b0; b < b1; ++b) {

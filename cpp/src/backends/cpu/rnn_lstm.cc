@@ -52,15 +52,9 @@ class LstmKernel : public Kernel {
     const int64_t panels = (G + kPackedPanel - 1) / kPackedPanel;
     const float* pw = packed_ ? static_cast<const float*>(io.inputs[8]) : nullptr;
     const float* pr = packed_ ? static_cast<const float*>(io.inputs[9]) : nullptr;
-    const Activation none;
     for (int64_t d = 0; d < d_.dirs; ++d) {
-      if (packed_) {
-        SgemmPackedB(d_.seq * batch, G, d_.input, x, d_.input,
-                     pw + d * panels * d_.input * kPackedPanel, nullptr, none, xw, G, io.pool);
-      } else {
-        Sgemm(false, true, d_.seq * batch, G, d_.input, 1.f, x, d_.input, w + d * G * d_.input,
-              d_.input, 0.f, xw, G, io.pool);
-      }
+      RnnGemm(d_.seq * batch, G, d_.input, x, w + d * G * d_.input,
+              pw ? pw + d * panels * d_.input * kPackedPanel : nullptr, xw, G, io.pool);
       for (int64_t j = 0; j < G; ++j)
         bias[j] = bsrc ? bsrc[d * 2 * G + j] + bsrc[d * 2 * G + G + j] : 0.f;
       for (int64_t b = 0; b < batch; ++b) {
@@ -75,12 +69,8 @@ class LstmKernel : public Kernel {
       const RnnActivation* acts = &acts_[d * 3];
       const bool backward = d_.Backward(d);
       for (int64_t s = 0; s < d_.seq; ++s) {
-        if (packed_) {
-          SgemmPackedB(batch, G, H, h, H, pr + d * panels * H * kPackedPanel, nullptr, none, gates,
-                       G, io.pool);
-        } else {
-          Sgemm(false, true, batch, G, H, 1.f, h, H, rd, H, 0.f, gates, G, io.pool);
-        }
+        RnnGemm(batch, G, H, h, rd, pr ? pr + d * panels * H * kPackedPanel : nullptr, gates, G,
+                io.pool);
         io.pool->ParallelFor(batch, 40.0 * H, [&](int64_t b0, int64_t b1) {
           for (int64_t b = b0; b < b1; ++b) {
             if (s >= lens[b]) continue;
