@@ -34,12 +34,6 @@ bool PieceSizes(const Graph& g, const Node& split, int64_t dim, Ints* sizes) {
   return sizes->size() == k;
 }
 
-int AddShape(Graph* g, const Ints& dims, const std::string& hint) {
-  Tensor t(DType::kInt64, {static_cast<int64_t>(dims.size())});
-  for (size_t i = 0; i < dims.size(); ++i) t.As<int64_t>()[i] = dims[i];
-  return AddConstant(g, std::move(t), hint);
-}
-
 // Reshape target keeping the `copy` leading dims of the input (0 entries), the
 // rest explicit with at most one unknown (-1); false when two are unknown.
 bool ShapeOperand(const Ints& dims, size_t copy, Ints* out) {
@@ -120,9 +114,9 @@ int FoldSplitConcat(Graph* g) {
     if (!in_order) {  // same axis, pieces permuted: Gather the k axis in Concat order
       Ints shape1, shape2;
       if (!ShapeOperand(d1, a, &shape1) || !ShapeOperand(dims, a, &shape2)) continue;
-      int c1 = AddShape(g, shape1, base + "_shape1");
-      int c2 = AddShape(g, shape2, base + "_shape2");
-      int idx = AddShape(g, order, base + "_order");
+      int c1 = AddInts(g, shape1, base + "_shape1");
+      int c2 = AddInts(g, shape2, base + "_shape2");
+      int idx = AddInts(g, order, base + "_order");
       int r1 = AddOp(g, "Reshape", {x, c1}, base + "_r1");
       int gathered = AddOp(g, "Gather", {r1, idx}, base + "_gather");
       g->nodes.back().attrs["axis"] = IntAttr(a);
@@ -149,8 +143,8 @@ int FoldSplitConcat(Graph* g) {
     const size_t lead = static_cast<size_t>(std::min(a, b));
     Ints shape1, shape2;
     if (!ShapeOperand(d1, lead, &shape1) || !ShapeOperand(d2, lead, &shape2)) continue;
-    int c1 = AddShape(g, shape1, base + "_shape1");
-    int c2 = AddShape(g, shape2, base + "_shape2");
+    int c1 = AddInts(g, shape1, base + "_shape1");
+    int c2 = AddInts(g, shape2, base + "_shape2");
     int r1 = AddOp(g, "Reshape", {x, c1}, base + "_r1");
     int t = AddOp(g, "Transpose", {r1}, base + "_t");
     Attribute pa;

@@ -10,29 +10,6 @@
 
 namespace kaiwu {
 
-namespace {
-
-// Declared or stored shape of a value, or false.
-bool ShapeOf(const Graph& g, int v, std::vector<int64_t>* dims) {
-  const Value& val = g.values[v];
-  dims->clear();
-  if (val.data) {
-    *dims = val.data->shape();
-    return true;
-  }
-  if (!val.has_shape) return false;
-  for (const Dim& d : val.dims) dims->push_back(d.value);
-  return true;
-}
-
-int AddInts(Graph* g, std::vector<int64_t> vals, const std::string& hint) {
-  Tensor t(DType::kInt64, {static_cast<int64_t>(vals.size())});
-  for (size_t i = 0; i < vals.size(); ++i) t.As<int64_t>()[i] = vals[i];
-  return AddConstant(g, std::move(t), hint);
-}
-
-}  // namespace
-
 int FuseMatMulAdd(Graph* g) {
   int fired = 0;
   const std::vector<int> producer = Producers(*g);
@@ -51,8 +28,8 @@ int FuseMatMulAdd(Graph* g) {
       const int rank = KnownRank(*g, x);
       if (rank < 2 || !is_static[w]) continue;
       std::vector<int64_t> wd, bd;
-      if (!ShapeOf(*g, w, &wd) || wd.size() != 2 || g->values[w].dtype != DType::kFloat32) continue;
-      if (!ShapeOf(*g, bias, &bd) || bd.size() > 2 || g->values[bias].dtype != DType::kFloat32)
+      if (!KnownDims(*g, w, &wd) || wd.size() != 2 || g->values[w].dtype != DType::kFloat32) continue;
+      if (!KnownDims(*g, bias, &bd) || bd.size() > 2 || g->values[bias].dtype != DType::kFloat32)
         continue;
       // B must broadcast unidirectionally to [M, N]: its last dim 1 or N; for X of
       // rank > 2 also its row dim 1 (a per-row bias would index the flattened rows).

@@ -19,12 +19,6 @@ namespace {
 
 constexpr int64_t kPanel = 16;  // cpu::kPackedPanel
 
-int AddInts(Graph* g, std::vector<int64_t> vals, const std::string& hint) {
-  Tensor t(DType::kInt64, {static_cast<int64_t>(vals.size())});
-  for (size_t i = 0; i < vals.size(); ++i) t.As<int64_t>()[i] = vals[i];
-  return AddConstant(g, std::move(t), hint);
-}
-
 // Nodes packing static W ([K, N], or [N, K] with trans_b) into panels.
 int PackNodes(Graph* g, int w, bool trans_b, int64_t k, int64_t n, const std::string& base) {
   const int64_t panels = (n + kPanel - 1) / kPanel, np = panels * kPanel;

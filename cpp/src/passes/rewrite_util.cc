@@ -23,6 +23,12 @@ int AddConstant(Graph* g, Tensor t, const std::string& name_hint) {
   return g->AddValue(std::move(v));
 }
 
+int AddInts(Graph* g, std::vector<int64_t> vals, const std::string& name_hint) {
+  Tensor t(DType::kInt64, {static_cast<int64_t>(vals.size())});
+  for (size_t i = 0; i < vals.size(); ++i) t.As<int64_t>()[i] = vals[i];
+  return AddConstant(g, std::move(t), name_hint);
+}
+
 int AddIntermediate(Graph* g, const std::string& name_hint) {
   Value v;
   v.name = FreshName(*g, name_hint);

@@ -10,6 +10,8 @@ namespace kaiwu {
 
 /// Adds a structural constant and returns its value id.
 int AddConstant(Graph* g, Tensor t, const std::string& name_hint);
+/// Adds a 1-D int64 constant (shapes, pads, axes) and returns its value id.
+int AddInts(Graph* g, std::vector<int64_t> vals, const std::string& name_hint);
 /// Adds an empty runtime value (its producer is added by the caller).
 int AddIntermediate(Graph* g, const std::string& name_hint);
 /// Adds a node computing `op_type` over `inputs`, returning its single output id.
