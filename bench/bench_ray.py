@@ -292,17 +292,33 @@ def balanced_ids(client, workers, servers):
     return ids
 
 
+class ConfigTimeout(Exception):
+    """A config whose workers did not finish in time (their processes are replaced)."""
+
+
 def run_config(policy, mode, ws, a, net, model):
-    workers = len(ws)
+    t_cfg = time.perf_counter()
     server = None
-    client = None
+    if mode.startswith("kaiwu"):
+        server = kaiwu_servers(mode, model, len(ws), a)
+    elif mode == "torchrl":
+        server = TorchrlServer(policy, len(ws), a, net)
+    try:
+        out = _run_config(policy, mode, ws, a, net, model, server)
+    finally:   # also on a timeout or a kill: torchrl's server thread would outlive Ray
+        if server is not None:
+            server.close()
+    out["config_s"] = time.perf_counter() - t_cfg
+    return out
+
+
+def _run_config(policy, mode, ws, a, net, model, server):
+    workers = len(ws)
     model_bytes = model.SerializeToString()
     w_cpus = max(0.01, (a.cpus - server_cpus(a)) / workers)
+    client = None
     if mode.startswith("kaiwu"):
-        server = kaiwu_servers(mode, model, workers, a)
         client = server.client(transport="ray" if mode == "kaiwu_ray" else "auto")
-    elif mode == "torchrl":
-        server = TorchrlServer(policy, workers, a, net)
     ids = balanced_ids(client, workers, server.num_servers) if client is not None else [None] * workers
     ray.get([w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
                             client if mode != "torchrl" else server.client(), aid)
@@ -310,10 +326,14 @@ def run_config(policy, mode, ws, a, net, model):
     refs = [w.run.remote(a.seconds) for w in ws]
     bcast = []
     t_next = time.perf_counter() + a.update_s
+    deadline = time.perf_counter() + a.seconds + a.config_timeout_s
     while True:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, t_next - time.perf_counter()))
         if len(ready) == len(refs):
             break
+        if time.perf_counter() > deadline:
+            raise ConfigTimeout(f"workers not done {a.seconds + a.config_timeout_s:g} s after the start "
+                                f"({len(ready)} of {len(refs)}; warm-up calls included)")
         # a learner update: one put, pushed to the servers (kaiwu) or to every worker (local)
         with torch.no_grad():
             for p in net.parameters():
@@ -331,8 +351,6 @@ def run_config(policy, mode, ws, a, net, model):
     res = ray.get(refs)
     stats = server.stats() if mode.startswith("kaiwu") else None
     ray.get([w.setup.remote(None) for w in ws])   # drop clients and sessions
-    if server is not None:
-        server.close()
     steps = sum(r["steps"] for r in res)
     span = max(r["s"] for r in res)
     out = {"policy": policy, "mode": mode, "workers": workers, "envs": a.envs,
@@ -434,15 +452,18 @@ def estimate(costs, runs, bc, a):
     transport), the compute per row from the conv policy's 1-thread Session and, where
     they ran, the conv servers' measured batches (CPU core-us per row, GPU rows/s)."""
     lines = []
-    ncpu = os.cpu_count() or 1
+    ncpu = getattr(a, "ncpu", None) or os.cpu_count() or 1
     envs = a.envs
-    mlp = costs.get("mlp") or next(iter(costs.values()))
+    src = "mlp" if "mlp" in costs else next(iter(costs))
+    mlp = costs[src]
     conv = costs.get("conv") or mlp
     shm_o = max(0.0, mlp["shm"] - mlp["shm_run_us"])
     ray_o = max(0.0, mlp["ray"] - mlp["ray_run_us"])
     row_us = conv["session"] / envs
-    lines.append(f"Measured here (one worker alone, {envs} envs per call): with the MLP, whose run is "
-                 f"short, a step through shared memory costs {mlp['shm']:.0f} us of which "
+    lines.append(f"Measured here (one worker alone, {envs} envs per call): with the " +
+                 ("MLP, whose run is short," if src == "mlp" else f"{src} policy (no MLP run: the rest of "
+                  "a call is transport and the copies of its rows)") +
+                 f" a step through shared memory costs {mlp['shm']:.0f} us of which "
                  f"{mlp['shm_run_us']:.0f} us is the server's run, so **~{shm_o:.0f} us transport**; "
                  f"through a Ray call {mlp['ray']:.0f} us, **~{ray_o:,.0f} us transport** (a bare Ray "
                  f"actor call: {mlp['ray_ping']:,.0f} us). The conv policy costs {row_us:.0f} us per row "
@@ -526,6 +547,8 @@ def main(argv=None):
                    help="start no new config after this many seconds (0: no limit); skipped "
                         "configs are listed, the broadcast and the report still run")
     p.add_argument("--cost-s", type=float, default=1.5)
+    p.add_argument("--config-timeout-s", type=float, default=60.0,
+                   help="a config whose workers are not done this long after --seconds is dropped")
     p.add_argument("--broadcast-servers", default="1,4,16")
     p.add_argument("--broadcast-reps", type=int, default=5)
     p.add_argument("--cpus", type=int, default=os.cpu_count())
@@ -588,6 +611,10 @@ def main(argv=None):
                         except Exception as e:  # noqa: BLE001 - reported, the run goes on
                             r = {"policy": pol, "mode": mode, "workers": w, "envs": a.envs,
                                  "error": repr(e)[:300]}
+                            if isinstance(e, ConfigTimeout):   # workers stuck in a call: new ones
+                                for x in ws:
+                                    ray.kill(x)
+                                ws = make_workers(pol, w, a)
                     runs.append(r)
                     print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
                           flush=True)
@@ -623,21 +650,25 @@ def write(a, runs, costs, bc, load0, load1, argv):
             commit = "?"
         a.commit = commit
     cmd = "PYTHONPATH=python python bench/bench_ray.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:
-        import torchrl
+    if not getattr(a, "machine", None):   # kept in the .json, so that --render elsewhere keeps them
+        try:
+            import torchrl
 
-        trl = torchrl.__version__
-    except Exception:  # noqa: BLE001
-        trl = "not installed"
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
-    except Exception:  # noqa: BLE001
-        pass
+            trl = torchrl.__version__
+        except Exception:  # noqa: BLE001
+            trl = "not installed"
+        cpu = platform.processor() or platform.machine()
+        try:
+            cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
+        except Exception:  # noqa: BLE001
+            pass
+        a.ncpu = os.cpu_count()
+        a.machine = f"{cpu}, {a.ncpu} logical CPUs"
+        a.versions = (f"kaiwu_infer {ki.__version__} ({commit}), ray {ray.__version__}, torch "
+                      f"{torch.__version__}, torchrl {trl}, python {platform.python_version()}")
     md = [f"# Self-play on Ray: env steps/s, broadcast, call costs ({a.name})", "",
-          f"- machine: {cpu}, {os.cpu_count()} logical CPUs; Ray given {a.cpus} CPUs",
-          f"- versions: kaiwu_infer {ki.__version__} ({commit}), ray {ray.__version__}, torch "
-          f"{torch.__version__}, torchrl {trl}, python {platform.python_version()}",
+          f"- machine: {a.machine}; Ray given {a.cpus} CPUs",
+          f"- versions: {a.versions}",
           f"- command: `{cmd}`",
           f"- date: {a.date}; load "
           f"average {load0[0]:.1f} at start, {load1[0]:.1f} at end",
@@ -670,6 +701,13 @@ def write(a, runs, costs, bc, load0, load1, argv):
             if "kaiwu_gpu" in modes:
                 cell.append(f"{g / lo:.2f}x" if g and lo else "-")
             md.append(f"| {pol} | {w} | " + " | ".join(cell) + " |")
+    asked = [(p, int(w), m) for p in str(a.policies).split(",") for w in str(a.workers).split(",")
+             for m in str(a.modes).split(",")]
+    done = {(r["policy"], r["workers"], r["mode"]) for r in runs}
+    missing = [f"{p} {w} {m}" for p, w, m in asked if (p, w, m) not in done]
+    if missing:
+        md += ["", f"Not run ({len(missing)} of {len(asked)} configs asked for; time limit or kill): "
+               + ", ".join(missing)]
     md += ["", "Per-call costs (one worker alone, us): " + "; ".join(
         f"{pol}: shm {c['shm']:.0f} (server run {c['shm_run_us']:.0f}), Ray call {c['ray']:.0f} "
         f"(run {c['ray_run_us']:.0f}), bare Ray ping {c['ray_ping']:.0f}, local Session {c['session']:.0f}"
@@ -678,6 +716,8 @@ def write(a, runs, costs, bc, load0, load1, argv):
            "| servers | MB | put ms | put + all refits ms (median) | min ms |", "|---|---|---|---|---|"]
     md += [f"| {r['servers']} | {r['mb']:.1f} | {r['put_ms']:.1f} | {r['total_ms']:.1f} | {r['min_ms']:.1f} |"
            for r in bc]
+    if not bc:
+        md += ["", "Not run (time limit or kill)."]
     if costs:
         md += ["", "## 1,000 workers on 50 nodes (paper estimate)", "", estimate(costs, runs, bc, a), ""]
     path = os.path.join(a.out_dir, a.name)
