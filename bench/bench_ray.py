@@ -1,11 +1,16 @@
 """Self-play on Ray: env steps/s of env-worker actors getting actions from
 
-  kaiwu       RayInferenceServer (1 server actor; workers on its node use shared memory)
+  kaiwu       RayInferenceServerPool (``--servers`` actors of ``--server-threads`` threads;
+              workers on their node use shared memory)
   kaiwu_ray   the same, every step a Ray actor call (what a worker on another node pays)
+  kaiwu_gpu   one RayInferenceServer on the GPU (``device="cuda"``, ``--gpu-precision``):
+              central GPU inference for CPU env workers, as in SEED RL (only if asked for)
   local       RLlib-style: each worker holds its own kaiwu Session (1 thread) and refits
               it from the broadcast ObjectRef
   local_ort   the same with an onnxruntime session (inference only: ORT has no refit)
-  torchrl     torchrl's InferenceServer, service_backend="ray" (Ray queues), same policy in torch
+  torchrl     torchrl's InferenceServer with its Ray backend, same policy in torch: torchrl >=
+              0.14 ``service_backend="ray"``; 0.12-0.13 a server thread in the driver fed
+              through ``RayTransport`` (Ray queues)
 
 for an MLP and a conv policy, with synthetic envs (observations from a pre-drawn pool,
 ``--env-us`` of busy work per env step), a weight broadcast every ``--update-s``;
@@ -14,7 +19,8 @@ servers, and a paper estimate for 1,000 workers on 50 nodes. Writes
 ``<out-dir>/<name>.{md,json}``.
 
     PYTHONPATH=python python bench/bench_ray.py                        # 2-core defaults
-    PYTHONPATH=python python bench/bench_ray.py --workers 8,32,64 --envs 16 --out-dir bench/results/<machine>
+    PYTHONPATH=python python bench/bench_ray.py --workers 8,32,64 --envs 16 --servers 2 \
+        --server-threads 7 --out-dir bench/results/<machine>
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -112,10 +119,11 @@ class BenchWorker:
         rng = np.random.default_rng(wid)
         self.pool = [rng.standard_normal((n_envs,) + tuple(shape)).astype(np.float32) for _ in range(4)]
 
-    def setup(self, mode, model_bytes=None, client=None) -> None:
+    def setup(self, mode, model_bytes=None, client=None, actor_id=None) -> None:
         """Switches the inference path (the process is reused across modes: Ray worker
         start-up is seconds per process on a loaded 2-core machine)."""
         self.mode, self.client, self.sess, self.refits = mode, client, None, 0
+        self.aid = self.wid if actor_id is None else actor_id
         if mode == "local":
             import kaiwu_infer as ki
 
@@ -136,8 +144,8 @@ class BenchWorker:
     def _infer(self, obs):
         import numpy as np
 
-        if self.mode in ("kaiwu", "kaiwu_ray"):
-            return self.client.infer(self.wid, {"obs": obs})["logits"]
+        if self.mode in ("kaiwu", "kaiwu_ray", "kaiwu_gpu"):
+            return self.client.infer(self.aid, {"obs": obs})["logits"]
         if self.mode == "local":
             return self.sess.run({"obs": obs})["logits"]
         if self.mode == "local_ort":
@@ -189,12 +197,12 @@ class Folded(torch.nn.Module):
         return tuple(o.reshape(tuple(lead) + tuple(o.shape[1:])) for o in outs)
 
 
-def torch_factory(name):
+def torch_factory(name, threads=1):
     def make():
         import torch
         from tensordict.nn import TensorDictModule
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         net, _, _ = export(name)
         return TensorDictModule(Folded(net, len(POLICIES[name][1])), in_keys=["obs"],
                                 out_keys=["logits", "value"])
@@ -203,71 +211,146 @@ def torch_factory(name):
 
 # ----------------------------------------------------------------- runs
 
+def server_cpus(a):
+    """Ray CPUs held by the CPU servers of the kaiwu and torchrl modes."""
+    return max(1, a.servers * a.server_threads)
+
+
 def make_workers(policy, workers, a):
     shape = POLICIES[policy][1]
-    W = ray.remote(num_cpus=max(0.01, (a.cpus - 1) / workers), max_concurrency=2)(BenchWorker)
+    W = ray.remote(num_cpus=max(0.01, (a.cpus - server_cpus(a)) / workers), max_concurrency=2)(BenchWorker)
     ws = [W.remote(i, a.envs, shape, a.env_us) for i in range(workers)]
     return ws
 
 
-def run_config(policy, mode, ws, a, net, model):
-    workers = len(ws)
-    cpus = a.cpus
-    shape = POLICIES[policy][1]
-    server = None
-    client = None
-    model_bytes = model.SerializeToString()
-    srv_cpus = 1 if mode in ("kaiwu", "kaiwu_ray", "torchrl") else 0
-    w_cpus = max(0.01, (cpus - 1) / workers)
-    if mode in ("kaiwu", "kaiwu_ray"):
-        server = kr.RayInferenceServer(model, num_cpus=srv_cpus, threads=a.server_threads,
-                                       max_batch=max(256, a.envs), max_wait_us=a.max_wait_us,
-                                       shm_max_rows=a.envs)
-        client = server.client(transport="ray" if mode == "kaiwu_ray" else "auto")
-    elif mode == "torchrl":
-        from torchrl.modules.inference_server import InferenceServer
+def kaiwu_servers(mode, model, workers, a):
+    """The kaiwu modes' pool: CPU servers as asked, or one server on the GPU."""
+    rows = max(a.max_batch, a.envs)
+    common = dict(max_wait_us=a.max_wait_us, shm_max_rows=a.envs, shm_max_clients=max(64, workers))
+    if mode == "kaiwu_gpu":
+        return kr.RayInferenceServer(model, num_cpus=1, num_gpus=1, threads=1, device="cuda",
+                                     precision=a.gpu_precision, max_batch=max(rows, workers * a.envs),
+                                     **common)
+    return kr.RayInferenceServerPool(a.servers, model, num_cpus=a.server_threads, threads=a.server_threads,
+                                     max_batch=rows, split_batches=not a.whole_batches, **common)
 
-        server = InferenceServer(policy_factory=torch_factory(policy), service_backend="ray",
-                                 max_batch_size=max(256, workers * a.envs), timeout=a.max_wait_us * 1e-6,
-                                 service_backend_options={"remote_config": {"num_cpus": srv_cpus}})
-        server.start()
+
+class TorchrlServer:
+    """torchrl's InferenceServer on its Ray backend, whichever API the installed
+    torchrl has: >= 0.14 runs the server in a Ray actor (``service_backend="ray"``);
+    0.12-0.13 run it as a thread of this process, fed through ``RayTransport``."""
+
+    def __init__(self, policy, workers, a, net):
+        import inspect
+
         from tensordict.nn import TensorDictModule
+        from torchrl.modules import inference_server as tis
 
-        td_module = TensorDictModule(Folded(net, len(shape)), in_keys=["obs"], out_keys=["logits", "value"])
+        shape = POLICIES[policy][1]
+        kw = dict(max_batch_size=max(a.max_batch, workers * a.envs), timeout=a.max_wait_us * 1e-6)
+        self.actor_backend = "policy_factory" in inspect.signature(tis.InferenceServer).parameters
+        if self.actor_backend:
+            self.server = tis.InferenceServer(
+                policy_factory=torch_factory(policy, server_cpus(a)), service_backend="ray",
+                service_backend_options={"remote_config": {"num_cpus": server_cpus(a)}}, **kw)
+        else:
+            self.threads = torch.get_num_threads()
+            torch.set_num_threads(server_cpus(a))
+            self.server = tis.InferenceServer(torch_factory(policy, server_cpus(a))(), tis.RayTransport(), **kw)
+        self.server.start()
+        self.td_module = TensorDictModule(Folded(net, len(shape)), in_keys=["obs"], out_keys=["logits", "value"])
+
+    def client(self):
+        return self.server.client() if self.actor_backend else self.server.transport.client()
+
+    def update(self):
+        """The learner's weights into the server: its own weight update (>= 0.14), or a
+        load_state_dict under the server's model lock (the server shares this process)."""
+        if self.actor_backend:
+            self.server.update_policy_weights_(self.td_module)
+        else:
+            import contextlib
+
+            with getattr(self.server, "_model_lock", contextlib.nullcontext()):
+                self.server.model.load_state_dict(self.td_module.state_dict())
+
+    def close(self):
+        self.server.shutdown()
+        if not self.actor_backend:
+            torch.set_num_threads(self.threads)
+
+
+def balanced_ids(client, workers, servers):
+    """Actor ids that the pool routes round-robin (worker i -> server i % servers): with
+    few actors, hashing alone can put 6 of 8 on one of two servers."""
+    ids, k = [], 0
+    for i in range(workers):
+        while client.server_of(k) != i % servers:
+            k += 1
+        ids.append(k)
+        k += 1
+    return ids
+
+
+class ConfigTimeout(Exception):
+    """A config whose workers did not finish in time (their processes are replaced)."""
+
+
+def run_config(policy, mode, ws, a, net, model):
+    t_cfg = time.perf_counter()
+    server = None
+    if mode.startswith("kaiwu"):
+        server = kaiwu_servers(mode, model, len(ws), a)
+    elif mode == "torchrl":
+        server = TorchrlServer(policy, len(ws), a, net)
+    try:
+        out = _run_config(policy, mode, ws, a, net, model, server)
+    finally:   # also on a timeout or a kill: torchrl's server thread would outlive Ray
+        if server is not None:
+            server.close()
+    out["config_s"] = time.perf_counter() - t_cfg
+    return out
+
+
+def _run_config(policy, mode, ws, a, net, model, server):
+    workers = len(ws)
+    model_bytes = model.SerializeToString()
+    w_cpus = max(0.01, (a.cpus - server_cpus(a)) / workers)
+    client = None
+    if mode.startswith("kaiwu"):
+        client = server.client(transport="ray" if mode == "kaiwu_ray" else "auto")
+    ids = balanced_ids(client, workers, server.num_servers) if client is not None else [None] * workers
     ray.get([w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
-                            client if mode != "torchrl" else server.client()) for w in ws])
+                            client if mode != "torchrl" else server.client(), aid)
+             for w, aid in zip(ws, ids)])
     refs = [w.run.remote(a.seconds) for w in ws]
     bcast = []
     t_next = time.perf_counter() + a.update_s
+    deadline = time.perf_counter() + a.seconds + a.config_timeout_s
     while True:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, t_next - time.perf_counter()))
         if len(ready) == len(refs):
             break
+        if time.perf_counter() > deadline:
+            raise ConfigTimeout(f"workers not done {a.seconds + a.config_timeout_s:g} s after the start "
+                                f"({len(ready)} of {len(refs)}; warm-up calls included)")
         # a learner update: one put, pushed to the servers (kaiwu) or to every worker (local)
         with torch.no_grad():
             for p in net.parameters():
                 p.mul_(1.0001)
         t0 = time.perf_counter()
         if mode.startswith("kaiwu"):
-            ref = kr.put_weights(net.state_dict())
+            server.refit(kr.put_weights(net.state_dict()))
         elif mode.startswith("local"):
             ref = kr.put_weights(_onnx_weights(model, net))
-        if mode.startswith("kaiwu"):
-            server.refit(ref)
-        elif mode.startswith("local"):
             ray.get([w.set_weights.remote(ref) for w in ws])
-        else:   # torchrl: its own weight update (TensorDict of the wrapped module)
-            server.update_policy_weights_(td_module)
+        else:
+            server.update()
         bcast.append(time.perf_counter() - t0)
         t_next = time.perf_counter() + a.update_s
     res = ray.get(refs)
     stats = server.stats() if mode.startswith("kaiwu") else None
     ray.get([w.setup.remote(None) for w in ws])   # drop clients and sessions
-    if server is not None:
-        if mode == "torchrl":
-            server.shutdown()
-        else:
-            server.close()
     steps = sum(r["steps"] for r in res)
     span = max(r["s"] for r in res)
     out = {"policy": policy, "mode": mode, "workers": workers, "envs": a.envs,
@@ -276,7 +359,10 @@ def run_config(policy, mode, ws, a, net, model):
            "broadcasts": len(bcast), "broadcast_ms": 1e3 * statistics.median(bcast) if bcast else None,
            "worker_cpus": w_cpus}
     if stats:
-        out.update(mean_batch_rows=stats["mean_batch_rows"], run_mean_us=stats["run_mean_us"])
+        per = stats.get("servers", [stats])
+        batches = sum(s["batches"] for s in per)
+        out.update(mean_batch_rows=sum(s["rows"] for s in per) / max(1, batches),
+                   run_mean_us=sum(s["run_mean_us"] * s["batches"] for s in per) / max(1, batches))
     return out
 
 
@@ -296,7 +382,8 @@ def call_costs(policy, a, model):
     """One worker alone, 16 envs: us per call by transport, and the server's compute."""
     shape = POLICIES[policy][1]
     obs = np.random.default_rng(0).standard_normal((a.envs,) + shape).astype(np.float32)
-    srv = kr.RayInferenceServer(model, num_cpus=1, threads=a.server_threads, max_wait_us=0,
+    srv = kr.RayInferenceServer(model, num_cpus=a.server_threads, threads=a.server_threads, max_wait_us=0,
+                                split_batches=not a.whole_batches,
                                 shm_max_rows=a.envs)
     out = {}
     try:
@@ -362,21 +449,44 @@ def broadcast(a):
 def estimate(costs, runs, bc, a):
     """1,000 env workers x envs on 50 nodes, from the measured per-call costs: the
     transport overheads from the MLP (whose run is short, so the rest of a call is
-    transport), the compute per row from the conv policy's 1-thread Session."""
+    transport), the compute per row from the conv policy's 1-thread Session and, where
+    they ran, the conv servers' measured batches (CPU core-us per row, GPU rows/s)."""
     lines = []
+    ncpu = getattr(a, "ncpu", None) or os.cpu_count() or 1
     envs = a.envs
-    mlp = costs.get("mlp") or next(iter(costs.values()))
+    src = "mlp" if "mlp" in costs else next(iter(costs))
+    mlp = costs[src]
     conv = costs.get("conv") or mlp
     shm_o = max(0.0, mlp["shm"] - mlp["shm_run_us"])
     ray_o = max(0.0, mlp["ray"] - mlp["ray_run_us"])
     row_us = conv["session"] / envs
-    lines.append(f"Measured here (one worker alone, {envs} envs per call): with the MLP, whose run is "
-                 f"short, a step through shared memory costs {mlp['shm']:.0f} us of which "
+    lines.append(f"Measured here (one worker alone, {envs} envs per call): with the " +
+                 ("MLP, whose run is short," if src == "mlp" else f"{src} policy (no MLP run: the rest of "
+                  "a call is transport and the copies of its rows)") +
+                 f" a step through shared memory costs {mlp['shm']:.0f} us of which "
                  f"{mlp['shm_run_us']:.0f} us is the server's run, so **~{shm_o:.0f} us transport**; "
                  f"through a Ray call {mlp['ray']:.0f} us, **~{ray_o:,.0f} us transport** (a bare Ray "
                  f"actor call: {mlp['ray_ping']:,.0f} us). The conv policy costs {row_us:.0f} us per row "
-                 f"on one core ({conv['session']:,.0f} us per {envs}-row Session run). On this loaded "
-                 "2-core machine these are upper bounds: an idle host's Ray call is a few hundred us.")
+                 f"on one core ({conv['session']:,.0f} us per {envs}-row Session run)." +
+                 (" On this loaded small machine these are upper bounds: an idle host's Ray call is a "
+                  "few hundred us." if ncpu <= 4 else ""))
+    gpu_rps = None
+    for mode in ("kaiwu", "kaiwu_gpu"):
+        rs = [r for r in runs if r["mode"] == mode and r["policy"] == "conv" and r.get("run_mean_us")]
+        if not rs:
+            continue
+        r = max(rs, key=lambda r: r["mean_batch_rows"])
+        rows, run = r["mean_batch_rows"], r["run_mean_us"]
+        if mode == "kaiwu":
+            t = a.server_threads
+            lines.append(f"Measured per batch (conv, {r['workers']} workers): a CPU server ran {rows:.0f}-row "
+                         f"batches in {run:,.0f} us on {t} thread(s), {run * t / rows:.0f} core-us per row "
+                         f"(a {envs}-row Session on one core: {row_us:.0f}).")
+        else:
+            gpu_rps = rows / run * 1e6
+            lines.append(f"Measured per batch (conv, {r['workers']} workers): the GPU server ran {rows:.0f}-row "
+                         f"batches in {run:,.0f} us ({getattr(a, 'gpu_precision', 'fp16')}), "
+                         f"{gpu_rps:,.0f} rows/s per GPU at that batch size.")
     nodes, workers = 50, 1000
     per_node = workers // nodes
     lines.append("")
@@ -394,11 +504,13 @@ def estimate(costs, runs, bc, a):
             lines.append(f"- env {env_us} us/step, {label}: a worker {worker_fps:,.0f} frames/s "
                          f"(cycle {cycle:,.0f} us); {demand / 1e6:.2f} M frames/s in all if the servers "
                          f"keep up, which takes ~{cores:,.0f} inference cores ({cores / nodes:.1f} per "
-                         f"node, i.e. servers with that many threads, or GPUs)")
+                         f"node, i.e. servers with that many threads" +
+                         (f", or ~{demand / gpu_rps:.1f} GPUs at the measured GPU batch rate)" if gpu_rps else
+                          ", or GPUs)"))
     big = next((r for r in bc if r["servers"] == max(x["servers"] for x in bc)), None)
     if big:
         lines.append(f"- weight broadcast: {big['mb']:.1f} MB to {big['servers']} servers took "
-                     f"{big['total_ms']:.0f} ms here, almost all of it the servers' refits sharing 2 "
+                     f"{big['total_ms']:.0f} ms here, almost all of it the servers' refits sharing {ncpu} "
                      f"cores (the put: {big['put_ms']:.0f} ms). On 50 nodes each node pulls the object "
                      f"once (~{50 * big['mb'] / 1e3:.1f} GB in all per update; Ray's object transfer "
                      "fetches from any node holding a copy, so it fans out), and each server's refit "
@@ -424,8 +536,19 @@ def main(argv=None):
     p.add_argument("--update-s", type=float, default=1.0, help="seconds between weight broadcasts")
     p.add_argument("--env-us", type=float, default=0.0, help="busy work per env step (us)")
     p.add_argument("--max-wait-us", type=int, default=300)
-    p.add_argument("--server-threads", type=int, default=1)
+    p.add_argument("--server-threads", type=int, default=1, help="threads (and Ray CPUs) of each server")
+    p.add_argument("--servers", type=int, default=1, help="kaiwu CPU server actors (a pool)")
+    p.add_argument("--whole-batches", action="store_true",
+                   help="kaiwu CPU servers run each batch whole on their threads (default: as row "
+                        "slices side by side, InferenceServer's split_batches)")
+    p.add_argument("--max-batch", type=int, default=256, help="most rows in one server run")
+    p.add_argument("--gpu-precision", default="fp16", help="kaiwu_gpu: fp32, fp16 or bf16")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="start no new config after this many seconds (0: no limit); skipped "
+                        "configs are listed, the broadcast and the report still run")
     p.add_argument("--cost-s", type=float, default=1.5)
+    p.add_argument("--config-timeout-s", type=float, default=60.0,
+                   help="a config whose workers are not done this long after --seconds is dropped")
     p.add_argument("--broadcast-servers", default="1,4,16")
     p.add_argument("--broadcast-reps", type=int, default=5)
     p.add_argument("--cpus", type=int, default=os.cpu_count())
@@ -453,33 +576,65 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001
             print(f"torchrl unavailable ({e}); skipping it")
             modes.remove("torchrl")
-    ray.init(num_cpus=a.cpus, include_dashboard=False, log_to_driver=False,
-             object_store_memory=512 << 20,
-             runtime_env={"env_vars": {"PYTHONPATH": os.path.join(HERE, "..", "python")}})
-    load0 = os.getloadavg()
-    runs, costs = [], {}
-    for pol in a.policies.split(","):
-        net, model, _ = export(pol)
-        costs[pol] = call_costs(pol, a, model)
-        print(pol, "costs", {k: round(v) for k, v in costs[pol].items()}, flush=True)
-        for w in worker_counts:
-            ws = make_workers(pol, w, a)
-            for mode in modes:
-                try:
-                    r = run_config(pol, mode, ws, a, net, model)
-                except Exception as e:  # noqa: BLE001 - reported, the run goes on
-                    r = {"policy": pol, "mode": mode, "workers": w, "envs": a.envs, "error": repr(e)[:300]}
-                runs.append(r)
-                print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
-                      flush=True)
-            for x in ws:
-                ray.kill(x)
-    bc = broadcast(a)
-    load1 = os.getloadavg()
-    ray.shutdown()
+    gpus = 0
+    if "kaiwu_gpu" in modes:
+        gpus = torch.cuda.device_count()
+        if not gpus:
+            print("no CUDA device; skipping kaiwu_gpu")
+            modes.remove("kaiwu_gpu")
+    # the workers import this checkout's kaiwu_infer, and whatever else PYTHONPATH holds
+    path = os.pathsep.join([os.path.join(HERE, "..", "python")] +
+                           [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])
+    ray.init(num_cpus=a.cpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False,
+             object_store_memory=512 << 20, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    # a kill from outside (a time limit) still writes what was measured
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     a.argv = argv if argv is not None else sys.argv[1:]
-    a.load = (load0[0], load1[0])
-    write(a, runs, costs, bc, load0, load1, a.argv)
+    load0 = os.getloadavg()
+    t_start = time.monotonic()
+    runs, costs, bc = [], {}, []
+    try:
+        for pol in a.policies.split(","):
+            net, model, _ = export(pol)
+            costs[pol] = call_costs(pol, a, model)
+            print(pol, "costs", {k: round(v) for k, v in costs[pol].items()}, flush=True)
+            for w in worker_counts:
+                over = a.budget_s and time.monotonic() - t_start > a.budget_s
+                ws = [] if over else make_workers(pol, w, a)
+                for mode in modes:
+                    if a.budget_s and time.monotonic() - t_start > a.budget_s:
+                        r = {"policy": pol, "mode": mode, "workers": w, "envs": a.envs,
+                             "error": f"skipped: over --budget-s {a.budget_s:g}"}
+                    else:
+                        try:
+                            r = run_config(pol, mode, ws, a, net, model)
+                        except Exception as e:  # noqa: BLE001 - reported, the run goes on
+                            r = {"policy": pol, "mode": mode, "workers": w, "envs": a.envs,
+                                 "error": repr(e)[:300]}
+                            if isinstance(e, ConfigTimeout):   # workers stuck in a call: new ones
+                                for x in ws:
+                                    ray.kill(x)
+                                ws = make_workers(pol, w, a)
+                    runs.append(r)
+                    print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
+                          flush=True)
+                for x in ws:
+                    ray.kill(x)
+        bc = broadcast(a)
+    finally:
+        load1 = os.getloadavg()
+        a.load = (load0[0], load1[0])
+        write(a, runs, costs, bc, load0, load1, a.argv)
+        ray.shutdown()
+
+
+def servers_line(a):
+    servers, threads = getattr(a, "servers", 1), a.server_threads
+    split = ", whole batches" if getattr(a, "whole_batches", False) else ""
+    return (f"kaiwu servers: {servers} actor(s) x {threads} thread(s) (as many Ray CPUs){split}, "
+            f"max_batch {max(getattr(a, 'max_batch', 256), a.envs)}, max_wait_us {a.max_wait_us}; "
+            f"kaiwu_gpu: 1 actor on the GPU ({getattr(a, 'gpu_precision', 'fp16')}); torchrl's server: "
+            f"{max(1, servers * threads)} torch thread(s); workers share the remaining CPUs")
 
 
 def write(a, runs, costs, bc, load0, load1, argv):
@@ -495,32 +650,37 @@ def write(a, runs, costs, bc, load0, load1, argv):
             commit = "?"
         a.commit = commit
     cmd = "PYTHONPATH=python python bench/bench_ray.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    try:
-        import torchrl
+    if not getattr(a, "machine", None):   # kept in the .json, so that --render elsewhere keeps them
+        try:
+            import torchrl
 
-        trl = torchrl.__version__
-    except Exception:  # noqa: BLE001
-        trl = "not installed"
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
-    except Exception:  # noqa: BLE001
-        pass
+            trl = torchrl.__version__
+        except Exception:  # noqa: BLE001
+            trl = "not installed"
+        cpu = platform.processor() or platform.machine()
+        try:
+            cpu = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")][0]
+        except Exception:  # noqa: BLE001
+            pass
+        a.ncpu = os.cpu_count()
+        a.machine = f"{cpu}, {a.ncpu} logical CPUs"
+        a.versions = (f"kaiwu_infer {ki.__version__} ({commit}), ray {ray.__version__}, torch "
+                      f"{torch.__version__}, torchrl {trl}, python {platform.python_version()}")
     md = [f"# Self-play on Ray: env steps/s, broadcast, call costs ({a.name})", "",
-          f"- machine: {cpu}, {os.cpu_count()} logical CPUs; Ray given {a.cpus} CPUs",
-          f"- versions: kaiwu_infer {ki.__version__} ({commit}), ray {ray.__version__}, torch "
-          f"{torch.__version__}, torchrl {trl}, python {platform.python_version()}",
+          f"- machine: {a.machine}; Ray given {a.cpus} CPUs",
+          f"- versions: {a.versions}",
           f"- command: `{cmd}`",
           f"- date: {a.date}; load "
           f"average {load0[0]:.1f} at start, {load1[0]:.1f} at end",
           f"- {a.envs} synthetic envs per worker (observations from a pre-drawn pool, {a.env_us:g} us "
           f"busy work per env step), {a.seconds:g} s per config, a weight broadcast every "
-          f"{a.update_s:g} s; servers: 1 actor, 1 CPU, {a.server_threads} thread(s), max_wait_us "
-          f"{a.max_wait_us}; workers share the remaining CPUs", ""]
-    md += ["## Env steps/s", "",
-           "| policy | workers | " + " | ".join(m for m in dict.fromkeys(r["mode"] for r in runs)) + " | kaiwu / local | kaiwu / torchrl |",
-           "|---|---|" + "---|" * (len(dict.fromkeys(r["mode"] for r in runs)) + 2)]
+          f"{a.update_s:g} s; " + servers_line(a), ""]
     modes = list(dict.fromkeys(r["mode"] for r in runs))
+    ratios = ["kaiwu / best local", "kaiwu / torchrl"] + (["kaiwu_gpu / best local"] if "kaiwu_gpu" in modes else [])
+    md += ["## Env steps/s", "",
+           "best local: the faster of local (kaiwu Session) and local_ort per row.", "",
+           "| policy | workers | " + " | ".join(modes + ratios) + " |",
+           "|---|---|" + "---|" * (len(modes) + len(ratios))]
     for pol in dict.fromkeys(r["policy"] for r in runs):
         for w in dict.fromkeys(r["workers"] for r in runs):
             by = {r["mode"]: r for r in runs if r["policy"] == pol and r["workers"] == w}
@@ -534,12 +694,20 @@ def write(a, runs, costs, bc, load0, load1, argv):
                     cell.append(f"{r['env_steps_per_s']:,.0f}{extra})")
                 else:
                     cell.append("error: " + r.get("error", "-")[:60])
-            k = by.get("kaiwu", {}).get("env_steps_per_s")
-            lo = by.get("local", {}).get("env_steps_per_s")
-            tr = by.get("torchrl", {}).get("env_steps_per_s")
+            k, g, tr = (by.get(m, {}).get("env_steps_per_s") for m in ("kaiwu", "kaiwu_gpu", "torchrl"))
+            lo = max([by.get(m, {}).get("env_steps_per_s") or 0 for m in ("local", "local_ort")])
             cell.append(f"{k / lo:.2f}x" if k and lo else "-")
             cell.append(f"{k / tr:.1f}x" if k and tr else "-")
+            if "kaiwu_gpu" in modes:
+                cell.append(f"{g / lo:.2f}x" if g and lo else "-")
             md.append(f"| {pol} | {w} | " + " | ".join(cell) + " |")
+    asked = [(p, int(w), m) for p in str(a.policies).split(",") for w in str(a.workers).split(",")
+             for m in str(a.modes).split(",")]
+    done = {(r["policy"], r["workers"], r["mode"]) for r in runs}
+    missing = [f"{p} {w} {m}" for p, w, m in asked if (p, w, m) not in done]
+    if missing:
+        md += ["", f"Not run ({len(missing)} of {len(asked)} configs asked for; time limit or kill): "
+               + ", ".join(missing)]
     md += ["", "Per-call costs (one worker alone, us): " + "; ".join(
         f"{pol}: shm {c['shm']:.0f} (server run {c['shm_run_us']:.0f}), Ray call {c['ray']:.0f} "
         f"(run {c['ray_run_us']:.0f}), bare Ray ping {c['ray_ping']:.0f}, local Session {c['session']:.0f}"
@@ -548,7 +716,10 @@ def write(a, runs, costs, bc, load0, load1, argv):
            "| servers | MB | put ms | put + all refits ms (median) | min ms |", "|---|---|---|---|---|"]
     md += [f"| {r['servers']} | {r['mb']:.1f} | {r['put_ms']:.1f} | {r['total_ms']:.1f} | {r['min_ms']:.1f} |"
            for r in bc]
-    md += ["", "## 1,000 workers on 50 nodes (paper estimate)", "", estimate(costs, runs, bc, a), ""]
+    if not bc:
+        md += ["", "Not run (time limit or kill)."]
+    if costs:
+        md += ["", "## 1,000 workers on 50 nodes (paper estimate)", "", estimate(costs, runs, bc, a), ""]
     path = os.path.join(a.out_dir, a.name)
     with open(path + ".md", "w") as f:
         f.write("\n".join(md))
