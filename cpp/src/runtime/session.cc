@@ -655,6 +655,8 @@ IoStats Session::io_stats() const {
   s.status_reads = v(c.status_reads);
   s.stream_waits = v(c.stream_waits);
   s.stream_signals = v(c.stream_signals);
+  s.graph_launches = v(c.graph_launches);
+  s.graph_nodes = v(c.graph_nodes);
   return s;
 }
 
@@ -663,7 +665,7 @@ void Session::ResetIoStats() {
   for (std::atomic<uint64_t>* a :
        {&c.runs, &c.h2d_copies, &c.h2d_bytes, &c.d2h_copies, &c.d2h_bytes, &c.d2d_copies,
         &c.d2d_bytes, &c.staging_copies, &c.staging_bytes, &c.status_reads, &c.stream_waits,
-        &c.stream_signals})
+        &c.stream_signals, &c.graph_launches, &c.graph_nodes})
     a->store(0, std::memory_order_relaxed);
 }
 
