@@ -16,6 +16,7 @@
 #include "passes/layout_nhwc.h"
 #include "passes/mixed_precision.h"
 #include "passes/pass_manager.h"
+#include "passes/rules.h"
 #include "plan/execution_plan.h"
 #include "runtime/device_io.h"
 #include "runtime/weight_builder.h"
@@ -285,6 +286,9 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   }
   if (options.optimize) Optimize(&g, &impl->pass_stats);
   if (options.optimize && !impl->device) OptimizeForCpu(&g, &impl->pass_stats);
+  const char* batch_first_env = std::getenv("KAIWU_RNN_BATCH_FIRST");
+  if (options.optimize && impl->device && !(batch_first_env && std::string(batch_first_env) == "0"))
+    if (int n = FoldRnnBatchFirst(&g)) impl->pass_stats.fired["fold_rnn_batch_first"] += n;
   g.RemoveDeadNodes();
   ApplyPrecision(g, impl->device, options, names_before, &impl->precision,
                  &impl->precision_report);
