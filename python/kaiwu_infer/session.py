@@ -107,7 +107,9 @@ class Session(_core._Session):
       device is never synchronized as a whole. ``run`` returns when the run is done.
     - host results come back in page-locked memory with one DMA; ``io_buffers(batch)``
       gives page-locked feeds and ``out=`` arrays, so inputs also skip the staging copy.
-    - ``io_stats()`` counts the copies each way, staging memcpys and stream events.
+    - ``io_stats()`` counts the copies each way, staging memcpys and stream events, and
+      the recorded launches (CUDA graphs) with their nodes (``graph_nodes / graph_launches``
+      is a run's count of kernel and copy nodes).
     """
 
     def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True,

@@ -309,6 +309,8 @@ class PySession {
     d["status_reads"] = st.status_reads;
     d["stream_waits"] = st.stream_waits;
     d["stream_signals"] = st.stream_signals;
+    d["graph_launches"] = st.graph_launches;
+    d["graph_nodes"] = st.graph_nodes;
     return d;
   }
 

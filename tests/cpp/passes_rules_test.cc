@@ -3,6 +3,7 @@
 // covered by tests/python/test_passes.py against onnxruntime.
 #include <gtest/gtest.h>
 
+#include "passes/match_util.h"
 #include "passes/pass_manager.h"
 #include "passes/rewrite_util.h"
 #include "passes/rules.h"
@@ -111,6 +112,130 @@ TEST(PassesRules, NothingFiresOnAPlainChain) {
   Optimize(&g, &stats);
   EXPECT_TRUE(stats.fired.empty());
   EXPECT_EQ(g.nodes.size(), 2u);
+}
+
+// Transpose -> GRU/LSTM (layout 0) -> Squeeze(1) -> Transpose, as a batch_first
+// export writes it; `states` adds initial states and Y_h (/ Y_c) outputs.
+struct BatchFirstGraph {
+  Graph g;
+  int x = -1, y = -1, h0 = -1, hn = -1, rnn = -1;
+};
+
+BatchFirstGraph MakeBatchFirst(const std::string& op, bool states, bool extra_reader = false) {
+  BatchFirstGraph b;
+  Graph& g = b.g;
+  b.x = Runtime(g, "x", ValueKind::kInput);
+  g.inputs = {b.x};
+  int w = Runtime(g, "w", ValueKind::kWeight), r = Runtime(g, "r", ValueKind::kWeight);
+  int xt = Runtime(g, "xt"), y4 = Runtime(g, "y4"), y3 = Runtime(g, "y3");
+  b.y = Runtime(g, "y");
+  Node t1 = Op("Transpose", {b.x}, {xt});
+  t1.attrs["perm"] = IntsAttr({1, 0, 2});
+  g.AddNode(t1);
+  std::vector<int> in = {xt, w, r}, out = {y4};
+  if (states) {
+    b.h0 = Runtime(g, "h0", ValueKind::kInput);
+    g.inputs.push_back(b.h0);
+    in.insert(in.end(), {-1, -1, b.h0});
+    b.hn = Runtime(g, "hn");
+    out.push_back(b.hn);
+    if (op == "LSTM") {
+      int c0 = Runtime(g, "c0", ValueKind::kInput);
+      g.inputs.push_back(c0);
+      in.push_back(c0);
+      out.push_back(Runtime(g, "cn"));
+    }
+  }
+  Node rnn = Op(op, in, out);
+  rnn.attrs["hidden_size"] = IntAttr(8);
+  g.AddNode(rnn);
+  g.AddNode(Op("Squeeze", {y4, Ints(g, "axes", {1})}, {y3}));
+  Node t2 = Op("Transpose", {y3}, {b.y});
+  t2.attrs["perm"] = IntsAttr({1, 0, 2});
+  g.AddNode(t2);
+  g.outputs = {b.y};
+  for (size_t k = 1; k < out.size(); ++k) g.outputs.push_back(out[k]);
+  if (extra_reader) {
+    int z = Runtime(g, "z");
+    g.AddNode(Op("Relu", {y4}, {z}));
+    g.outputs.push_back(z);
+  }
+  g.Verify();
+  return b;
+}
+
+const Node* OnlyNode(const Graph& g, const std::string& op) {
+  const Node* found = nullptr;
+  for (const Node& n : g.nodes)
+    if (n.op_type == op) found = found ? nullptr : &n;
+  return found;
+}
+
+TEST(PassesRules, BatchFirstGruWithStatesBecomesLayout1) {
+  BatchFirstGraph b = MakeBatchFirst("GRU", true);
+  EXPECT_EQ(FoldRnnBatchFirst(&b.g), 1);
+  EXPECT_EQ(Count(b.g, "Transpose"), 0);
+  const Node* gru = OnlyNode(b.g, "GRU");
+  ASSERT_NE(gru, nullptr);
+  EXPECT_EQ(gru->GetInt("layout", 0), 1);
+  EXPECT_EQ(gru->inputs[0], b.x);
+  // initial_h through a Reshape to [-1, 1, 8]; Y_h back through one to [1, -1, 8].
+  ASSERT_EQ(Count(b.g, "Reshape"), 2);
+  std::vector<int64_t> shape;
+  const Node& in_reshape = b.g.nodes[b.g.values[gru->inputs[5]].producer];
+  EXPECT_EQ(in_reshape.op_type, "Reshape");
+  EXPECT_EQ(in_reshape.inputs[0], b.h0);
+  ASSERT_TRUE(ConstInts(b.g, in_reshape.inputs[1], &shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{-1, 1, 8}));
+  const Node& out_reshape = b.g.nodes[b.g.values[b.hn].producer];
+  EXPECT_EQ(out_reshape.op_type, "Reshape");
+  EXPECT_EQ(out_reshape.inputs[0], gru->outputs[1]);
+  ASSERT_TRUE(ConstInts(b.g, out_reshape.inputs[1], &shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, -1, 8}));
+  // The Squeeze drops axis 2 of Y and writes the graph output.
+  const Node& squeeze = b.g.nodes[b.g.values[b.y].producer];
+  EXPECT_EQ(squeeze.op_type, "Squeeze");
+  EXPECT_EQ(squeeze.inputs[0], gru->outputs[0]);
+  ASSERT_TRUE(ConstInts(b.g, squeeze.inputs[1], &shape));
+  EXPECT_EQ(shape, (std::vector<int64_t>{2}));
+}
+
+TEST(PassesRules, BatchFirstLstmReshapesBothStates) {
+  BatchFirstGraph b = MakeBatchFirst("LSTM", true);
+  EXPECT_EQ(FoldRnnBatchFirst(&b.g), 1);
+  EXPECT_EQ(Count(b.g, "Transpose"), 0);
+  EXPECT_EQ(Count(b.g, "Reshape"), 4);  // initial_h, initial_c, Y_h, Y_c
+  EXPECT_EQ(OnlyNode(b.g, "LSTM")->GetInt("layout", 0), 1);
+}
+
+TEST(PassesRules, BatchFirstWithoutStates) {
+  BatchFirstGraph b = MakeBatchFirst("GRU", false);
+  EXPECT_EQ(FoldRnnBatchFirst(&b.g), 1);
+  EXPECT_EQ(Count(b.g, "Transpose"), 0);
+  EXPECT_EQ(Count(b.g, "Reshape"), 0);
+}
+
+TEST(PassesRules, BatchFirstMustNotFire) {
+  // Y read by another node too.
+  BatchFirstGraph shared = MakeBatchFirst("GRU", true, /*extra_reader=*/true);
+  EXPECT_EQ(FoldRnnBatchFirst(&shared.g), 0);
+  EXPECT_EQ(Count(shared.g, "Transpose"), 2);
+  // Bidirectional, already batch-first, and another permutation.
+  for (int c = 0; c < 3; ++c) {
+    BatchFirstGraph b = MakeBatchFirst("GRU", true);
+    for (Node& n : b.g.nodes) {
+      if (c == 0 && n.op_type == "GRU") {
+        Attribute dir;
+        dir.kind = Attribute::Kind::kString;
+        dir.s = "bidirectional";
+        n.attrs["direction"] = dir;
+      }
+      if (c == 1 && n.op_type == "GRU") n.attrs["layout"] = IntAttr(1);
+      if (c == 2 && n.op_type == "Transpose" && n.outputs[0] == b.y) n.attrs["perm"] = IntsAttr({0, 1, 2});
+    }
+    EXPECT_EQ(FoldRnnBatchFirst(&b.g), 0) << c;
+    EXPECT_EQ(Count(b.g, "Transpose"), 2) << c;
+  }
 }
 
 }  // namespace

@@ -69,6 +69,9 @@ struct IoStats {
   uint64_t status_reads = 0;    ///< error-flag reads that end each run (mapped memory: no copy)
   uint64_t stream_waits = 0;    ///< caller streams a run waited for (events)
   uint64_t stream_signals = 0;  ///< caller streams made to wait for a run (events)
+  /// Recorded launches (CUDA graphs) of runs, and the nodes they held in all:
+  /// graph_nodes / graph_launches is a run's count of kernel and copy nodes.
+  uint64_t graph_launches = 0, graph_nodes = 0;
 };
 
 /// A graph input or output as declared by the model.

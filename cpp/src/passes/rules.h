@@ -44,6 +44,11 @@ int PrepackGemmWeights(Graph* g);
 /// with a static weight [M, KH, KW, C] gets it packed into the GEMM's column
 /// panels as input 3 ([ceil(M / 16), KH * KW * C, 16], by static nodes).
 int PrepackNhwcConvWeights(Graph* g);
+/// Device sessions only (Session::Load runs it after Optimize, not a kRules entry):
+/// Transpose([1, 0, 2]) -> LSTM/GRU (one direction) -> Squeeze(1) -> Transpose([1, 0, 2])
+/// becomes the op in layout 1 (batch-first) squeezed at axis 2, its states through
+/// Reshapes: two kernels fewer per run. KAIWU_RNN_BATCH_FIRST=0 keeps the transposes.
+int FoldRnnBatchFirst(Graph* g);
 /// CPU sessions, after the layout pass: Transpose(Cast uint8/int8 -> float32) becomes
 /// Cast(Transpose) where the Cast feeds only the Transpose (a quarter of the bytes moved).
 int HoistTransposeAboveCast(Graph* g);

@@ -16,6 +16,7 @@
 #include "passes/layout_nhwc.h"
 #include "passes/mixed_precision.h"
 #include "passes/pass_manager.h"
+#include "passes/rules.h"
 #include "plan/execution_plan.h"
 #include "runtime/device_io.h"
 #include "runtime/weight_builder.h"
@@ -285,6 +286,9 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   }
   if (options.optimize) Optimize(&g, &impl->pass_stats);
   if (options.optimize && !impl->device) OptimizeForCpu(&g, &impl->pass_stats);
+  const char* batch_first_env = std::getenv("KAIWU_RNN_BATCH_FIRST");
+  if (options.optimize && impl->device && !(batch_first_env && std::string(batch_first_env) == "0"))
+    if (int n = FoldRnnBatchFirst(&g)) impl->pass_stats.fired["fold_rnn_batch_first"] += n;
   g.RemoveDeadNodes();
   ApplyPrecision(g, impl->device, options, names_before, &impl->precision,
                  &impl->precision_report);
@@ -655,6 +659,8 @@ IoStats Session::io_stats() const {
   s.status_reads = v(c.status_reads);
   s.stream_waits = v(c.stream_waits);
   s.stream_signals = v(c.stream_signals);
+  s.graph_launches = v(c.graph_launches);
+  s.graph_nodes = v(c.graph_nodes);
   return s;
 }
 
@@ -663,7 +669,7 @@ void Session::ResetIoStats() {
   for (std::atomic<uint64_t>* a :
        {&c.runs, &c.h2d_copies, &c.h2d_bytes, &c.d2h_copies, &c.d2h_bytes, &c.d2d_copies,
         &c.d2d_bytes, &c.staging_copies, &c.staging_bytes, &c.status_reads, &c.stream_waits,
-        &c.stream_signals})
+        &c.stream_signals, &c.graph_launches, &c.graph_nodes})
     a->store(0, std::memory_order_relaxed);
 }
 

@@ -480,6 +480,30 @@ TEST(CudaLinalg, GruSequenceCluster) {
   unsetenv("KAIWU_GRU_CLUSTER");
 }
 
+// The kernels read initial_h / initial_c and write Y_h / Y_c themselves (the
+// tests above); KAIWU_RNN_FOLD_STATES=0 keeps the separate load and store
+// kernels: both paths, per-step and sequence kernels, against the CPU.
+TEST(CudaLinalg, RnnStatesUnfolded) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(211);
+  ASSERT_EQ(setenv("KAIWU_RNN_FOLD_STATES", "0", 1), 0);
+  for (const char* op : {"LSTM", "GRU"})
+    for (int lbr : {0, 1})
+      for (int layout : {0, 1}) {
+        if (std::string(op) == "LSTM" && lbr == 1) continue;
+        RnnCase c;
+        c.op = op;
+        c.lbr = lbr;
+        c.seq = 5, c.batch = 6, c.input = 12, c.hidden = 32;
+        c.direction = layout ? "bidirectional" : "reverse";
+        c.layout = layout;
+        c.init = layout == 0 || lbr == 0;
+        c.lens = {5, 0, 2, 3, 1, 4};
+        CheckRnn(c, rng);
+      }
+  unsetenv("KAIWU_RNN_FOLD_STATES");
+}
+
 TEST(CudaLinalg, RnnBadSequenceLens) {
   KAIWU_REQUIRE_CUDA();
   std::mt19937 rng(206);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
@@ -346,6 +347,7 @@ class CudaStream final : public DeviceBackend::Stream {
       g.last_use = ++clock_;
       std::atomic_thread_fence(std::memory_order_seq_cst);  // the copy tables before the launch
       CheckCuda(cudaGraphLaunch(g.exec, ctx_.stream), "cudaGraphLaunch");
+      CountLaunch(g.nodes);
       copies_ran_ = true;
       return true;
     }
@@ -370,8 +372,12 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(ctx_.stream, &graph);
     cudaGraphExec_t exec = nullptr;
-    if (ok && err == cudaSuccess && graph)
-      err = cudaGraphInstantiate(&exec, graph, 0);
+    size_t nodes = 0;
+    if (ok && err == cudaSuccess && graph) {
+      err = cudaGraphGetNodes(graph, nullptr, &nodes);
+      if (err == cudaSuccess) DumpGraph(graph);
+      if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+    }
     if (graph) cudaGraphDestroy(graph);
     if (!ok || err != cudaSuccess || !exec) {
       // Something in the plan cannot be recorded: run this stream's plans directly.
@@ -387,9 +393,10 @@ class CudaStream final : public DeviceBackend::Stream {
       cudaGraphExecDestroy(lru->exec);
       graphs_.erase(lru);
     }
-    graphs_.push_back(Graph{key, Sig(), exec, ++clock_});
+    graphs_.push_back(Graph{key, Sig(), exec, ++clock_, nodes});
     std::atomic_thread_fence(std::memory_order_seq_cst);
     CheckCuda(cudaGraphLaunch(exec, ctx_.stream), "cudaGraphLaunch");
+    CountLaunch(nodes);
     copies_ran_ = true;
     return true;
   }
@@ -463,7 +470,23 @@ class CudaStream final : public DeviceBackend::Stream {
     CopySig sig;
     cudaGraphExec_t exec;
     uint64_t last_use;
+    size_t nodes;  // kernel and copy nodes recorded
   };
+  void CountLaunch(size_t nodes) {
+    if (!counters_) return;
+    IoCounters::Add(counters_->graph_launches, 1);
+    IoCounters::Add(counters_->graph_nodes, nodes);
+  }
+  // KAIWU_CUDA_GRAPH_DOT=prefix: each recording as Graphviz text, prefix<N>.dot
+  // (cudaGraphDebugDotPrint: node kinds and kernel names), for bench/profile_cuda_run.py.
+  static void DumpGraph(cudaGraph_t graph) {
+    static std::atomic<int> count{0};
+    const char* prefix = std::getenv("KAIWU_CUDA_GRAPH_DOT");
+    if (!prefix || !*prefix) return;
+    const std::string path = std::string(prefix) + std::to_string(count++) + ".dot";
+    if (cudaGraphDebugDotPrint(graph, path.c_str(), cudaGraphDebugDotFlagsKernelNodeParams) != cudaSuccess)
+      cudaGetLastError();  // a listing for reading only: a failure changes nothing
+  }
   static constexpr size_t kBlasWorkspace = 32u << 20;  // cuBLAS's advice for Hopper
   static constexpr size_t kMaxGraphs = 4;              // weight versions recorded per stream
 

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/device_util.cuh"
@@ -104,9 +106,33 @@ struct RnnStepArgs {
   float* y = nullptr;             // Y, or null
   int* error_flag = nullptr;
   int step = 0;
+  // Folded state copies (RnnKernel::fold_states_): with load_init, step 0 reads
+  // the previous h from initial_h (zeros when null) instead of the scratch h,
+  // and writes the scratch h of every row; with store_final, the last step
+  // (a sequence kernel: its end) writes Y_h, instead of load and store kernels
+  // around the steps.
+  bool load_init = false, store_final = false;
+  const float* init_h = nullptr;  // initial_h, or null
+  float* y_h = nullptr;           // Y_h, or null
 
   /// Time index of this step for batch row b, or -1 (see RnnStepTime).
   __device__ int64_t Time(int64_t b) const { return RnnStepTime(g, lens, d, s, b, error_flag, step); }
+  /// initial_h of direction d, row b, unit j (0 without initial_h).
+  __device__ float InitH(int64_t b, int64_t j) const {
+    return init_h ? init_h[g.StateOffset(d, b) + j] : 0.f;
+  }
+  /// True in the step that reads the initial states itself.
+  __device__ bool FromInit() const { return load_init && s == 0; }
+  /// h before this step of element i = b * H + j of the dense state.
+  __device__ float PrevH(int64_t i, int64_t b, int64_t j) const { return FromInit() ? InitH(b, j) : h[i]; }
+  /// True in the step that writes the final states itself.
+  __device__ bool ToFinal() const { return store_final && s == g.seq - 1; }
+  /// A sequence kernel's start and end: row b's unit j of the state it keeps.
+  __device__ float StartH(int64_t b, int64_t j) const { return load_init ? InitH(b, j) : h[b * g.hidden + j]; }
+  __device__ void EndH(int64_t b, int64_t j, float v) const {
+    if (!store_final) h[b * g.hidden + j] = v;
+    else if (y_h) y_h[g.StateOffset(d, b) + j] = v;
+  }
 };
 
 /// The part of the LSTM and GRU kernels that is the same for both: the
@@ -123,6 +149,9 @@ class RnnKernel : public CudaKernel {
     present_ = {true, true, true, p.has_bias, p.has_lens, p.has_init_h, p.has_init_c, p.has_peep};
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     tf32_ = ctx.node.tf32_gemms;
+    // KAIWU_RNN_FOLD_STATES=0: separate state load / store kernels (A/B).
+    const char* fold = std::getenv("KAIWU_RNN_FOLD_STATES");
+    fold_states_ = !(fold && std::string(fold) == "0");
     scratch_ = RnnScratch(g_, gates);
     ctx.scratch_bytes = scratch_.bytes();
     return p;
@@ -136,9 +165,23 @@ class RnnKernel : public CudaKernel {
   float* Output(const KernelIO& io, int k) const {
     return k < num_outputs_ ? static_cast<float*>(io.outputs[k]) : nullptr;
   }
+  /// Step 0 of the per-step path reads the initial states and the last step
+  /// writes the final ones (fold_states_, a sequence of at least one step and
+  /// initial_h present, since step 0's GEMM reads it). Sets args' flags and
+  /// returns whether they are folded; the caller loads and stores otherwise.
+  bool FoldStepStates(const KernelIO& io, RnnStepArgs* a) const {
+    const bool fold = fold_states_ && g_.seq > 0 && Input(io, 5);
+    a->load_init = a->store_final = fold;
+    return fold;
+  }
+  /// Direction d's initial_h as a [batch, H] GEMM operand: its offset and row stride.
+  int64_t InitOffset(int64_t d) const { return g_.StateOffset(d, 0); }
+  int64_t InitStride() const { return g_.layout == 0 ? g_.hidden : g_.dirs * g_.hidden; }
   /// Fills the shared step arguments of a run (h is scratch state 0) and zeroes
   /// Y when sequence_lens leaves steps of it unwritten.
   void BindRun(const KernelIO& io, RnnStepArgs* a, const char* what) const {
+    a->init_h = Input(io, 5);
+    a->y_h = Output(io, 1);
     const DeviceContext& dev = Dev(io);
     a->g = g_;
     a->lens = present_.size() > 4 && present_[4] ? static_cast<const int32_t*>(io.inputs[4]) : nullptr;
@@ -156,6 +199,7 @@ class RnnKernel : public CudaKernel {
   RnnGeometry g_;
   RnnScratch scratch_;
   bool tf32_ = false;  // GEMMs on TF32 tensor cores (Node::tf32_gemms)
+  bool fold_states_ = true;  // kernels read initial_h/c and write Y_h/Y_c themselves
 
  private:
   std::vector<bool> present_;  // per input, from the params (X, W, R always)

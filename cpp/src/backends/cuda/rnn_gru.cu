@@ -51,7 +51,7 @@ __global__ void GruResetKernel(GruStepArgs a) {
     GruZr(a, hr, a.xw + a.g.XRow(t, b) * G + j, j, &z, &r);
     hr[0] = z;
     hr[H] = r;
-    a.rh[i] = r * a.h[i];
+    a.rh[i] = r * a.PrevH(i, b, j);
   }
 }
 
@@ -59,29 +59,42 @@ __global__ void GruResetKernel(GruStepArgs a) {
 //   linear_before_reset = 1: hh = tanh(clip(Xh + Wbh + r . (h * Rh^T + Rbh)))
 //   linear_before_reset = 0: hh = tanh(clip((r . h) * Rh^T + Xh + Wbh + Rbh))
 //   h = (1 - z) . hh + z . h
-__global__ void GruStepKernel(GruStepArgs a) {
+// of row b, unit j at time t, from its previous h.
+__device__ inline float GruNewH(const GruStepArgs& a, int64_t t, int64_t b, int64_t j, float h_old) {
   const int64_t H = a.g.hidden, G = 3 * H;
+  const float* hr = a.gates + b * G + j;
+  const float* xw = a.xw + a.g.XRow(t, b) * G + j;
+  const float wbh = a.bias ? a.bias[2 * H + j] : 0.f;
+  const float rbh = a.bias ? a.bias[G + 2 * H + j] : 0.f;
+  float z, pre;
+  if (a.linear_before_reset) {
+    float r;
+    GruZr(a, hr, xw, j, &z, &r);
+    pre = xw[2 * H] + wbh + r * (hr[2 * H] + rbh);
+  } else {
+    z = hr[0];
+    pre = hr[2 * H] + (xw[2 * H] + wbh + rbh);
+  }
+  const float hh = tanhf(a.g.Clip(pre));
+  return (1.f - z) * hh + z * h_old;
+}
+
+// One step of every (row, unit). With folded states, step 0 reads h from
+// initial_h (and writes every row's scratch h) and the last step writes Y_h;
+// a row whose sequence has ended keeps its h.
+__global__ void GruStepKernel(GruStepArgs a) {
+  const int64_t H = a.g.hidden;
   KAIWU_CUDA_LOOP(i, a.g.batch * H) {
     const int64_t b = i / H, j = i - b * H;
     const int64_t t = a.Time(b);
-    if (t < 0) continue;
-    const float* hr = a.gates + b * G + j;
-    const float* xw = a.xw + a.g.XRow(t, b) * G + j;
-    const float wbh = a.bias ? a.bias[2 * H + j] : 0.f;
-    const float rbh = a.bias ? a.bias[G + 2 * H + j] : 0.f;
-    float z, pre;
-    if (a.linear_before_reset) {
-      float r;
-      GruZr(a, hr, xw, j, &z, &r);
-      pre = xw[2 * H] + wbh + r * (hr[2 * H] + rbh);
-    } else {
-      z = hr[0];
-      pre = hr[2 * H] + (xw[2 * H] + wbh + rbh);
+    const float h_old = a.PrevH(i, b, j);
+    float h_new = h_old;
+    if (t >= 0) {
+      h_new = GruNewH(a, t, b, j, h_old);
+      if (a.y) a.y[a.g.YOffset(t, a.d, b) + j] = h_new;
     }
-    const float hh = tanhf(a.g.Clip(pre));
-    const float h_new = (1.f - z) * hh + z * a.h[i];
-    a.h[i] = h_new;
-    if (a.y) a.y[a.g.YOffset(t, a.d, b) + j] = h_new;
+    if (t >= 0 || a.FromInit()) a.h[i] = h_new;
+    if (a.ToFinal() && a.y_h) a.y_h[a.g.StateOffset(a.d, b) + j] = h_new;
   }
 }
 
@@ -172,7 +185,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs 
   const bool updates = tid < G;
   GruUnitRows<kPerThread> unit;
   if (updates) unit.LoadBiases(a, j);
-  for (int i = tid; i < kRows * H; i += blockDim.x) hs[i] = i < rows * H ? a.h[b0 * H + i] : 0.f;
+  for (int i = tid; i < kRows * H; i += blockDim.x) hs[i] = i < rows * H ? a.StartH(b0 + i / H, i % H) : 0.f;
   __syncthreads();
   for (int64_t s = 0; s < a.g.seq; ++s) {
     unit.LoadStep(a, s, b0, rows, group, 3, j, updates);
@@ -222,7 +235,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs 
     }
     __syncthreads();
   }
-  for (int i = tid; i < rows * H; i += blockDim.x) a.h[b0 * H + i] = hs[i];
+  for (int i = tid; i < rows * H; i += blockDim.x) a.EndH(b0 + i / H, i % H, hs[i]);
 }
 
 // Rows per block of the sequence kernel: the fewest (1, 2, 4) whose blocks fit
@@ -355,7 +368,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
   if (updates) unit.LoadBiases(a, j);
   for (int i = tid; i < kGruMmaRows * H; i += blockDim.x) {
     const int r = i / H;
-    const float v = r < rows ? a.h[b0 * H + i] : 0.f;
+    const float v = r < rows ? a.StartH(b0 + r, i % H) : 0.f;
     hs[i] = v;
     hh[r * S + i % H] = __float2half_rn(v);
   }
@@ -376,7 +389,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
     }
     __syncthreads();
   }
-  for (int i = tid; i < rows * H; i += blockDim.x) a.h[b0 * H + i] = hs[i];
+  for (int i = tid; i < rows * H; i += blockDim.x) a.EndH(b0 + i / H, i % H, hs[i]);
 }
 
 // The tensor-core sequence kernel split over a thread-block cluster of kC
@@ -425,7 +438,7 @@ __global__ void __launch_bounds__(kGruThreads, 1)
   if (updates) unit.LoadBiases(a, j);
   for (int i = tid; i < kGruMmaRows * H; i += blockDim.x) {
     const int r = i / H, col = i % H;
-    const float v = r < rows ? a.h[b0 * H + i] : 0.f;
+    const float v = r < rows ? a.StartH(b0 + r, col) : 0.f;
     hh[r * S + col] = __float2half_rn(v);
     if (col >= c * U && col < (c + 1) * U) hs[r * U + col - c * U] = v;
   }
@@ -455,7 +468,7 @@ __global__ void __launch_bounds__(kGruThreads, 1)
     }
     cluster.sync();  // the next step reads every block's units; no block leaves while peers write
   }
-  for (int i = tid; i < rows * U; i += blockDim.x) a.h[b0 * H + (i / U) * H + c * U + i % U] = hs[i];
+  for (int i = tid; i < rows * U; i += blockDim.x) a.EndH(b0 + i / U, c * U + i % U, hs[i]);
 }
 
 // Clusters of kC blocks of the kernel that fit on the device at once.
@@ -551,11 +564,13 @@ class GruKernel : public RnnKernel {
     const unsigned grid = GridFor(batch * H);
     for (int64_t d = 0; d < g_.dirs; ++d) {
       RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G, tf32_);
-      RnnLoadStates(dev, g_, d, init_h, h, nullptr, nullptr);
       args.d = d;
       args.bias = bias ? bias + d * 2 * G : nullptr;
       const float* rd = r + d * G * H;
       if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd) & 15) == 0) {
+        // The sequence kernels read initial_h and write Y_h themselves.
+        args.load_init = args.store_final = fold_states_;
+        if (!fold_states_) RnnLoadStates(dev, g_, d, init_h, h, nullptr, nullptr);
         if (sequence_cluster_ > 1) {
           LaunchGruSequenceCluster(sequence_cluster_, batch, sequence_smem_, dev.stream, args, rd);
         } else if (sequence_mma_) {
@@ -565,15 +580,21 @@ class GruKernel : public RnnKernel {
         } else {
           LaunchGruSequence(sequence_rows_, batch, sequence_smem_, dev.stream, args, rd);
         }
-        RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
+        if (!fold_states_) RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
         continue;
       }
+      const bool folded = FoldStepStates(io, &args);
+      if (!folded) RnnLoadStates(dev, g_, d, init_h, h, nullptr, nullptr);
       for (int64_t s = 0; s < g_.seq; ++s) {
         args.s = s;
+        // Step 0 of a folded run reads h from initial_h.
+        const bool first = folded && s == 0;
+        const float* hp = first ? init_h + InitOffset(d) : h;
+        const int64_t ldh = first ? InitStride() : H;
         if (linear_before_reset_) {
-          RowMajorSgemm(dev, false, true, batch, G, H, 1.f, h, H, rd, H, gates, G, tf32_);
+          RowMajorSgemm(dev, false, true, batch, G, H, 1.f, hp, ldh, rd, H, gates, G, tf32_);
         } else {
-          RowMajorSgemm(dev, false, true, batch, 2 * H, H, 1.f, h, H, rd, H, gates, G, tf32_);
+          RowMajorSgemm(dev, false, true, batch, 2 * H, H, 1.f, hp, ldh, rd, H, gates, G, tf32_);
           GruResetKernel<<<grid, kBlock, 0, dev.stream>>>(args);
           CheckLaunch("GRU reset kernel");
           RowMajorSgemm(dev, false, true, batch, H, H, 1.f, args.rh, H, rd + 2 * H * H, H, gates + 2 * H,
@@ -582,7 +603,7 @@ class GruKernel : public RnnKernel {
         GruStepKernel<<<grid, kBlock, 0, dev.stream>>>(args);
         CheckLaunch("GRU step kernel");
       }
-      RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
+      if (!folded) RnnStoreStates(dev, g_, d, h, Output(io, 1), nullptr, nullptr);
     }
   }
 
