@@ -34,6 +34,10 @@ struct NhwcConvProblem {
   const Activation* act;
   float* y;              // row p at y + p * m
   const float* sum = nullptr;  // or rows like y's, added before the activation
+  // Consecutive rows whose patches are equally far apart (pixels of one
+  // output row) as run tiles: one pointer for all their patches, taller tiles.
+  // Off: every tile reads through its rows' offsets. The sums are the same.
+  bool run_tiles = true;
 };
 
 enum class PackedIsa;  // sgemm_packed_isa.h
@@ -42,6 +46,10 @@ enum class PackedIsa;  // sgemm_packed_isa.h
 /// partial) of `pr` with the given instruction-set variant.
 void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0,
                   int64_t q1);
+
+/// Run tiles computed by this thread so far (NhwcConvProblem::run_tiles), a
+/// count for tests.
+int64_t& NhwcConvRunTileCount();
 
 /// Panels one full-height register tile of the variant covers: a split of the
 /// columns into groups of this many panels keeps every tile whole.
