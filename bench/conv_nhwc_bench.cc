@@ -5,9 +5,9 @@
 // rounds. Time is the thread's CPU time (time preempted by other processes
 // does not count), median over rounds, as GFLOP/s.
 // Build (after the library, e.g. build/dev):
-//   g++ -O2 -std=c++17 -Icpp/src -Icpp/include bench/conv_nhwc_bench.cc \
+//   g++ -O2 -std=c++17 -march=native -Icpp/src -Icpp/include bench/conv_nhwc_bench.cc \
 //       build/dev/libkaiwu_core.a -lpthread -o /tmp/conv_nhwc_bench
-// Run:   /tmp/conv_nhwc_bench [rounds] [min_ms per timing]
+// Run:   taskset -c 2 /tmp/conv_nhwc_bench [rounds] [min_ms per timing]
 #include <time.h>
 
 #include <algorithm>

@@ -12,7 +12,10 @@
 // The register tiles are compiled once per instruction set (conv_nhwc_avx2.cc,
 // conv_nhwc_avx512.cc) and chosen at run time like SgemmPackedB's
 // (KAIWU_CPU_ISA caps the choice); every output element sums in the same
-// order whatever the thread split.
+// order whatever the thread split and tile. On AVX-512 a panel computed alone
+// (16-channel convs) takes run tiles where pixels of one output row follow
+// each other: one pointer reaches all their patches, up to 24 rows a tile
+// (KAIWU_CONV_RUN_TILES=0 turns them off).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +38,7 @@ struct NhwcConvProblem {
   float* y;              // row p at y + p * m
   const float* sum = nullptr;  // or rows like y's, added before the activation
   // Consecutive rows whose patches are equally far apart (pixels of one
-  // output row) as run tiles: one pointer for all their patches, taller tiles.
+  // output row) as run tiles where the variant has them (AVX-512, one panel).
   // Off: every tile reads through its rows' offsets. The sums are the same.
   bool run_tiles = true;
 };
