@@ -394,3 +394,91 @@ def test_input_relu_fused_into_padded_conv(engine, rng, case):
         assert fired(sess).get("fuse_relu_into_nhwc_conv", 0) == (1 if case == "fuses" else 0)
         assert ("Relu" in ops_after(sess)) == (case != "fuses")
         assert_outputs_close(sess.run(dict(feeds)), ref, context=f"threads={threads}", **TOL)
+
+
+def impala_block_model(cin, c, h, w, seed=0):
+    """IMPALA's stack at odd sizes: conv (cin -> c, 3x3, pad 1), max pool 3x3 / 2, one residual
+    block (Relu, conv, Relu, conv, Add): rows of channels-last pixels for the run tiles."""
+    rng = np.random.default_rng(seed)
+    def wt(m, k):
+        return (rng.standard_normal((m, k, 3, 3)) / np.sqrt(9 * k)).astype(np.float32)
+    inits = {"W0": wt(c, cin), "B0": rng.standard_normal(c).astype(np.float32),
+             "W1": wt(c, c), "B1": rng.standard_normal(c).astype(np.float32),
+             "W2": wt(c, c), "B2": rng.standard_normal(c).astype(np.float32)}
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("Conv", ["x", "W0", "B0"], ["c0"], **conv),
+             helper.make_node("MaxPool", ["c0"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["p"], ["r0"]),
+             helper.make_node("Conv", ["r0", "W1", "B1"], ["c1"], **conv),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], **conv),
+             helper.make_node("Add", ["p", "c2"], ["y"])]
+    model = make_model(nodes, [("x", np.float32, ["N", cin, h, w])], ["c0", "y"],
+                       initializers=inits)
+    return model, inits
+
+
+def impala_block_ref(x, inits):
+    pad = [1, 1, 1, 1]
+    c0 = conv_ref(x, inits["W0"], inits["B0"], 1, pad)
+    p = maxpool_ref(c0, 3, 2, pad)
+    c1 = conv_ref(np.maximum(p, 0), inits["W1"], inits["B1"], 1, pad)
+    return c0, p + conv_ref(np.maximum(c1, 0), inits["W2"], inits["B2"], 1, pad)
+
+
+# (Cin, C, H, W): the stem (3 -> 16), 16 -> 32 and 32 -> 32 at rows longer and shorter than a
+# run tile, none a multiple of a tile height.
+IMPALA_BLOCKS = [(3, 16, 37, 53), (16, 32, 19, 29), (32, 32, 9, 17), (16, 16, 13, 35)]
+
+
+@pytest.mark.parametrize("cin,c,h,w", IMPALA_BLOCKS)
+def test_impala_block_matches_references(engine, rng, cin, c, h, w):
+    model, inits = impala_block_model(cin, c, h, w, seed=cin + c + h)
+    feeds = {"x": rand(rng, (3, cin, h, w))}
+    want_c0, want_y = impala_block_ref(feeds["x"], inits)
+    ort_ref = run_ort(model, feeds)
+    outs = []
+    for threads in (1, 2, 3):
+        sess = engine.Session(model, threads=threads, optimize=True)
+        ops = ops_after(sess)
+        assert ops.get("NhwcConv") == 3 and "Conv" not in ops and "Add" not in ops, ops
+        got = sess.run(dict(feeds))
+        np.testing.assert_allclose(got["c0"], want_c0, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"float64 reference, threads={threads}")
+        np.testing.assert_allclose(got["y"], want_y, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"float64 reference, threads={threads}")
+        assert_outputs_close(got, ort_ref, context=f"threads={threads}", **TOL)
+        outs.append(got)
+    for o in outs[1:]:
+        for name in ("c0", "y"):
+            np.testing.assert_array_equal(o[name], outs[0][name])
+
+
+@pytest.mark.parametrize("isa", ["", "avx2"])
+def test_run_tiles_switch_bit_identical(engine, rng, tmp_path, isa):
+    """KAIWU_CONV_RUN_TILES=0 (every tile reads its rows through their offsets) gives the very
+    same outputs as the run tiles, under each instruction-set cap (child processes: both are read
+    once per process)."""
+    import os
+    import subprocess
+    import sys
+    model, _ = impala_block_model(16, 16, 19, 29, seed=4)  # one panel: run tiles on AVX-512
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    np.save(tmp_path / "x.npy", rand(rng, (2, 16, 19, 29)))
+    code = f"""
+import sys, numpy as np, kaiwu_infer
+sess = kaiwu_infer.Session({str(path)!r}, threads=2)
+got = sess.run({{"x": np.load({str(tmp_path / "x.npy")!r})}})
+np.save(sys.argv[1], got["y"])
+"""
+    outs = []
+    for runs in ("1", "0"):
+        env = dict(os.environ, KAIWU_CONV_RUN_TILES=runs, KAIWU_CPU_ISA=isa)
+        out = str(tmp_path / f"y{runs}.npy")
+        res = subprocess.run([sys.executable, "-c", code, out], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        outs.append(np.load(out))
+    np.testing.assert_array_equal(outs[0], outs[1])

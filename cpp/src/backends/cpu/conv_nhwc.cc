@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -53,6 +54,11 @@ void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t 
   }
 }
 
+int64_t& NhwcConvRunTileCount() {
+  thread_local int64_t count = 0;
+  return count;
+}
+
 int64_t NhwcConvPanelGroup(PackedIsa isa) {
   switch (isa) {
 #ifdef KAIWU_PACKED_X86
@@ -64,6 +70,16 @@ int64_t NhwcConvPanelGroup(PackedIsa isa) {
 }
 
 namespace {
+
+// Run tiles (NhwcConvProblem::run_tiles) unless KAIWU_CONV_RUN_TILES=0, read
+// once: the switch exists to compare the two tilings in one build.
+bool RunTilesEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KAIWU_CONV_RUN_TILES");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return on;
+}
 
 class NhwcConvKernel : public Kernel {
  public:
@@ -164,7 +180,7 @@ class NhwcConvKernel : public Kernel {
     const int64_t out = i * oh_ * ow_ * m_;
     const NhwcConvProblem pr{src,    off_.data(), kh_,   kw_ * c_,    wp_ * c_,
                              m_,     packed,      bias,  &act_,       y + out,
-                             sum ? sum + out : nullptr};
+                             sum ? sum + out : nullptr, RunTilesEnabled()};
     const int64_t pixels = oh_ * ow_, panels = (m_ + kPackedPanel - 1) / kPackedPanel;
     if (pool == nullptr) {
       NhwcConvRows(isa_, pr, 0, pixels, 0, panels);

@@ -12,7 +12,10 @@
 // The register tiles are compiled once per instruction set (conv_nhwc_avx2.cc,
 // conv_nhwc_avx512.cc) and chosen at run time like SgemmPackedB's
 // (KAIWU_CPU_ISA caps the choice); every output element sums in the same
-// order whatever the thread split.
+// order whatever the thread split and tile. On AVX-512 a panel computed alone
+// (16-channel convs) takes run tiles where pixels of one output row follow
+// each other: one pointer reaches all their patches, up to 24 rows a tile
+// (KAIWU_CONV_RUN_TILES=0 turns them off).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,10 @@ struct NhwcConvProblem {
   const Activation* act;
   float* y;              // row p at y + p * m
   const float* sum = nullptr;  // or rows like y's, added before the activation
+  // Consecutive rows whose patches are equally far apart (pixels of one
+  // output row) as run tiles where the variant has them (AVX-512, one panel).
+  // Off: every tile reads through its rows' offsets. The sums are the same.
+  bool run_tiles = true;
 };
 
 enum class PackedIsa;  // sgemm_packed_isa.h
@@ -42,6 +49,10 @@ enum class PackedIsa;  // sgemm_packed_isa.h
 /// partial) of `pr` with the given instruction-set variant.
 void NhwcConvRows(PackedIsa isa, const NhwcConvProblem& pr, int64_t p0, int64_t p1, int64_t q0,
                   int64_t q1);
+
+/// Run tiles computed by this thread so far (NhwcConvProblem::run_tiles), a
+/// count for tests.
+int64_t& NhwcConvRunTileCount();
 
 /// Panels one full-height register tile of the variant covers: a split of the
 /// columns into groups of this many panels keeps every tile whole.
