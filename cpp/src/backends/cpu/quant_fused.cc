@@ -47,6 +47,7 @@ inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 class QFusedKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
+    CheckQIsaEnv();
     p_ = ctx.Params<QFusedParams>();
     act_ = p_.act;
     x_int8_ = ctx.in(0).dtype == DType::kInt8;

@@ -1,5 +1,6 @@
 #include "backends/cpu/quant_gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -22,20 +23,24 @@ QIsa BestIsa() {
   return QIsa::kScalar;
 }
 
-// The AVX-512 VNNI tiles crashed on their first run on a VNNI host (the
-// machine that wrote them had none): until they are fixed and tested there,
-// they run only when asked for with KAIWU_INT8_ISA=avx512vnni.
+// The best path the CPU has, or the one KAIWU_INT8_ISA names when the CPU has
+// it ("best" or unset: the best; a path above the best, or a name that is none
+// of these, leaves the best: BadIsaEnv() names it for the kernels to refuse).
+const char* kIsaNames[] = {"scalar", "avx2", "avx512vnni"};
+
+const char*& BadEnvSlot() {
+  static const char* bad = nullptr;
+  return bad;
+}
+
 QIsa InitialIsa() {
   const QIsa best = BestIsa();
-  QIsa isa = best == QIsa::kAvx512Vnni ? QIsa::kAvx2 : best;
   const char* env = std::getenv("KAIWU_INT8_ISA");
-  if (env) {
-    const std::string want(env);
-    if (want == "scalar") isa = QIsa::kScalar;
-    else if (want == "avx2" && isa != QIsa::kScalar) isa = QIsa::kAvx2;
-    else if (want == "avx512vnni") isa = best;
-  }
-  return isa;
+  if (!env || !*env || std::strcmp(env, "best") == 0) return best;
+  for (int i = 0; i < 3; ++i)
+    if (std::strcmp(env, kIsaNames[i]) == 0) return std::min(static_cast<QIsa>(i), best);
+  BadEnvSlot() = env;
+  return best;
 }
 
 std::atomic<int>& IsaSlot() {
@@ -62,6 +67,13 @@ void TileScalar(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
 }
 
 }  // namespace
+
+void CheckQIsaEnv() {
+  IsaSlot();
+  const char* bad = BadEnvSlot();
+  KAIWU_CHECK(!bad, StatusCode::kUnsupported, "KAIWU_INT8_ISA=", bad,
+              " names no int8 kernel path (scalar, avx2, avx512vnni or best)");
+}
 
 bool QIsaSupported(QIsa isa) { return static_cast<int>(isa) <= static_cast<int>(BestIsa()); }
 

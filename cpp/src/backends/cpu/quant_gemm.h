@@ -6,7 +6,8 @@
 //   kAvx2        vpmovzx/sx to int16 then vpmaddwd (exact: no int16 saturation,
 //                unlike vpmaddubsw);
 //   kScalar      plain C++.
-// KAIWU_INT8_ISA=avx2 or =scalar forces a lower path (tests of each path).
+// KAIWU_INT8_ISA=avx512vnni, =avx2 or =scalar caps the path (tests of each
+// path; a path the CPU lacks gives the best it has), =best or unset: the best.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ enum class QIsa { kScalar, kAvx2, kAvx512Vnni };
 
 /// The path in use: the best the CPU supports, capped by KAIWU_INT8_ISA (read once).
 QIsa QGemmIsa();
+/// Throws kUnsupported when KAIWU_INT8_ISA holds a name that is no path (the
+/// int8 kernels call it in Prepare, so that a typo is not silently ignored).
+void CheckQIsaEnv();
 const char* QIsaName(QIsa isa);
 /// Sets the path (tests); it must be one the CPU supports.
 void SetQGemmIsa(QIsa isa);
