@@ -118,7 +118,9 @@ def test_fused_conv_full_range_weights(engine, rng, x_dt, x_zp, with_min, case):
 
 @pytest.mark.parametrize("x_dt,x_zp", ACT)
 @pytest.mark.parametrize("with_min", [False, True])
-@pytest.mark.parametrize("rows,k,n", [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40)])
+# n % 16 <= 8: the last block's channels are multiplied as row dots (value heads: n = 1)
+@pytest.mark.parametrize("rows,k,n", [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40), (19, 301, 1),
+                                      (64, 256, 18), (13, 100, 25)])
 def test_fused_gemm_full_range_weights(engine, rng, x_dt, x_zp, with_min, rows, k, n):
     w = _weights(rng, (n, k), with_min)
     bias = rng.uniform(-1, 1, n).astype(F32)
@@ -157,3 +159,4 @@ def test_lookup_odd_sizes(engine, rng, shape):
         assert "QLookup" in sess.describe()
         got = sess.run({"x": x})["y"]
         assert np.abs(got - ref).max() <= (1 / 127) * 1.001
+

@@ -66,7 +66,28 @@ void TileScalar(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
     }
 }
 
+void RowDotsScalar(bool shifted, int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx,
+                   const uint8_t* w, int32_t* acc) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < nw; ++c) {
+      const uint8_t* xr = x + r * ldx;
+      const int8_t* wc = reinterpret_cast<const int8_t*>(w + c * kp);
+      int32_t s = 0;
+      for (int64_t k = 0; k < kp; ++k) s += (shifted ? int32_t(int8_t(xr[k])) : int32_t(xr[k])) * wc[k];
+      acc[r * nw + c] = s;
+    }
+}
+
 }  // namespace
+
+void QRowDots(QIsa isa, bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp,
+              const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (isa == QIsa::kAvx512Vnni && !shifted) return QRowDotsVnni(rows, nw, kp, x, ldx, w, acc);
+  if (isa != QIsa::kScalar) return QRowDotsAvx2(shifted, pairs_fit_int16, rows, nw, kp, x, ldx, w, acc);
+#endif
+  RowDotsScalar(shifted, rows, nw, kp, x, ldx, w, acc);
+}
 
 void CheckQIsaEnv() {
   IsaSlot();

@@ -41,6 +41,14 @@ void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int6
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                 int32_t* acc, bool pairs_fit_int16 = false);
 
+/// Row dots for the few channels of a Gemm's last block (QPackedLayout::dot_tail):
+/// acc[r * nw + c] = sum over k < kp of X(r, k) * int8(w[c * kp + k]) for r < rows,
+/// c < nw, where X(r, k) = x[r * ldx + k] as uint8, or as int8 when shifted (the
+/// operands of QMicroTileShiftedAvx2: x - 128, weights without -128). kp: a
+/// multiple of 4; exact like the tiles (pairs_fit_int16: see QMicroTile).
+void QRowDots(QIsa isa, bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp,
+              const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc);
+
 /// The AVX2 tile for full-range int8 weights that hold no -128 (QPackWeights
 /// checks that): the operand layout of QMicroTile, but the activation operand
 /// (lanes when lanes_x, else bcast) arrives shifted to int8 (x ^ 0x80, that is
@@ -62,6 +70,10 @@ void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                     int32_t* acc, bool pairs_fit_int16);
+void QRowDotsAvx2(bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp, const uint8_t* x,
+                  int64_t ldx, const uint8_t* w, int32_t* acc);
+void QRowDotsVnni(int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx, const uint8_t* w,
+                  int32_t* acc);
 void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                     int32_t* acc);
