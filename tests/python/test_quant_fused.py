@@ -160,3 +160,31 @@ def test_lookup_odd_sizes(engine, rng, shape):
         got = sess.run({"x": x})["y"]
         assert np.abs(got - ref).max() <= (1 / 127) * 1.001
 
+
+@pytest.mark.parametrize("op", ["Flatten", "Reshape"])
+@pytest.mark.parametrize("same", [True, False])
+def test_reshape_between_dq_and_q(engine, rng, op, same):
+    """DQ -> Flatten/Reshape -> Q (the QDQ export of Conv -> Flatten -> Gemm): the Reshape moves
+    above the DQ and DQ -> Q becomes a byte lookup (a copy when both have the same parameters);
+    odd sizes, 1 and 2 threads, against onnxruntime running the graph literally."""
+    ys, yz = (0.05, 37) if same else (0.031, 90)
+    inits = [numpy_helper.from_array(np.float32(0.05), "xs"), numpy_helper.from_array(np.uint8(37), "xz"),
+             numpy_helper.from_array(np.float32(ys), "ys"), numpy_helper.from_array(np.uint8(yz), "yz"),
+             numpy_helper.from_array(np.array([3, -1], np.int64), "shape")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node(op, ["xd", "shape"] if op == "Reshape" else ["xd"], ["f"]),
+             helper.make_node("QuantizeLinear", ["f", "ys", "yz"], ["fq"]),
+             helper.make_node("DequantizeLinear", ["fq", "ys", "yz"], ["y"])]
+    g = helper.make_graph(nodes, "flat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 7, 11])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = _inputs(rng, (3, 5, 7, 11))
+    ref = _ort_literal(model, {"x": x})
+    for threads in (1, 2):
+        sess = engine.Session(model.SerializeToString(), threads=threads)
+        d = sess.describe()
+        assert "hoist_reshape_above_dq: 1" in d and "QLookup" in d, d
+        got = sess.run({"x": x})["y"]
+        assert got.shape == ref.shape == (3, 385)
+        assert np.abs(got - ref).max() <= ys * 1.001
