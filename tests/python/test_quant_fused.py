@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 F32 = np.float32
+IR = 9  # what onnxruntime 1.30 (the device machine's) reads; onnx >= 1.23 writes newer by default
 
 
 def _qdq_model(kind, x_shape, w, bias, x_dt, x_zp, conv_attrs=None, relu=False, ys=None):
@@ -53,7 +54,7 @@ def _qdq_model(kind, x_shape, w, bias, x_dt, x_zp, conv_attrs=None, relu=False, 
               helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), float(ys)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR), float(ys)
 
 
 def _weights(rng, shape, with_min):
@@ -151,7 +152,7 @@ def test_lookup_odd_sizes(engine, rng, shape):
              helper.make_node("DequantizeLinear", ["tq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "lut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
     x = rng.uniform(-5, 5, shape).astype(F32)
     ref = _ort_literal(model, {"x": x})
     for threads in (1, 2):
@@ -178,7 +179,7 @@ def test_reshape_between_dq_and_q(engine, rng, op, same):
              helper.make_node("DequantizeLinear", ["fq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "flat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 7, 11])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
     x = _inputs(rng, (3, 5, 7, 11))
     ref = _ort_literal(model, {"x": x})
     for threads in (1, 2):
