@@ -25,7 +25,7 @@ QIsa BestIsa() {
 
 // The best path the CPU has, or the one KAIWU_INT8_ISA names when the CPU has
 // it ("best" or unset: the best; a path above the best, or a name that is none
-// of these, leaves the best: BadIsaEnv() names it for the kernels to refuse).
+// of these, leaves the best: CheckQIsaEnv() names it for the kernels to refuse).
 const char* kIsaNames[] = {"scalar", "avx2", "avx512vnni"};
 
 const char*& BadEnvSlot() {
