@@ -152,7 +152,7 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=HERE).stdout.strip()
     header = {"machine": cpu_info(), "platform": platform.platform(),
-              "kaiwu_int8_isa": os.environ.get("KAIWU_INT8_ISA", "best"),
+              "kaiwu_int8_isa": kaiwu.int8_isa(), "KAIWU_INT8_ISA": os.environ.get("KAIWU_INT8_ISA", "unset"),
               "versions": {"kaiwu_infer": f"{kaiwu.__version__} ({commit})", "onnxruntime": ort.__version__,
                            "numpy": np.__version__, "python": platform.python_version()},
               "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
@@ -162,7 +162,10 @@ def main():
         json.dump({"header": header, "rows": rows}, f, indent=1)
     lines = [f"# Int8 QDQ policies: kaiwu_infer vs onnxruntime ({args.name})", "",
              f"- machine: {header['machine']} ({header['platform']})",
-             f"- versions: {header['versions']}", f"- command: `{header['command']}`",
+             f"- versions: {header['versions']}",
+             f"- kaiwu int8 kernels: {header['kaiwu_int8_isa']} (KAIWU_INT8_ISA {header['KAIWU_INT8_ISA']}); "
+             f"threads: {','.join(map(str, threads))} (the thr column)",
+             f"- command: `{header['command']}`",
              f"- date: {header['date']}, load average at the end {tuple(round(x, 1) for x in header['load_avg'])}",
              "", "Per-call process CPU time, µs (median of repeats; at 2 threads it includes spinning),",
              "and ratios: **o8/k8** = ort int8 / kaiwu int8 (>1: kaiwu faster), **k32/k8** = kaiwu fp32 /",

@@ -6,6 +6,9 @@ profiles each engine's own optimized graph as it runs end to end, so fused nodes
 activations) show up as they execute. Both profiles are grouped by op type.
 
     PYTHONPATH=python python bench/profile_model.py --policy impala_lstm --batch 8 --threads 1
+
+--quantize int8 (or int8_7b: 7-bit weights) profiles both engines on the policy quantized to QDQ
+by kaiwu_infer.quantize (as bench_int8.py does) instead of the float32 export.
 """
 import argparse
 import collections
@@ -43,9 +46,14 @@ def main():
     ap.add_argument("--nodes", action="store_true", help="also list kaiwu_infer's nodes one by one")
     ap.add_argument("--device", default="cpu",
                     help="kaiwu_infer's device (cuda: each node is timed to its end on the GPU)")
+    ap.add_argument("--quantize", choices=["none", "int8", "int8_7b"], default="none")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kaiwu_prof_")
     path = policies.export_onnx(args.policy, os.path.join(tmp, "m.onnx"))
+    if args.quantize != "none":
+        obs = [policies.make_inputs(args.policy, 16, 100 + i) for i in range(4)]
+        path = kaiwu_infer.quantize(path, obs, os.path.join(tmp, "q.onnx"), progress=False,
+                                    reduce_range=args.quantize == "int8_7b")
     feeds = policies.make_inputs(args.policy, args.batch, seed=0)
 
     ks = kaiwu_infer.Session(path, threads=args.threads, device=args.device)

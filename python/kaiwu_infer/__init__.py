@@ -15,6 +15,7 @@ from ._core import (
     UnsupportedOpError,
     cuda_available,
     default_memory_budget,
+    int8_isa,
 )
 from .client import Client, connect
 from .server import InferenceServer, ServerFuture
@@ -46,6 +47,7 @@ __all__ = [
     "QueueFullError",
     "cuda_available",
     "default_memory_budget",
+    "int8_isa",
     "OpsetConversion",
     "quantize",
     "QuantizationUnavailableError",

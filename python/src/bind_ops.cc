@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "backends/coverage.h"
+#include "backends/cpu/quant_gemm.h"
 #include "bindings.h"
 
 namespace kaiwu {
@@ -40,6 +41,10 @@ void BindOps(py::module_& m) {
       },
       "Every op the engine knows, with each compiled-in backend's kernel table entries "
       "(dtype, precision) and the reasons for ops a backend leaves out.");
+  m.def(
+      "int8_isa", [] { return std::string(cpu::QIsaName(cpu::QGemmIsa())); },
+      "The instruction set of the CPU int8 kernels in this process: 'avx512vnni', 'avx2' or "
+      "'scalar' (the best the CPU has, capped by the environment variable KAIWU_INT8_ISA).");
 }
 
 }  // namespace python

@@ -112,6 +112,46 @@ TEST(QuantGemm, ShiftedAvx2TileMatchesInt64Reference) {
       for (bool extreme : {false, true}) CheckShifted(c, extreme, rng);
 }
 
+// QRowDots (the channels of a Gemm's last partial block) on every path, each
+// operand mode (uint8 x with full-range or pair-bound weights; x - 128 with
+// weights in [-127, 127]), kp with and without a tail of the 32 / 64-byte steps;
+// extreme: x 255 (shifted: x - 128 = -128) against w -128 (shifted: +-127).
+TEST(QuantGemm, RowDotsMatchInt64ReferenceOnEveryIsa) {
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127), s7(-64, 64), s127(-127, 127), bit(0, 1);
+  for (QIsa isa : {QIsa::kScalar, QIsa::kAvx2, QIsa::kAvx512Vnni}) {
+    if (!QIsaSupported(isa)) continue;
+    for (int mode = 0; mode < 3; ++mode) {  // 0 full range, 1 pairs fit int16, 2 shifted
+      if (mode == 2 && isa == QIsa::kAvx512Vnni) continue;  // the shifted operands are AVX2's
+      for (int64_t kp : {4, 32, 36, 64, 100, 256, 3136})
+        for (bool extreme : {false, true}) {
+          if (extreme && mode == 1) continue;
+          const int rows = 5, nw = 3;
+          const int64_t ldx = kp + 7;
+          std::vector<uint8_t> x(rows * ldx), w(nw * kp);
+          for (auto& b : x) b = static_cast<uint8_t>(extreme ? 255 : u8(rng));
+          for (auto& b : w) {
+            int v = mode == 1 ? s7(rng) : mode == 2 ? s127(rng) : s8(rng);
+            if (extreme) v = mode == 2 ? (bit(rng) ? 127 : -127) : -128;
+            b = static_cast<uint8_t>(v);
+          }
+          std::vector<int32_t> acc(rows * nw, -1);
+          QRowDots(isa, mode == 2, mode == 1, rows, nw, kp, x.data(), ldx, w.data(), acc.data());
+          for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < nw; ++c) {
+              int64_t want = 0;
+              for (int64_t k = 0; k < kp; ++k) {
+                const uint8_t xv = x[r * ldx + k];
+                want += (mode == 2 ? int64_t(int8_t(xv)) : int64_t(xv)) * int64_t(int8_t(w[c * kp + k]));
+              }
+              ASSERT_EQ(acc[r * nw + c], want) << QIsaName(isa) << " mode=" << mode << " kp=" << kp << " r=" << r
+                                               << " c=" << c << " extreme=" << extreme;
+            }
+        }
+    }
+  }
+}
+
 // QuantizeBytesAvx2 bit-identical to QuantizeValue: ties (round half to
 // even), saturation, +-inf, NaN (gives lo), -0, lengths with tails of 1..7.
 TEST(QuantGemm, QuantizeBytesAvx2MatchesScalar) {

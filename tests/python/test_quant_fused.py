@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 F32 = np.float32
+IR = 9  # what onnxruntime 1.30 (the device machine's) reads; onnx >= 1.23 writes newer by default
 
 
 def _qdq_model(kind, x_shape, w, bias, x_dt, x_zp, conv_attrs=None, relu=False, ys=None):
@@ -53,7 +54,7 @@ def _qdq_model(kind, x_shape, w, bias, x_dt, x_zp, conv_attrs=None, relu=False, 
               helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), float(ys)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR), float(ys)
 
 
 def _weights(rng, shape, with_min):
@@ -118,7 +119,9 @@ def test_fused_conv_full_range_weights(engine, rng, x_dt, x_zp, with_min, case):
 
 @pytest.mark.parametrize("x_dt,x_zp", ACT)
 @pytest.mark.parametrize("with_min", [False, True])
-@pytest.mark.parametrize("rows,k,n", [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40)])
+# n % 16 <= 8: the last block's channels are multiplied as row dots (value heads: n = 1)
+@pytest.mark.parametrize("rows,k,n", [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40), (19, 301, 1),
+                                      (64, 256, 18), (13, 100, 25)])
 def test_fused_gemm_full_range_weights(engine, rng, x_dt, x_zp, with_min, rows, k, n):
     w = _weights(rng, (n, k), with_min)
     bias = rng.uniform(-1, 1, n).astype(F32)
@@ -149,7 +152,7 @@ def test_lookup_odd_sizes(engine, rng, shape):
              helper.make_node("DequantizeLinear", ["tq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "lut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
     x = rng.uniform(-5, 5, shape).astype(F32)
     ref = _ort_literal(model, {"x": x})
     for threads in (1, 2):
@@ -157,3 +160,32 @@ def test_lookup_odd_sizes(engine, rng, shape):
         assert "QLookup" in sess.describe()
         got = sess.run({"x": x})["y"]
         assert np.abs(got - ref).max() <= (1 / 127) * 1.001
+
+
+@pytest.mark.parametrize("op", ["Flatten", "Reshape"])
+@pytest.mark.parametrize("same", [True, False])
+def test_reshape_between_dq_and_q(engine, rng, op, same):
+    """DQ -> Flatten/Reshape -> Q (the QDQ export of Conv -> Flatten -> Gemm): the Reshape moves
+    above the DQ and DQ -> Q becomes a byte lookup (a copy when both have the same parameters);
+    odd sizes, 1 and 2 threads, against onnxruntime running the graph literally."""
+    ys, yz = (0.05, 37) if same else (0.031, 90)
+    inits = [numpy_helper.from_array(np.float32(0.05), "xs"), numpy_helper.from_array(np.uint8(37), "xz"),
+             numpy_helper.from_array(np.float32(ys), "ys"), numpy_helper.from_array(np.uint8(yz), "yz"),
+             numpy_helper.from_array(np.array([3, -1], np.int64), "shape")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node(op, ["xd", "shape"] if op == "Reshape" else ["xd"], ["f"]),
+             helper.make_node("QuantizeLinear", ["f", "ys", "yz"], ["fq"]),
+             helper.make_node("DequantizeLinear", ["fq", "ys", "yz"], ["y"])]
+    g = helper.make_graph(nodes, "flat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 7, 11])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+    x = _inputs(rng, (3, 5, 7, 11))
+    ref = _ort_literal(model, {"x": x})
+    for threads in (1, 2):
+        sess = engine.Session(model.SerializeToString(), threads=threads)
+        d = sess.describe()
+        assert "hoist_reshape_above_dq: 1" in d and "QLookup" in d, d
+        got = sess.run({"x": x})["y"]
+        assert got.shape == ref.shape == (3, 385)
+        assert np.abs(got - ref).max() <= ys * 1.001

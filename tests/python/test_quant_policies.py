@@ -11,7 +11,8 @@ vpmaddubsw, whose int16 pair sums saturate on full-range int8 weights (see test_
 
 Refit: int8 initializers (and their scales) by name, and fp32 weights behind a QuantizeLinear
 (QAT export), each against a fresh session of the changed model. ISA paths: outputs of the
-scalar, AVX2 (and AVX-512 VNNI where the CPU has it) integer kernels are bit-identical.
+scalar, AVX2 (and AVX-512 VNNI where the CPU has it) integer kernels are bit-identical, each
+forced by KAIWU_INT8_ISA and checked through kaiwu_infer.int8_isa(); unset, the best one runs.
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ def test_qdq_policy_within_one_step(engine, qmodels, name, batch):
             assert "fuse_qdq" in d and "QLinearFused" in d, d
             if name == "mlp":  # DQ -> Tanh -> Q became a table lookup
                 assert "fuse_qdq_lookup: 2" in d and "QLookup" in d, d
-            if name.startswith("atari_cnn"):  # frames -> Cast -> Div(255) -> Q likewise
-                assert "fuse_qdq_lookup: 1" in d and "QLookup" in d, d
+            if name.startswith("atari_cnn"):  # frames -> Cast -> Div(255) -> Q likewise, and the
+                # Flatten between the last Conv and the Gemm moves above its DQ: DQ -> Q, a lookup
+                assert "fuse_qdq_lookup: 2" in d and "hoist_reshape_above_dq: 1" in d, d
 
 
 def test_conv_bn_and_head_kept_fp32(engine, tmp_path):
@@ -258,19 +260,64 @@ from test_quant_policies import _inputs
 outs = {}
 for name, path in json.loads(sys.argv[1]).items():
     outs[name] = {o: v.tolist() for o, v in k.Session(path, threads=int(sys.argv[2])).run(_inputs(name, 9, 4)).items()}
-print(json.dumps(outs))
+print(json.dumps({"isa": k.int8_isa(), "outs": outs}))
 """
+
+_ISAS = ["scalar", "avx2", "avx512vnni"]  # in order: each path the CPU has, up to its best
+
+
+def _best_isa():
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if {"avx512f", "avx512bw", "avx512_vnni"} <= flags:
+        return "avx512vnni"
+    return "avx2" if "avx2" in flags else "scalar"
+
+
+def _isa_env(isa):
+    env = dict(os.environ)
+    env.pop("KAIWU_INT8_ISA", None)
+    if isa is not None:
+        env["KAIWU_INT8_ISA"] = isa
+    return env
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_isa_paths_bit_identical(engine, qmodels, threads):
+    """Each path forced by KAIWU_INT8_ISA (checked through int8_isa()) gives the same bytes."""
     import kaiwu_infer
     pkg = os.path.dirname(os.path.dirname(kaiwu_infer.__file__))
+    best = _best_isa()
     results = {}
-    for isa in ("scalar", "avx2", "best"):
-        env = dict(os.environ, KAIWU_INT8_ISA=isa)
+    for isa in _ISAS[:_ISAS.index(best) + 1] + [None]:
         r = subprocess.run([sys.executable, "-c", _ISA_SCRIPT, json.dumps(qmodels), str(threads), pkg, HERE],
-                           env=env, capture_output=True, text=True, timeout=300)
+                           env=_isa_env(isa), capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
-        results[isa] = json.loads(r.stdout)
-    assert results["scalar"] == results["avx2"] == results["best"]
+        got = json.loads(r.stdout)
+        assert got["isa"] == (isa or best), (isa, got["isa"])  # unset: the best the CPU has
+        results[isa] = got["outs"]
+    for isa, outs in results.items():
+        assert outs == results["scalar"], f"KAIWU_INT8_ISA={isa} differs from scalar"
+
+
+def test_int8_isa_env_caps_and_refuses_unknown_names(engine, qmodels):
+    import kaiwu_infer
+    pkg = os.path.dirname(os.path.dirname(kaiwu_infer.__file__))
+    best = _best_isa()
+    for isa in _ISAS + ["best"]:
+        r = subprocess.run([sys.executable, "-c", "import kaiwu_infer as k; print(k.int8_isa())"],
+                           env=dict(_isa_env(isa), PYTHONPATH=pkg), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        want = best if isa == "best" else _ISAS[min(_ISAS.index(isa), _ISAS.index(best))]
+        assert r.stdout.strip() == want, (isa, r.stdout)
+    script = ("import sys, numpy as np, kaiwu_infer as k\n"
+              "try:\n    k.Session(sys.argv[1]).run({'obs': np.ones((3, 64), np.float32)})\n"
+              "except k.UnsupportedOpError as e:\n    print('refused:', e)\n")
+    r = subprocess.run([sys.executable, "-c", script, qmodels["mlp"]], env=dict(_isa_env("avx-512"), PYTHONPATH=pkg),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout and "KAIWU_INT8_ISA=avx-512" in r.stdout, r.stdout

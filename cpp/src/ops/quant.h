@@ -93,7 +93,10 @@ struct QPackParams : OpParams {
 ///                  int32 no_min (no weight is -128: QMicroTileShiftedAvx2)
 ///   weights        int8, np * kp bytes: Gemm: blocks of 16 channels, each
 ///                  [kp / 4][16][4] (4 consecutive k of one channel per int32
-///                  lane); Conv: row-major [np][kp]
+///                  lane), except a last block of at most kQDotTail channels
+///                  (dot_tail(): value heads, n = 1), whose channels are rows
+///                  [t][kp] at the block's start (row dots, not 16-lane tiles);
+///                  Conv: row-major [np][kp]
 ///   corr  int32[np]  -x_zp * sum_k w[c] + k * x_zp * w_zp[c]
 ///   mult  float[np]  x_scale * w_scale[c]
 ///   bias  float[np]  the float bias (0 without one)
@@ -110,6 +113,9 @@ struct QPackedLayout {
   int64_t wzp() const { return bias() + 4 * np; }
   int64_t wsum() const { return wzp() + 4 * np; }
   int64_t bytes() const { return wsum() + 4 * np; }
+  /// Gemm: the channels of the last block stored as rows, or 0 (see above).
+  static constexpr int64_t kQDotTail = 8;
+  int64_t dot_tail() const { return n % 16 <= kQDotTail ? n % 16 : 0; }
 };
 
 }  // namespace kaiwu

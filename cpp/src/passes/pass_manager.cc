@@ -32,6 +32,7 @@ constexpr Rule kRules[] = {
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},
     {"fuse_qdq", FuseQdq},
+    {"hoist_reshape_above_dq", HoistReshapeAboveDequantize},
     {"fuse_qdq_lookup", FuseQdqLookup},
 };
 }  // namespace

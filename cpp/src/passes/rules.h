@@ -61,6 +61,9 @@ int FuseReluIntoNhwcConv(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);
+/// Reshape/Flatten of a per-tensor DequantizeLinear's output becomes the DQ of the
+/// reshaped quantized tensor (DQ -> Flatten -> Q then becomes a table lookup).
+int HoistReshapeAboveDequantize(Graph* g);
 /// Q(f(x)) for 8-bit x and a chain f of elementwise ops with static scalar operands
 /// (DQ -> Tanh -> Q; uint8 frames -> Cast -> Div -> Q) becomes a 256-entry table lookup
 /// (kaiwu QLookup), the table computed by static nodes (recomputed on refit).

@@ -47,6 +47,7 @@ inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 class QFusedKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
+    CheckQIsaEnv();
     p_ = ctx.Params<QFusedParams>();
     act_ = p_.act;
     x_int8_ = ctx.in(0).dtype == DType::kInt8;
@@ -137,20 +138,28 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
   // for the shifted tiles; sums are of the uint8 domain.
   const uint8_t shift = path.shifted ? 0x80 : 0;
   if (copy_x || need_sums) {
-    const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift;
+    const uint8_t to_u8 = x_int8_ ? 0x80 : 0, flip = to_u8 ^ shift;
     io.pool->ParallelFor(rows, 2.0 * K, [&](int64_t r0, int64_t r1) {
+      // Everything the loops read in locals: byte stores through dst could
+      // alias the captures, which keeps the loops scalar (a byte a cycle).
+      const uint8_t f = flip, u = to_u8;
+      const int64_t kk = K, kp = kp_;
+      const bool copy = copy_x, sums = need_sums;
+      const uint8_t* const xs = x;
+      uint8_t* const buf = scratch;
+      int32_t* const rs = rowsum;
       for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* src = x + r * K;
-        int32_t s = 0;
-        if (copy_x) {
-          uint8_t* dst = scratch + r * kp_;
-          for (int64_t k = 0; k < K; ++k) dst[k] = src[k] ^ flip;
-          for (int64_t k = K; k < kp_; ++k) dst[k] = 0;
-          for (int64_t k = 0; k < K; ++k) s += dst[k] ^ shift;
-        } else {
-          for (int64_t k = 0; k < K; ++k) s += src[k];
+        const uint8_t* src = xs + r * kk;
+        if (copy) {
+          uint8_t* dst = buf + r * kp;
+          for (int64_t k = 0; k < kk; ++k) dst[k] = src[k] ^ f;
+          for (int64_t k = kk; k < kp; ++k) dst[k] = 0;
         }
-        rowsum[r] = s;
+        if (sums) {
+          int32_t s = 0;
+          for (int64_t k = 0; k < kk; ++k) s += src[k] ^ u;
+          rs[r] = s;
+        }
       }
     });
   }
@@ -160,34 +169,49 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
   }
   const QPackedLayout L(p_.k, p_.n);
   const uint8_t* w = packed + L.weights();
-  const int64_t blocks = L.np / 16, col_tiles = (blocks + 1) / 2;
+  const int32_t* corr = reinterpret_cast<const int32_t*>(packed + L.corr());
+  const float* mult = reinterpret_cast<const float*>(packed + L.mult());
+  const float* bias = reinterpret_cast<const float*>(packed + L.bias());
+  const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + L.wzp());
+  const int32_t* wsum = reinterpret_cast<const int32_t*>(packed + L.wsum());
+  // Tiles over the blocks of 16 channels, then (dot_tail) row dots for the
+  // channels of the last block stored as rows, one task per row tile.
+  const int64_t tail = L.dot_tail(), tail_c0 = p_.n - tail;
+  const int64_t blocks = (tail ? tail_c0 : L.np) / 16, col_tiles = (blocks + 1) / 2;
   const int64_t row_tiles = (rows + path.rows - 1) / path.rows;
+  const int64_t tile_tasks = col_tiles * row_tiles, tasks = tile_tasks + (tail ? row_tiles : 0);
   const double cost = 2.0 * path.rows * kQTileLanes * static_cast<double>(kp_);
-  io.pool->ParallelFor(col_tiles * row_tiles, cost, [&](int64_t t0, int64_t t1) {
+  // Writes rows r0 .. r0 + mr of channels c0 .. c0 + count from int32 sums
+  // (row r at acc + r * acc_ld).
+  auto emit = [&](const int32_t* acc, int64_t acc_ld, int64_t r0, int64_t mr, int64_t c0, int64_t count) {
+    int32_t cc[kQTileLanes];
+    for (int64_t j = 0; j < count; ++j) cc[j] = corr[c0 + j] + (path.shifted ? 128 * wsum[c0 + j] : 0);
+    float f[kQTileLanes];
+    for (int64_t r = 0; r < mr; ++r) {
+      const int32_t* a = acc + r * acc_ld;
+      const int32_t xs = need_sums ? rowsum[r0 + r] : 0;
+      for (int64_t j = 0; j < count; ++j)
+        f[j] = static_cast<float>(a[j] + cc[j] - wzp[c0 + j] * xs) * mult[c0 + j] + bias[c0 + j];
+      EmitRun(io, h, f, count, (r0 + r) * p_.n + c0);
+    }
+  };
+  io.pool->ParallelFor(tasks, cost, [&](int64_t t0, int64_t t1) {
     alignas(64) int32_t acc[kQTileRows * kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
+      if (t >= tile_tasks) {
+        const int64_t r0 = (t - tile_tasks) * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
+        QRowDots(path.isa, path.shifted, h.pairs_fit_int16 != 0, static_cast<int>(mr), static_cast<int>(tail),
+                 kp_, x + r0 * ldx, ldx, w + (tail_c0 / 16) * kp_ * 16, acc);
+        emit(acc, tail, r0, mr, tail_c0, tail);
+        continue;
+      }
       const int64_t ct = t / row_tiles, rt = t % row_tiles;
       const int64_t b0 = 2 * ct, nb = std::min<int64_t>(2, blocks - b0);
       const int64_t r0 = rt * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
       path.Tile(static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
                 w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_x=*/false, acc, h);
-      const int64_t c0 = b0 * 16, count = std::min<int64_t>(16 * nb, p_.n - c0);
-      const QPackedLayout PL(p_.k, p_.n);
-      const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr()) + c0;
-      const float* mult = reinterpret_cast<const float*>(packed + PL.mult()) + c0;
-      const float* bias = reinterpret_cast<const float*>(packed + PL.bias()) + c0;
-      const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + PL.wzp()) + c0;
-      const int32_t* wsum = reinterpret_cast<const int32_t*>(packed + PL.wsum()) + c0;
-      int32_t cc[kQTileLanes];
-      for (int64_t j = 0; j < count; ++j) cc[j] = corr[j] + (path.shifted ? 128 * wsum[j] : 0);
-      float f[kQTileLanes];
-      for (int64_t r = 0; r < mr; ++r) {
-        const int32_t* a = acc + r * kQTileLanes;
-        const int32_t xs = need_sums ? rowsum[r0 + r] : 0;
-        for (int64_t j = 0; j < count; ++j)
-          f[j] = static_cast<float>(a[j] + cc[j] - wzp[j] * xs) * mult[j] + bias[j];
-        EmitRun(io, h, f, count, (r0 + r) * p_.n + c0);
-      }
+      const int64_t c0 = b0 * 16;
+      emit(acc, kQTileLanes, r0, mr, c0, std::min<int64_t>(16 * nb, p_.n - c0));
     }
   });
 }

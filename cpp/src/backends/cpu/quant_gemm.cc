@@ -1,5 +1,6 @@
 #include "backends/cpu/quant_gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -22,20 +23,24 @@ QIsa BestIsa() {
   return QIsa::kScalar;
 }
 
-// The AVX-512 VNNI tiles crashed on their first run on a VNNI host (the
-// machine that wrote them had none): until they are fixed and tested there,
-// they run only when asked for with KAIWU_INT8_ISA=avx512vnni.
+// The best path the CPU has, or the one KAIWU_INT8_ISA names when the CPU has
+// it ("best" or unset: the best; a path above the best, or a name that is none
+// of these, leaves the best: CheckQIsaEnv() names it for the kernels to refuse).
+const char* kIsaNames[] = {"scalar", "avx2", "avx512vnni"};
+
+const char*& BadEnvSlot() {
+  static const char* bad = nullptr;
+  return bad;
+}
+
 QIsa InitialIsa() {
   const QIsa best = BestIsa();
-  QIsa isa = best == QIsa::kAvx512Vnni ? QIsa::kAvx2 : best;
   const char* env = std::getenv("KAIWU_INT8_ISA");
-  if (env) {
-    const std::string want(env);
-    if (want == "scalar") isa = QIsa::kScalar;
-    else if (want == "avx2" && isa != QIsa::kScalar) isa = QIsa::kAvx2;
-    else if (want == "avx512vnni") isa = best;
-  }
-  return isa;
+  if (!env || !*env || std::strcmp(env, "best") == 0) return best;
+  for (int i = 0; i < 3; ++i)
+    if (std::strcmp(env, kIsaNames[i]) == 0) return std::min(static_cast<QIsa>(i), best);
+  BadEnvSlot() = env;
+  return best;
 }
 
 std::atomic<int>& IsaSlot() {
@@ -61,7 +66,35 @@ void TileScalar(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
     }
 }
 
+void RowDotsScalar(bool shifted, int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx,
+                   const uint8_t* w, int32_t* acc) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < nw; ++c) {
+      const uint8_t* xr = x + r * ldx;
+      const int8_t* wc = reinterpret_cast<const int8_t*>(w + c * kp);
+      int32_t s = 0;
+      for (int64_t k = 0; k < kp; ++k) s += (shifted ? int32_t(int8_t(xr[k])) : int32_t(xr[k])) * wc[k];
+      acc[r * nw + c] = s;
+    }
+}
+
 }  // namespace
+
+void QRowDots(QIsa isa, bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp,
+              const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (isa == QIsa::kAvx512Vnni && !shifted) return QRowDotsVnni(rows, nw, kp, x, ldx, w, acc);
+  if (isa != QIsa::kScalar) return QRowDotsAvx2(shifted, pairs_fit_int16, rows, nw, kp, x, ldx, w, acc);
+#endif
+  RowDotsScalar(shifted, rows, nw, kp, x, ldx, w, acc);
+}
+
+void CheckQIsaEnv() {
+  IsaSlot();
+  const char* bad = BadEnvSlot();
+  KAIWU_CHECK(!bad, StatusCode::kUnsupported, "KAIWU_INT8_ISA=", bad,
+              " names no int8 kernel path (scalar, avx2, avx512vnni or best)");
+}
 
 bool QIsaSupported(QIsa isa) { return static_cast<int>(isa) <= static_cast<int>(BestIsa()); }
 

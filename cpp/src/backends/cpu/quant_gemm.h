@@ -6,7 +6,8 @@
 //   kAvx2        vpmovzx/sx to int16 then vpmaddwd (exact: no int16 saturation,
 //                unlike vpmaddubsw);
 //   kScalar      plain C++.
-// KAIWU_INT8_ISA=avx2 or =scalar forces a lower path (tests of each path).
+// KAIWU_INT8_ISA=avx512vnni, =avx2 or =scalar caps the path (tests of each
+// path; a path the CPU lacks gives the best it has), =best or unset: the best.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ enum class QIsa { kScalar, kAvx2, kAvx512Vnni };
 
 /// The path in use: the best the CPU supports, capped by KAIWU_INT8_ISA (read once).
 QIsa QGemmIsa();
+/// Throws kUnsupported when KAIWU_INT8_ISA holds a name that is no path (the
+/// int8 kernels call it in Prepare, so that a typo is not silently ignored).
+void CheckQIsaEnv();
 const char* QIsaName(QIsa isa);
 /// Sets the path (tests); it must be one the CPU supports.
 void SetQGemmIsa(QIsa isa);
@@ -36,6 +40,14 @@ constexpr int kQTileLanes = 32; // lanes of one micro tile (two blocks of 16)
 void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                 int32_t* acc, bool pairs_fit_int16 = false);
+
+/// Row dots for the few channels of a Gemm's last block (QPackedLayout::dot_tail):
+/// acc[r * nw + c] = sum over k < kp of X(r, k) * int8(w[c * kp + k]) for r < rows,
+/// c < nw, where X(r, k) = x[r * ldx + k] as uint8, or as int8 when shifted (the
+/// operands of QMicroTileShiftedAvx2: x - 128, weights without -128). kp: a
+/// multiple of 4; exact like the tiles (pairs_fit_int16: see QMicroTile).
+void QRowDots(QIsa isa, bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp,
+              const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc);
 
 /// The AVX2 tile for full-range int8 weights that hold no -128 (QPackWeights
 /// checks that): the operand layout of QMicroTile, but the activation operand
@@ -58,6 +70,10 @@ void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                     int32_t* acc, bool pairs_fit_int16);
+void QRowDotsAvx2(bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp, const uint8_t* x,
+                  int64_t ldx, const uint8_t* w, int32_t* acc);
+void QRowDotsVnni(int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx, const uint8_t* w,
+                  int32_t* acc);
 void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                     int32_t* acc);

@@ -183,7 +183,74 @@ void VnniRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8
   }
 }
 
+// ---- Row dots (QRowDots): 32 k (VNNI: 64) per step along one row of x and
+// one channel's row of weights; the last kp % 32 bytes one at a time (AVX2) or
+// through a masked load (VNNI).
+__attribute__((target("avx2"))) inline int32_t HSum8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// kMode 0: x uint8, full-range w (int16 widening); 1: x uint8, w within the
+// pair bound (vpmaddubsw); 2: x - 128 as int8, w without -128 (|x| and sign).
+template <int kMode>
+__attribute__((target("avx2"))) int32_t DotAvx2(const uint8_t* x, const uint8_t* w, int64_t kp) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s = _mm256_setzero_si256();
+  int64_t k = 0;
+  for (; k + 32 <= kp; k += 32) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
+    if (kMode == 0) {
+      const __m256i x0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(xv));
+      const __m256i x1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(xv, 1));
+      const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(wv));
+      const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(wv, 1));
+      s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_madd_epi16(x0, w0), _mm256_madd_epi16(x1, w1)));
+    } else {
+      const __m256i p = kMode == 1 ? _mm256_maddubs_epi16(xv, wv)
+                                   : _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    }
+  }
+  int32_t t = HSum8(s);
+  const int8_t* ws = reinterpret_cast<const int8_t*>(w);
+  for (; k < kp; ++k) t += (kMode == 2 ? int32_t(int8_t(x[k])) : int32_t(x[k])) * ws[k];
+  return t;
+}
+
+template <int kMode>
+void RowDotsAvx2(int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < nw; ++c) acc[r * nw + c] = DotAvx2<kMode>(x + r * ldx, w + c * kp, kp);
+}
+
 }  // namespace
+
+void QRowDotsAvx2(bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp, const uint8_t* x,
+                  int64_t ldx, const uint8_t* w, int32_t* acc) {
+  if (shifted) RowDotsAvx2<2>(rows, nw, kp, x, ldx, w, acc);
+  else if (pairs_fit_int16) RowDotsAvx2<1>(rows, nw, kp, x, ldx, w, acc);
+  else RowDotsAvx2<0>(rows, nw, kp, x, ldx, w, acc);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void QRowDotsVnni(
+    int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc) {
+  const int64_t tail = kp % 64;
+  const __mmask64 mask = tail ? (~0ULL >> (64 - tail)) : 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < nw; ++c) {
+      const uint8_t *xr = x + r * ldx, *wc = w + c * kp;
+      __m512i s = _mm512_setzero_si512();
+      int64_t k = 0;
+      for (; k + 64 <= kp; k += 64) s = _mm512_dpbusd_epi32(s, _mm512_loadu_si512(xr + k), _mm512_loadu_si512(wc + k));
+      if (tail)
+        s = _mm512_dpbusd_epi32(s, _mm512_maskz_loadu_epi8(mask, xr + k), _mm512_maskz_loadu_epi8(mask, wc + k));
+      acc[r * nw + c] = _mm512_reduce_add_epi32(s);
+    }
+}
 
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,

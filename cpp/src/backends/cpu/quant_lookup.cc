@@ -15,6 +15,12 @@ class QLookupKernel : public Kernel {
     uint8_t table[256];
     std::memcpy(table, io.inputs[1], 256);
     uint8_t* y = static_cast<uint8_t*>(io.outputs[0]);
+    bool identity = true;  // DQ -> Q with equal parameters (Flatten between them): a copy
+    for (int b = 0; b < 256; ++b) identity &= table[b] == b;
+    if (identity) {
+      io.pool->ParallelFor(size_, 0.25, [&](int64_t b, int64_t e) { std::memcpy(y + b, x + b, e - b); });
+      return;
+    }
     io.pool->ParallelFor(size_, 1.0, [&](int64_t b, int64_t e) {
       // 8 bytes per load and store, looked up one by one: the plain loop
       // auto-vectorizes into gathers, about 3x slower on AVX2 CPUs.

@@ -41,6 +41,7 @@ class QPackKernel : public Kernel {
     int32_t* wzp = reinterpret_cast<int32_t*>(out + L.wzp());
     int32_t* wsum = reinterpret_cast<int32_t*>(out + L.wsum());
     int32_t any_wzp = 0, pairs_fit = 1, no_min = 1;
+    const int64_t row_from = p_.n - L.dot_tail();  // Gemm: channels stored as rows from here
     for (int64_t c = 0; c < p_.n; ++c) {
       const int64_t si = p_.w_per_channel ? c : 0;
       const int32_t z = wz ? wz[si] : 0;
@@ -50,6 +51,7 @@ class QPackKernel : public Kernel {
         sum += v;
         no_min &= v != -128;
         if (conv_) wp[c * L.kp + k] = v;
+        else if (c >= row_from) wp[(c / 16) * L.kp * 16 + (c % 16) * L.kp + k] = v;
         else wp[(c / 16) * L.kp * 16 + (k / 4) * 64 + (c % 16) * 4 + k % 4] = v;
       }
       for (int64_t k = 0; k < p_.k; k += 2) {
