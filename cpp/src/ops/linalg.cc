@@ -180,16 +180,19 @@ void InferFusedMlp(OpContext& ctx) {
   const DType t = ctx.in(1).dtype;
   ctx.ExpectDType(0, {DType::kFloat32, t});
   const Shape& x = ctx.in(0).shape;
-  if (x.size() != 2) ctx.Error("X must be 2-D, got ", ShapeToString(x));
+  if (x.empty()) ctx.Error("X must have at least one dim, got a scalar");
+  const Shape lead(x.begin(), x.end() - 1);
   FusedMlpParams& p = ctx.SetParams<FusedMlpParams>();
-  p.m = x[0];
+  p.m = NumElements(lead);
+  p.max_rows = node.GetInt("max_rows", 0);
+  if (p.max_rows < 0) ctx.Error("max_rows must be >= 0, got ", p.max_rows);
   for (size_t l = 0; l < layers; ++l) {
     FusedMlpParams::Layer L;
     L.input = static_cast<int>(inputs[l]);
     if (L.input < -1 || L.input >= static_cast<int>(l))
       ctx.Error("layer ", l, " reads layer ", L.input, ": only X (-1) or an earlier layer");
     L.trans_b = trans_b[l] != 0;
-    L.k = L.input < 0 ? x[1] : p.layers[L.input].n;
+    L.k = L.input < 0 ? x.back() : p.layers[L.input].n;
     const int wi = static_cast<int>(1 + 2 * l);
     ctx.ExpectDType(wi, {t});
     const Shape& w = ctx.in(wi).shape;
@@ -220,7 +223,9 @@ void InferFusedMlp(OpContext& ctx) {
     if (output_dtypes[o] != 1 && output_dtypes[o] != (t == DType::kFloat16 ? 10 : 16))
       ctx.Error("output ", o, ": output_dtypes must be float32 (1) or the weights' type");
     p.output_layers.push_back(static_cast<int>(l));
-    ctx.SetOutput(static_cast<int>(o), d, Shape{p.m, p.layers[l].n});
+    Shape y = lead;
+    y.push_back(p.layers[l].n);
+    ctx.SetOutput(static_cast<int>(o), d, y);
   }
 }
 

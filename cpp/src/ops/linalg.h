@@ -33,14 +33,16 @@ struct MatMulParams : OpParams {
 };
 
 /// FusedMlp (domain "kaiwu", made by passes/fuse_mlp.cc for half-precision
-/// device sessions): a small network of dense layers over one input X [M, K0],
-/// layer l computing Y_l[M, N_l] = act_l(In_l * W_l (^T) + B_l) where In_l is X
-/// or an earlier layer's Y; the node's outputs are the layers' Ys that leave it.
+/// device sessions): a small network of dense layers over one input X [.., K0]
+/// (its leading dims flattened into M rows), layer l computing Y_l[.., N_l] =
+/// act_l(In_l * W_l (^T) + B_l) where In_l is X or an earlier layer's Y; the
+/// node's outputs are the layers' Ys that leave it, with X's leading dims.
 /// Inputs: X (float32 or the weights' type), then W_l and B_l per layer (B_l
 /// optional). Attributes: layer_inputs (-1: X, else a layer index), layer_trans_b,
 /// layer_acts / layer_act_params (the fused-activation names and 2 params per
 /// layer), output_layers (the layer of each output) and output_dtypes (ONNX
-/// codes: float32 or the weights' type).
+/// codes: float32 or the weights' type); optional max_rows: where M exceeds it
+/// a backend may run the layers as separate GEMMs (0 or absent: no limit).
 struct FusedMlpParams : OpParams {
   struct Layer {
     int input = -1;  // -1: X
@@ -52,6 +54,7 @@ struct FusedMlpParams : OpParams {
   std::vector<Layer> layers;
   std::vector<int> output_layers;
   int64_t m = 0;
+  int64_t max_rows = 0;
 };
 
 /// PackedGemm (domain "kaiwu", made by passes/prepack_gemm.cc for CPU

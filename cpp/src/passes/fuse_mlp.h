@@ -8,7 +8,13 @@
 // CUDA backend runs in one launch. A Cast from float32 feeding only the group
 // is folded into it (X read as float32), and so is a Cast to float32 that is
 // the only reader of a layer's output (the output written as float32).
-// KAIWU_FUSED_MLP=0 turns it off in a session (A/B: bench/notes/cuda.md).
+// With `wide`, layers over X of any rank join too: a MatMul of a static [K, N]
+// read by an Add of a static [N] bias, and a Gemm between fuse_matmul_add's
+// flattening Reshapes (X [.., K] -> [-1, K] -> Gemm -> [.., N]); a group of
+// these may be one layer, and its node gets max_rows = kFusedMlpWideMaxRows
+// (more rows run as cuBLAS GEMMs with a bias epilogue, still one node).
+// KAIWU_FUSED_MLP=0 turns it off in a session, KAIWU_FUSED_MLP_RANK3=0 only
+// `wide` (A/B: bench/notes/cuda.md).
 #pragma once
 
 #include <functional>
@@ -29,9 +35,11 @@ constexpr int64_t kFusedMlpMaxWidth = 1024;
 constexpr int64_t kFusedMlpMaxStage = 80 * 1024;
 constexpr int64_t kFusedMlpMaxWeights = int64_t{1} << 20;
 constexpr int64_t kFusedMlpMaxRowElems = 1920;
+/// Rows up to which the wide groups run the fused kernel (bench/notes/cuda.md).
+constexpr int64_t kFusedMlpWideMaxRows = 128;
 
 /// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
 /// whether the backend runs FusedMlp. Returns the FusedMlp nodes made.
-int FuseMlp(Graph* g, const std::function<bool(OpId, DType)>& has_kernel);
+int FuseMlp(Graph* g, const std::function<bool(OpId, DType)>& has_kernel, bool wide = true);
 
 }  // namespace kaiwu

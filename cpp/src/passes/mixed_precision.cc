@@ -209,6 +209,9 @@ class Rewriter {
   }
 
   int AddCast(int from, int to_value, DType to) {
+    // Both ends carry their dtype, so later passes (fuse_mlp) can fold the cast.
+    for (int v : {from, to_value})
+      if (g_.values[v].dtype == DType::kUndefined && fp32_[v]) g_.values[v].dtype = DType::kFloat32;
     Node c;
     c.op_type = "Cast";
     c.name = g_.values[to_value].name + "/cast";

@@ -304,7 +304,9 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   if (options.optimize && impl->device && impl->precision != "fp32" &&
       !(fused_mlp_env && std::string(fused_mlp_env) == "0")) {
     const KernelRegistry& kernels = impl->device->kernels();
-    if (int n = FuseMlp(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
+    const char* rank3_env = std::getenv("KAIWU_FUSED_MLP_RANK3");
+    const bool wide = !(rank3_env && std::string(rank3_env) == "0");
+    if (int n = FuseMlp(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }, wide))
       impl->pass_stats.fired["fuse_mlp"] += n;
   }
   impl->ops_after = CountOps(g);

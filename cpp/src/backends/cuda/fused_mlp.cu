@@ -6,7 +6,9 @@
 // alone fill the GPU, and the fallback where the cluster kernel cannot run
 // (pre-Hopper device, slices past shared memory, no cluster fits).
 // KAIWU_FUSED_MLP_CLUSTER=0 keeps the one-block kernel, =C (2, 4, 8, 16) or
-// C:MT forces that cluster (A/B and tests).
+// C:MT forces that cluster (A/B and tests). Past the node's max_rows the layers
+// run as cuBLAS GEMMs instead (fused_mlp_gemms.h); KAIWU_FUSED_MLP_ROWS=R sets
+// that limit for every node (0: none), for A/B and tests.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +18,8 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/fused_mlp_cluster.cuh"
+#include "backends/cuda/fused_mlp_gemms.h"
+#include "backends/cuda/gemm_util.h"
 #include "backends/cuda/fused_mlp_kernel.cuh"
 #include "ops/linalg.h"
 
@@ -218,6 +222,19 @@ class FusedMlpCudaKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
     if (plan_.args.m == 0) return;
+    if (gemms_) {
+      const size_t layers = gemm_plan_.layers.size();
+      const void* w[kMlpMaxLayers] = {};
+      const void* b[kMlpMaxLayers] = {};
+      void* y[kMlpMaxLayers] = {};
+      for (size_t l = 0; l < layers; ++l) {
+        w[l] = io.inputs[1 + 2 * l];
+        b[l] = has_bias_[l] ? io.inputs[2 + 2 * l] : nullptr;
+      }
+      for (size_t o = 0; o < output_layers_.size(); ++o) y[output_layers_[o]] = io.outputs[o];
+      RunMlpGemms<T>(Dev(io), gemm_plan_, io.inputs[0], w, b, y, y_float_, io.scratch);
+      return;
+    }
     MlpArgs a = plan_.args;
     a.x = io.inputs[0];
     for (int l = 0; l < a.layers; ++l) {
@@ -242,7 +259,23 @@ class FusedMlpCudaKernel : public CudaKernel {
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     }
     const bool x_float = ctx.in(0).dtype == DType::kFloat32;
-    const int k0 = static_cast<int>(ctx.in(0).shape[1]);
+    const int k0 = static_cast<int>(ctx.in(0).shape.back());
+    has_bias_.assign(layers, false);
+    for (int l = 0; l < layers; ++l) has_bias_[l] = p.layers[l].has_bias;
+    output_layers_ = p.output_layers;
+    y_float_.assign(layers, false);
+    for (size_t o = 0; o < output_layers_.size(); ++o)
+      y_float_[output_layers_[o]] = ctx.outputs[o].dtype == DType::kFloat32;
+    int64_t max_rows = p.max_rows;
+    if (const char* env = std::getenv("KAIWU_FUSED_MLP_ROWS")) max_rows = std::atoll(env);
+    gemms_ = max_rows > 0 && p.m > max_rows;
+    if (gemms_) {
+      CheckBlasInt(ctx, p.m, "M");
+      gemm_plan_ = PlanMlpGemms(p, x_float, k0);
+      ctx.scratch_bytes = gemm_plan_.scratch_bytes;
+      plan_.args.m = p.m;
+      return;
+    }
     std::pair<int, int> want = major >= 9 ? AutoCluster(p, sms) : std::pair<int, int>{0, 0};
     if (const char* env = std::getenv("KAIWU_FUSED_MLP_CLUSTER"); env && major >= 9) {
       const int c = std::atoi(env);
@@ -261,16 +294,15 @@ class FusedMlpCudaKernel : public CudaKernel {
       cudaGetLastError();  // a refused cluster leaves the one-block kernel
     }
     if (plan_.cluster == 0) CheckCuda(ConfigureFusedMlp<T>(plan_), "FusedMlp shared memory size");
-    has_bias_.assign(layers, false);
-    for (int l = 0; l < layers; ++l) has_bias_[l] = p.layers[l].has_bias;
-    output_layers_ = p.output_layers;
     for (size_t o = 0; o < output_layers_.size(); ++o)
-      plan_.args.layer[output_layers_[o]].y_float = ctx.outputs[o].dtype == DType::kFloat32;
+      plan_.args.layer[output_layers_[o]].y_float = y_float_[output_layers_[o]];
   }
 
  private:
   MlpPlan plan_;
-  std::vector<bool> has_bias_;
+  bool gemms_ = false;  // past max_rows: the layers as cuBLAS GEMMs
+  MlpGemmPlan gemm_plan_;
+  std::vector<bool> has_bias_, y_float_;
   std::vector<int> output_layers_;
 };
 

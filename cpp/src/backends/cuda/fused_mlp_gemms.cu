@@ -1,0 +1,101 @@
+// FusedMlp as cuBLAS GEMMs with a bias/activation epilogue (fused_mlp_gemms.h).
+#include "backends/cuda/fused_mlp_gemms.h"
+
+#include "backends/cuda/gemm_util.h"
+#include "backends/cuda/half.cuh"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+size_t Align256(size_t v) { return (v + 255) / 256 * 256; }
+
+template <typename T>
+__global__ void MlpCastInKernel(T* out, const float* x, int64_t total) {
+  KAIWU_CUDA_LOOP(i, total) out[i] = FromFloat<T>(x[i]);
+}
+
+// v = act(acc + b[col]); written to `keep` (16-bit, may be acc itself) and/or y.
+template <typename T>
+__global__ void MlpEpilogueKernel(const T* acc, int64_t total, int64_t cols, const T* b,
+                                  DeviceActivation act, T* keep, void* y, int y_float) {
+  KAIWU_CUDA_LOOP(i, total) {
+    float v = ToFloat(acc[i]);
+    if (b) v += ToFloat(b[i % cols]);
+    v = act(v);
+    if (keep) keep[i] = FromFloat<T>(v);
+    if (y) {
+      if (y_float)
+        static_cast<float*>(y)[i] = v;
+      else
+        static_cast<T*>(y)[i] = FromFloat<T>(v);
+    }
+  }
+}
+
+}  // namespace
+
+MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0) {
+  MlpGemmPlan plan;
+  plan.m = p.m;
+  plan.k0 = k0;
+  plan.x_float = x_float;
+  size_t off = 0;
+  if (x_float) {
+    plan.x_buf = off;
+    off += Align256(static_cast<size_t>(p.m * k0) * 2);
+  }
+  for (const auto& L : p.layers) {
+    MlpGemmPlan::Layer d;
+    d.input = L.input;
+    d.trans_b = L.trans_b;
+    d.has_bias = L.has_bias;
+    d.k = L.k;
+    d.n = L.n;
+    d.act = DeviceActivation::From(L.act);
+    d.buf = off;
+    off += Align256(static_cast<size_t>(p.m * L.n) * 2);
+    plan.layers.push_back(d);
+  }
+  for (const auto& L : p.layers)
+    if (L.input >= 0) plan.layers[L.input].kept = true;
+  plan.scratch_bytes = off;
+  return plan;
+}
+
+template <typename T>
+void RunMlpGemms(const DeviceContext& dev, const MlpGemmPlan& plan, const void* x, const void* const* w,
+                 const void* const* b, void* const* y, const std::vector<bool>& y_float, void* scratch) {
+  char* s = static_cast<char*>(scratch);
+  const int64_t m = plan.m;
+  const T* xh = static_cast<const T*>(x);
+  if (plan.x_float) {
+    T* xb = reinterpret_cast<T*>(s + plan.x_buf);
+    const int64_t total = m * plan.k0;
+    MlpCastInKernel<T><<<GridFor(total), kBlock, 0, dev.stream>>>(xb, static_cast<const float*>(x), total);
+    CheckLaunch("FusedMlp input cast kernel");
+    xh = xb;
+  }
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    const MlpGemmPlan::Layer& L = plan.layers[l];
+    const T* in = L.input < 0 ? xh : reinterpret_cast<const T*>(s + plan.layers[L.input].buf);
+    T* acc = reinterpret_cast<T*>(s + L.buf);
+    RowMajorGemm<T>(dev, false, L.trans_b, m, L.n, L.k, 1.f, in, L.k, static_cast<const T*>(w[l]),
+                    L.trans_b ? L.k : L.n, acc, L.n);
+    const int64_t total = m * L.n;
+    if (!L.kept && !y[l]) continue;
+    MlpEpilogueKernel<T><<<GridFor(total), kBlock, 0, dev.stream>>>(
+        acc, total, L.n, L.has_bias ? static_cast<const T*>(b[l]) : nullptr, L.act, L.kept ? acc : nullptr,
+        y[l], y_float[l] ? 1 : 0);
+    CheckLaunch("FusedMlp epilogue kernel");
+  }
+}
+
+template void RunMlpGemms<__half>(const DeviceContext&, const MlpGemmPlan&, const void*, const void* const*,
+                                  const void* const*, void* const*, const std::vector<bool>&, void*);
+template void RunMlpGemms<__nv_bfloat16>(const DeviceContext&, const MlpGemmPlan&, const void*,
+                                         const void* const*, const void* const*, void* const*,
+                                         const std::vector<bool>&, void*);
+
+}  // namespace cuda
+}  // namespace kaiwu
