@@ -192,7 +192,7 @@ def test_dense_layers_over_a_sequence_match_onnxruntime(case, precision):
                 np.testing.assert_allclose(got[key], w, rtol=rtol, atol=atol_scale * max(1.0, float(np.abs(w).max())),
                                            err_msg=f"{what} {key} batch {batch}")
     if precision == "fp16":
-        # One node for the three layers where the rows fit (rows = batch * seq <= 128).
+        # One node for the three layers where the rows fit (rows = batch * seq <= kFusedMlpWideMaxRows, 256).
         feeds = {"x": np.random.default_rng(3).standard_normal((1, seq, k)).astype(np.float32)}
         assert sessions["off"].nodes_per_run(feeds) - sessions["on"].nodes_per_run(feeds) >= 7
 
