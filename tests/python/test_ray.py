@@ -93,6 +93,30 @@ def test_routing_is_stable_and_spread():
     assert all(kr.route(a, 5) == 4 for a in moved) and 500 < len(moved) < 1100
 
 
+def test_warmup_follows_inference_server():
+    """warmup=None (the default) builds every padded batch size's plan at start where an
+    InferenceServer would (a channels-last conv session), not for an MLP. The servers' stats
+    count the plans their sessions built."""
+    import policies
+
+    plans = lambda pool: pool.stats()["servers"][0]["plans"]  # noqa: E731
+    counts = {}
+    for name, model in (("mlp", _mlp_bytes()), ("conv", policies.export_bytes("atari_cnn"))):
+        for warm in (None, False):
+            with kr.RayInferenceServerPool(1, model, max_batch=8, warmup=warm, **SMALL) as pool:
+                counts[name, warm] = plans(pool)
+                if name == "conv" and warm is None:
+                    frames = policies.make_inputs("atari_cnn", 3, seed=5)["frames"]
+                    got = pool.client().infer(7, {"frames": frames})
+                    want = ki.Session(model).run({"frames": frames})
+                    for k in want:
+                        np.testing.assert_allclose(got[k], want[k], rtol=RTOL, atol=ATOL)
+    assert "layout_nhwc" in ki.Session(policies.export_bytes("atari_cnn")).describe()
+    assert "layout_nhwc" not in ki.Session(_mlp_bytes()).describe()
+    assert counts["mlp", None] == counts["mlp", False]
+    assert counts["conv", None] >= counts["conv", False] + 2 and counts["conv", None] >= 4  # sizes 1, 2, 4, 8
+
+
 # ------------------------------------------------------------------ weights
 
 def test_refit_broadcast_reaches_every_server():

@@ -179,7 +179,7 @@ class ServerActor:
         s.update(server=self.index, node_id=self.node_id, restarted=self.restarted,
                  incarnation=self.incarnation, remote_actors=len(self.seen),
                  dropped_actors=self.dropped, log_entries_replayed=self.replayed,
-                 version_tags=self.srv.versions, latest=self.srv.latest)
+                 version_tags=self.srv.versions, latest=self.srv.latest, plans=self.srv.session.plans)
         return s
 
     async def reset_stats(self) -> None:

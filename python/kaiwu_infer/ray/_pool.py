@@ -66,6 +66,9 @@ class RayInferenceServerPool:
             ``shm_max_clients`` actors at once, ``shm_max_rows`` rows per step
             (default ``min(max_batch, 64)``); other actors use Ray calls.
         scheduling_strategy: Ray placement of the servers (default ``"SPREAD"``).
+        warmup: as for :class:`kaiwu_infer.InferenceServer` (``None``: where that server
+            warms up, i.e. channels-last conv sessions, every padded batch size's plan is
+            built when the server starts, and again after a restart).
     """
 
     def __init__(self, num_servers: int, model: Any, *, num_cpus: float = 1, num_gpus: float = 0,
@@ -73,7 +76,7 @@ class RayInferenceServerPool:
                  max_restarts: int = 3, actor_timeout: float = 60.0, shm: bool = True,
                  shm_max_clients: int = 64, shm_max_rows: int | None = None,
                  scheduling_strategy: Any = "SPREAD", base_version: str = "base",
-                 warmup: bool = False, **server_kwargs: Any):
+                 warmup: bool | None = None, **server_kwargs: Any):
         if int(num_servers) < 1:
             raise ValueError("num_servers must be at least 1")
         if isinstance(model, (str, os.PathLike)):
@@ -181,7 +184,8 @@ class RayInferenceServerPool:
     # ---- stats and lifetime
     def stats(self) -> dict:
         """Per server (``servers``: each InferenceServer's stats plus its node, restart
-        flag, remote actors, dropped actors) and totals of rows_per_s, requests_per_s."""
+        flag, remote actors, dropped actors, plans built by its session) and totals of
+        rows_per_s, requests_per_s."""
         per = self._all("stats")
         tot = {k: sum(s.get(k, 0) for s in per) for k in ("rows_per_s", "requests_per_s")}
         tot["servers"] = per
