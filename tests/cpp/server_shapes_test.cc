@@ -83,11 +83,28 @@ TEST(ServerShapes, CheckRefusesFeedsTheModelCannotTake) {
   ServerShapes shapes(*session, layout);
   ServerRequest ok;
   ok.feeds = {TensorView{DType::kFloat32, {2, 3}, nullptr}};
-  shapes.Check(ok, 2);
-  shapes.Check(ok, 2);  // cached
+  shapes.Check(ok, 2, 2);
+  shapes.Check(ok, 2, 2);  // cached
   ServerRequest bad;
   bad.feeds = {TensorView{DType::kFloat32, {2, 4}, nullptr}};
-  testing::ExpectErrorContaining([&] { shapes.Check(bad, 2); }, StatusCode::kInput, "obs");
+  testing::ExpectErrorContaining([&] { shapes.Check(bad, 2, 2); }, StatusCode::kInput, "obs");
+  // Checked at the padded size it runs as, the error still comes from its own rows.
+  testing::ExpectErrorContaining([&] { shapes.Check(bad, 2, 4); }, StatusCode::kInput, "obs");
+}
+
+TEST(ServerShapes, CheckGoesThroughThePlanOfTheRowsThatRun) {
+  auto session = Model();
+  const ServerLayout layout =
+      ServerLayout::Build(session->inputs(), session->outputs(), ServerOptions{});
+  ServerShapes shapes(*session, layout);
+  const int before = session->num_plans();
+  ServerRequest three, four;
+  three.feeds = {TensorView{DType::kFloat32, {3, 3}, nullptr}};
+  four.feeds = {TensorView{DType::kFloat32, {4, 3}, nullptr}};
+  shapes.Check(three, 3, 4);  // padded to 4 rows
+  EXPECT_EQ(session->num_plans(), before + 1);
+  shapes.Check(four, 4, 4);  // the same plan
+  EXPECT_EQ(session->num_plans(), before + 1);
 }
 
 TEST(ServerShapes, OutputLayoutNeedsFixedRowShapes) {

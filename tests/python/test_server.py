@@ -217,6 +217,27 @@ def test_submit_future_and_reset(lstm_bytes):
         assert not np.allclose(r5["logits"][0], r1["logits"][0])
 
 
+def test_requests_of_any_size_are_checked_through_the_warm_plans():
+    """A request is checked against shape inference through the plan of the padded size its
+    batch runs as: after warm-up, requests of 3, 5, 6 and 7 rows build no plan (a channels-last
+    conv policy, whose plans are the costly ones), and their results equal a Session's."""
+    import policies
+
+    model = policies.export_bytes("atari_cnn")
+    ref = ki.Session(model, threads=1)
+    with ki.InferenceServer(model, threads=1, max_batch=8) as srv:  # warm by default: NHWC convs
+        assert srv.session.plans == 4  # 1, 2, 4, 8
+        for rows in (3, 5, 6, 7):
+            frames = policies.make_inputs("atari_cnn", rows, seed=rows)["frames"]
+            got = srv.infer(rows, {"frames": frames})
+            want = ref.run({"frames": frames})
+            for k in want:
+                np.testing.assert_allclose(got[k], want[k], rtol=RTOL, atol=ATOL, err_msg=f"{rows} rows {k}")
+            assert srv.session.plans == 4, rows
+        with pytest.raises(ki.InputError, match="frames"):
+            srv.infer(9, {"frames": np.zeros((3, 4, 84, 83), np.uint8)})
+
+
 def test_warmup_builds_every_batch_size_and_leaves_actors_alone(lstm_bytes, mlp_bytes):
     # Padded batch sizes up to 64: 1, 2, 4, 8, 12, 16, 24, 32, 48, 64.
     sess = ki.Session(mlp_bytes, threads=1)

@@ -52,7 +52,7 @@ std::vector<int> InferenceServer::OutputLayout(std::vector<TensorView>* at_one_r
 void InferenceServer::Submit(const std::shared_ptr<ServerRequest>& req) {
   if (closed_) throw Closed();
   const int64_t rows = layout_.CheckFeeds(*req, opt_.max_batch);
-  shapes_.Check(*req, rows);
+  shapes_.Check(*req, rows, PaddedRows(rows, opt_.max_batch, opt_.pad_batches));
   req->rows = rows;
   std::vector<int64_t> row_key = RowShapeKey(req->feeds);
 

@@ -1,14 +1,23 @@
 #include "runtime/server_shapes.h"
 
+#include "kaiwu/status.h"
+
 namespace kaiwu {
 
-void ServerShapes::Check(const ServerRequest& r, int64_t rows) {
+void ServerShapes::Check(const ServerRequest& r, int64_t rows, int64_t run_rows) {
   std::vector<int64_t> key = FeedShapeKey(r.feeds);
   {
     std::lock_guard<std::mutex> lock(validated_mu_);
     if (validated_.count(key)) return;
   }
-  session_.OutputShapes(layout_.Probe(r.feeds, rows));  // throws kInput naming the input
+  try {
+    session_.OutputShapes(layout_.Probe(r.feeds, run_rows));  // throws kInput naming the input
+  } catch (const Error&) {
+    // The message should show what the caller sent: check at its own rows,
+    // whose error (if any) replaces this one.
+    if (run_rows != rows) session_.OutputShapes(layout_.Probe(r.feeds, rows));
+    throw;
+  }
   std::lock_guard<std::mutex> lock(validated_mu_);
   if (validated_.size() > 4096) validated_.clear();
   validated_.insert(std::move(key));

@@ -22,9 +22,12 @@ class ServerShapes {
       : session_(session), layout_(layout) {}
 
   /// Checks feeds of `rows` rows (already through ServerLayout::CheckFeeds)
-  /// against the model's shape inference, once per signature. Throws kInput
-  /// naming the input.
-  void Check(const ServerRequest& r, int64_t rows);
+  /// against the model's shape inference, once per signature, through the plan
+  /// of `run_rows` rows (the padded size a batch of them runs as, so that a
+  /// check builds no plan that runs would not, and warm-up's plans serve it).
+  /// Throws kInput naming the input, with the request's own shapes where they
+  /// fail too.
+  void Check(const ServerRequest& r, int64_t rows, int64_t run_rows);
 
   /// Batch axis of each output (-1: none) for feeds shaped like `feeds`
   /// (server order; axis 0 is ignored). Throws kInput when a state output
