@@ -44,11 +44,6 @@ void AddReshape(Graph* g, int from, int to, std::vector<int64_t> shape, const st
   g->AddNode(std::move(r));
 }
 
-void ForgetShape(Graph* g, int v) {
-  g->values[v].has_shape = false;
-  g->values[v].dims.clear();
-}
-
 }  // namespace
 
 int FoldRnnBatchFirst(Graph* g) {

@@ -73,10 +73,8 @@ int FoldTransposePair(Graph* g) {
       u.outputs[0] = out;
       touched[unary] = true;
       // mid now holds another layout (and, under a Cast, another dtype): forget its metadata.
-      Value& mv = g->values[mid];
-      mv.has_shape = false;
-      mv.dims.clear();
-      if (u.op_type == "Cast") mv.dtype = DType::kUndefined;
+      ForgetShape(g, mid);
+      if (u.op_type == "Cast") g->values[mid].dtype = DType::kUndefined;
     }
     if (identity) {
       t2.op_type = "Identity";

@@ -24,15 +24,6 @@ bool IsUnaryLookupOp(const std::string& op) {
   return false;
 }
 
-bool StaticScalar(const Graph& g, const std::vector<bool>& st, int v) {
-  if (v < 0 || !st[v]) return false;
-  const Value& val = g.values[v];
-  if (!val.has_shape) return false;
-  for (const Dim& d : val.dims)
-    if (d.value != 1) return false;
-  return true;
-}
-
 // Node n as a chain link over runtime input `v`: its other inputs static scalars.
 bool IsLink(const Graph& g, const std::vector<bool>& st, const Node& n, int v) {
   if (!n.domain.empty() || n.outputs.size() != 1 || n.num_inputs() < 1) return false;

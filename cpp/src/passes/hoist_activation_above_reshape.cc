@@ -39,9 +39,7 @@ int HoistActivationAboveReshape(Graph* g) {
     act.outputs[0] = r;
     rs.inputs[0] = r;
     rs.outputs[0] = out;
-    Value& rv = g->values[r];  // now holds the un-reshaped layout
-    rv.has_shape = false;
-    rv.dims.clear();
+    ForgetShape(g, r);  // now holds the un-reshaped layout
     ++fired;
   }
   if (fired) g->Verify();

@@ -10,18 +10,6 @@
 #include "passes/rules.h"
 
 namespace kaiwu {
-namespace {
-
-// A static value holding one element (a per-tensor scale or zero point).
-bool StaticScalarValue(const Graph& g, const std::vector<bool>& st, int v) {
-  if (v < 0 || !st[v] || !g.values[v].has_shape) return false;
-  for (const Dim& d : g.values[v].dims)
-    if (d.value != 1) return false;
-  return true;
-}
-
-}  // namespace
-
 int HoistReshapeAboveDequantize(Graph* g) {
   int fired = 0;
   const std::vector<int> producer = Producers(*g);
@@ -35,8 +23,8 @@ int HoistReshapeAboveDequantize(Graph* g) {
     if (producer[d] < 0 || uses[d] != 1 || IsGraphOutput(*g, d)) continue;
     Node& dq = g->nodes[producer[d]];
     if (dq.op_type != "DequantizeLinear" || !dq.domain.empty() || dq.outputs.size() != 1 ||
-        dq.GetInt("block_size", 0) != 0 || !dq.HasInput(1) || !StaticScalarValue(*g, st, dq.inputs[1]) ||
-        (dq.HasInput(2) && !StaticScalarValue(*g, st, dq.inputs[2])))
+        dq.GetInt("block_size", 0) != 0 || !dq.HasInput(1) || !StaticScalar(*g, st, dq.inputs[1]) ||
+        (dq.HasInput(2) && !StaticScalar(*g, st, dq.inputs[2])))
       continue;
     const int x = dq.inputs[0], out = rs.outputs[0];
     if (st[x]) continue;  // static data: constant folding's business
@@ -45,10 +33,8 @@ int HoistReshapeAboveDequantize(Graph* g) {
     rs.outputs[0] = d;
     dq.inputs[0] = d;
     dq.outputs[0] = out;
-    Value& dv = g->values[d];  // now the reshaped quantized bytes
-    dv.dtype = g->values[x].dtype;
-    dv.has_shape = false;
-    dv.dims.clear();
+    g->values[d].dtype = g->values[x].dtype;  // now the reshaped quantized bytes
+    ForgetShape(g, d);
     ++fired;
   }
   if (fired) g->Verify();

@@ -78,6 +78,18 @@ std::vector<int> UseCounts(const Graph& g) {
   return uses;
 }
 
+bool StaticScalar(const Graph& g, const std::vector<bool>& st, int v) {
+  if (v < 0 || !st[v] || !g.values[v].has_shape) return false;
+  for (const Dim& d : g.values[v].dims)
+    if (d.value != 1) return false;
+  return true;
+}
+
+void ForgetShape(Graph* g, int v) {
+  g->values[v].has_shape = false;
+  g->values[v].dims.clear();
+}
+
 std::vector<bool> StaticValues(const Graph& g) {
   std::vector<bool> st(g.values.size(), false);
   for (size_t v = 0; v < g.values.size(); ++v)

@@ -25,6 +25,12 @@ void ReplaceUses(Graph* g, int from, int to);
 std::vector<int> UseCounts(const Graph& g);
 /// Values known without any graph input: weights, constants and nodes over them.
 std::vector<bool> StaticValues(const Graph& g);
+/// A static value (`st` from StaticValues) of one element by its recorded
+/// shape: a per-tensor scale or zero point.
+bool StaticScalar(const Graph& g, const std::vector<bool>& st, int v);
+/// Forgets the recorded shape of `v`, whose layout a rewrite changed (shape
+/// inference at plan time says it again).
+void ForgetShape(Graph* g, int v);
 bool IsGraphOutput(const Graph& g, int v);
 /// Every dim of `v` known: those of its data, or its recorded shape when no
 /// dim is symbolic. False otherwise.
