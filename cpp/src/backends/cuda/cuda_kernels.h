@@ -95,6 +95,8 @@ void RegisterElementwiseKernels(KernelRegistry& r);  // elementwise*.cu
 void RegisterTensorKernels(KernelRegistry& r);       // tensor*.cu, resize.cu
 void RegisterConvKernels(KernelRegistry& r);         // conv*.cu, pool*.cu, norm*.cu
 void RegisterLinalgKernels(KernelRegistry& r);       // gemm*.cu, rnn*.cu, einsum.cu
+void RegisterQuantKernels(KernelRegistry& r);        // quant_linear.cu: Q, DQ, QLookup, and
+void RegisterQuantFusedKernel(KernelRegistry& r);    // quant_fused.cu: QLinearFused
 
 }  // namespace cuda
 }  // namespace kaiwu

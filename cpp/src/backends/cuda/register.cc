@@ -9,6 +9,7 @@ const KernelRegistry& CudaKernels() {
     cuda::RegisterTensorKernels(r);
     cuda::RegisterConvKernels(r);
     cuda::RegisterLinalgKernels(r);
+    cuda::RegisterQuantKernels(r);
     return r;
   }();
   return registry;
@@ -18,15 +19,18 @@ std::vector<std::pair<OpId, std::string>> CudaKernelGaps() {
   // Ops the CUDA backend leaves to the CPU on purpose, each with the reason a
   // user reads in the coverage report. Ops the op layer evaluates at plan time
   // (Shape, Size, ConstantOfShape, Range) need no kernel on any backend.
+  // The optimizer's fused integer node (QLinearFused, with QuantizeLinear,
+  // DequantizeLinear and QLookup around it) runs on the device; the ONNX
+  // integer ops it does not make have no device kernel.
   const std::string int8 =
-      "int8 GPU kernels come with the FP16 work (issue 15); run quantized models with device='cpu'";
+      "CUDA runs the optimizer's fused int8 node (QDQ models); this ONNX integer op runs "
+      "with device='cpu'";
   return {{OpId::kPackedGemm,
            "CPU-only: the CPU prepack rewrite makes it; CUDA sessions keep Gemm/MatMul"},
-          {OpId::kQuantizeLinear, int8},   {OpId::kDequantizeLinear, int8},
           {OpId::kDynamicQuantizeLinear, int8}, {OpId::kMatMulInteger, int8},
           {OpId::kQLinearMatMul, int8},    {OpId::kConvInteger, int8},
-          {OpId::kQLinearConv, int8},      {OpId::kQPackWeights, "static: the weights are packed on the host at load and refit"},
-          {OpId::kQLinearFused, int8},     {OpId::kQLookup, int8}};
+          {OpId::kQLinearConv, int8},
+          {OpId::kQPackWeights, "static: the weights are packed on the host at load and refit"}};
 }
 
 namespace cuda {

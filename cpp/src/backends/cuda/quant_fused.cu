@@ -1,0 +1,411 @@
+// kaiwu QLinearFused on int8 tensor cores: an implicit GEMM over the packed
+// operand of QPackWeights (layout: ops/quant.h QPackedLayout, packed on the
+// host at load and refit and uploaded like any other weight), one kernel per
+// node. Rows are the rows of X (Gemm/MatMul) or the output pixels of all
+// images (Conv: the im2col gather happens while loading the tile, padding
+// reads the x zero point); columns are the output channels. Products of
+// uint8 (or int8) x int8 accumulate in int32 with mma.sync m16n8k32, then the
+// epilogue of the CPU kernel (cpu/quant_fused.cc), per element:
+//   f = (acc + corr[c] - w_zp[c] * sum(x)) * mult[c] + bias[c] (+ residual),
+//   activation, then y = saturate(round_half_even(f / y_scale) + y_zp) or f.
+// acc is of x in the uint8 domain (an int8 x counts as x + 128: the raw int8
+// products plus 128 * sum(w[c])); sum(x) (the row's, uint8 domain) is needed
+// only with weight zero points, which the header says.
+#include <cstdint>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/quant_util.cuh"
+#include "ops/quant.h"
+
+namespace kaiwu {
+namespace cuda {
+namespace {
+
+constexpr int kBM = 64, kBK = 64, kThreads = 128;
+constexpr int kRowWords = kBK / 4 + 4;  // shared rows padded: fragment reads are conflict-free
+
+enum class ALoad { kGemmVec, kGemmBytes, kConv };
+
+struct FusedArgs {
+  const uint8_t* x;
+  const uint8_t* packed;
+  const float* residual;  // null without one
+  void* y;
+  int64_t M;  // rows of X, or images * pixels
+  int n, K, kp;
+  int rows_from;  // Gemm: channels from here are stored as rows [t][kp] (n: none)
+  int64_t corr, mult, bias, wzp, wsum;  // byte offsets in packed (QPackedLayout)
+  // Conv (1-D as H = 1): input [images, C, H, W], output [images, n, P = OH * OW].
+  int C, H, W, OW, P, KH, KW, sh, sw, ph, pw, dh, dw;
+  int y_kind;  // 0: float32, 1: uint8, 2: int8
+  DeviceActivation act;
+};
+
+template <bool kXS8>
+__device__ inline void Mma(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (kXS8) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+// Word `kw` (4 consecutive k) of channel c of the packed weights; 0 outside.
+template <bool kConv>
+__device__ inline uint32_t WeightWord(const FusedArgs& a, const uint32_t* w, int c, int kw) {
+  const int kpw = a.kp / 4;
+  if (c >= a.n || kw >= kpw) return 0;
+  if (kConv) return w[static_cast<int64_t>(c) * kpw + kw];
+  const int64_t block = static_cast<int64_t>(c >> 4) * kpw * 16;
+  if (c >= a.rows_from) return w[block + (c & 15) * kpw + kw];
+  return w[block + kw * 16 + (c & 15)];
+}
+
+// The conv window of one output row (pixel): the image's input and the
+// top-left tap's position.
+struct ConvRow {
+  const uint8_t* img = nullptr;
+  int ih0 = 0, iw0 = 0;
+};
+
+__device__ inline ConvRow MakeConvRow(const FusedArgs& a, int64_t m) {
+  ConvRow r;
+  if (m >= a.M) return r;
+  const int64_t img = m / a.P;
+  const int p = static_cast<int>(m - img * a.P);
+  const int oh = p / a.OW, ow = p - oh * a.OW;
+  r.img = a.x + img * a.C * static_cast<int64_t>(a.H) * a.W;
+  r.ih0 = oh * a.sh - a.ph;
+  r.iw0 = ow * a.sw - a.pw;
+  return r;
+}
+
+// 32 consecutive bytes k0 .. k0 + 32 of one conv row (im2col order: channel,
+// then kernel row, then kernel column); pad: the x zero point as stored.
+__device__ inline void GatherConv(const FusedArgs& a, const ConvRow& r, int k0, uint32_t pad,
+                                  uint32_t (&out)[8]) {
+  const int KK = a.KH * a.KW;
+  int c = k0 / KK, t = k0 - c * KK;
+  int kh = t / a.KW, kw = t - kh * a.KW;
+  const int64_t hw = static_cast<int64_t>(a.H) * a.W;
+#pragma unroll
+  for (int wd = 0; wd < 8; ++wd) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int k = k0 + wd * 4 + b;
+      uint32_t byte = 0;
+      if (r.img && k < a.K) {
+        const int ih = r.ih0 + kh * a.dh, iw = r.iw0 + kw * a.dw;
+        byte = (ih >= 0 && ih < a.H && iw >= 0 && iw < a.W) ? r.img[c * hw + ih * a.W + iw] : pad;
+      }
+      v |= byte << (8 * b);
+      if (++kw == a.KW) {
+        kw = 0;
+        if (++kh == a.KH) {
+          kh = 0;
+          ++c;
+        }
+      }
+    }
+    out[wd] = v;
+  }
+}
+
+template <bool kXS8, ALoad kLoad, int kBN>
+__global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
+  constexpr bool kConv = kLoad == ALoad::kConv;
+  constexpr int kMT = 2, kNT = kBN / 16;  // m16 / n8 tiles per warp (warps: 2 x 2)
+  constexpr int kBWords = kBN * (kBK / 4) / kThreads;
+  __shared__ __align__(16) uint32_t as[kBM * kRowWords];
+  __shared__ __align__(16) uint32_t bs[kBN * kRowWords];
+  __shared__ int rowsum[kBM];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tig = lane & 3;
+  const int wm = warp & 1, wn = warp >> 1;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  const int c0 = blockIdx.y * kBN;
+  const int32_t* hdr = reinterpret_cast<const int32_t*>(a.packed);
+  const int any_wzp = hdr[0], xz = hdr[1];
+  const uint32_t pad = static_cast<uint32_t>(kXS8 ? xz - 128 : xz) & 0xff;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a.packed + QPackedLayout::kHeader);
+
+  // The loader's share of a tile: A row tid / 2, bytes (tid % 2) * 32 .. + 32.
+  const int a_row = tid >> 1, a_half = tid & 1;
+  const int64_t a_m = m0 + a_row;
+  ConvRow crow;
+  if (kConv) crow = MakeConvRow(a, a_m);
+  uint32_t areg[8], breg[kBWords];
+
+  auto load = [&](int kt) {
+    const int k0 = kt * kBK;
+    if (kLoad == ALoad::kGemmVec) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int q = tid + i * kThreads, row = q >> 2, seg = q & 3;
+        const int64_t m = m0 + row;
+        const int k = k0 + seg * 16;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (m < a.M && k < a.K) v = *reinterpret_cast<const uint4*>(a.x + m * a.K + k);
+        areg[i * 4 + 0] = v.x;
+        areg[i * 4 + 1] = v.y;
+        areg[i * 4 + 2] = v.z;
+        areg[i * 4 + 3] = v.w;
+      }
+    } else if (kLoad == ALoad::kGemmBytes) {
+      const uint8_t* xr = a.x + a_m * a.K;
+#pragma unroll
+      for (int wd = 0; wd < 8; ++wd) {
+        uint32_t v = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int k = k0 + a_half * 32 + wd * 4 + b;
+          if (a_m < a.M && k < a.K) v |= static_cast<uint32_t>(xr[k]) << (8 * b);
+        }
+        areg[wd] = v;
+      }
+    } else {
+      GatherConv(a, crow, k0 + a_half * 32, pad, areg);
+    }
+#pragma unroll
+    for (int i = 0; i < kBWords; ++i) {
+      const int q = tid + i * kThreads, kw = q / kBN, col = q - kw * kBN;
+      breg[i] = WeightWord<kConv>(a, w, c0 + col, k0 / 4 + kw);
+    }
+  };
+  auto store = [&]() {
+    if (kLoad == ALoad::kGemmVec) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int q = tid + i * kThreads, row = q >> 2, seg = q & 3;
+        *reinterpret_cast<uint4*>(&as[row * kRowWords + seg * 4]) =
+            make_uint4(areg[i * 4], areg[i * 4 + 1], areg[i * 4 + 2], areg[i * 4 + 3]);
+      }
+    } else {
+      uint4* dst = reinterpret_cast<uint4*>(&as[a_row * kRowWords + a_half * 8]);
+      dst[0] = make_uint4(areg[0], areg[1], areg[2], areg[3]);
+      dst[1] = make_uint4(areg[4], areg[5], areg[6], areg[7]);
+    }
+#pragma unroll
+    for (int i = 0; i < kBWords; ++i) {
+      const int q = tid + i * kThreads, kw = q / kBN, col = q - kw * kBN;
+      bs[col * kRowWords + kw] = breg[i];
+    }
+  };
+
+  int acc[kMT][kNT][4];
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
+
+  const int ktiles = (a.K + kBK - 1) / kBK;
+  load(0);
+  store();
+  __syncthreads();
+  for (int kt = 0; kt < ktiles; ++kt) {
+    if (kt + 1 < ktiles) load(kt + 1);
+#pragma unroll
+    for (int kk = 0; kk < kBK / 32; ++kk) {
+      uint32_t af[kMT][4], bf[kNT][2];
+#pragma unroll
+      for (int i = 0; i < kMT; ++i) {
+        const int r = wm * 32 + i * 16 + g;
+        af[i][0] = as[r * kRowWords + kk * 8 + tig];
+        af[i][1] = as[(r + 8) * kRowWords + kk * 8 + tig];
+        af[i][2] = as[r * kRowWords + kk * 8 + 4 + tig];
+        af[i][3] = as[(r + 8) * kRowWords + kk * 8 + 4 + tig];
+      }
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        const int cc = wn * (kBN / 2) + j * 8 + g;
+        bf[j][0] = bs[cc * kRowWords + kk * 8 + tig];
+        bf[j][1] = bs[cc * kRowWords + kk * 8 + 4 + tig];
+      }
+#pragma unroll
+      for (int i = 0; i < kMT; ++i)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) Mma<kXS8>(acc[i][j], af[i], bf[j]);
+    }
+    __syncthreads();
+    if (kt + 1 < ktiles) {
+      store();
+      __syncthreads();
+    }
+  }
+
+  // Row sums of x (uint8 domain) for weight zero points: one row a thread.
+  if (any_wzp) {
+    if (tid < kBM && m0 + tid < a.M) {
+      const int64_t m = m0 + tid;
+      int s = 0;
+      if (kConv) {
+        const ConvRow r = MakeConvRow(a, m);
+        for (int k0 = 0; k0 < a.K; k0 += 32) {
+          uint32_t words[8];
+          GatherConv(a, r, k0, pad, words);
+          for (int i = 0; i < 32 && k0 + i < a.K; ++i) {
+            const int v = (words[i >> 2] >> (8 * (i & 3))) & 0xff;
+            s += kXS8 ? ((v ^ 0x80) & 0xff) : v;
+          }
+        }
+      } else {
+        const uint8_t* xr = a.x + m * a.K;
+        for (int k = 0; k < a.K; ++k) s += kXS8 ? ((xr[k] ^ 0x80) & 0xff) : xr[k];
+      }
+      rowsum[tid] = s;
+    }
+    __syncthreads();
+  }
+
+  const int32_t* corr = reinterpret_cast<const int32_t*>(a.packed + a.corr);
+  const float* mult = reinterpret_cast<const float*>(a.packed + a.mult);
+  const float* bias = reinterpret_cast<const float*>(a.packed + a.bias);
+  const int32_t* wzp = reinterpret_cast<const int32_t*>(a.packed + a.wzp);
+  const int32_t* wsum = reinterpret_cast<const int32_t*>(a.packed + a.wsum);
+  const float inv = __int_as_float(hdr[2]), yz = static_cast<float>(hdr[3]);
+  const float lo = a.y_kind == 2 ? -128.f : 0.f, hi = a.y_kind == 2 ? 127.f : 255.f;
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lr = wm * 32 + i * 16 + g + 8 * h;
+      const int64_t m = m0 + lr;
+      if (m >= a.M) continue;
+      int64_t base, cstride;
+      if (kConv) {
+        const int64_t img = m / a.P;
+        base = img * a.n * a.P + (m - img * a.P);
+        cstride = a.P;
+      } else {
+        base = m * a.n;
+        cstride = 1;
+      }
+      const int xs = any_wzp ? rowsum[lr] : 0;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = c0 + wn * (kBN / 2) + j * 8 + tig * 2 + e;
+          if (c >= a.n) continue;
+          const int cc = corr[c] + (kXS8 ? 128 * wsum[c] : 0);
+          float f = static_cast<float>(acc[i][j][h * 2 + e] + cc - wzp[c] * xs) * mult[c] + bias[c];
+          const int64_t idx = base + c * cstride;
+          if (a.residual) f += a.residual[idx];
+          if (a.act.active()) f = a.act(f);
+          if (a.y_kind == 0) {
+            static_cast<float*>(a.y)[idx] = f;
+          } else {
+            const int q = static_cast<int>(QuantizeValue(f * inv, yz, lo, hi));
+            static_cast<uint8_t*>(a.y)[idx] = static_cast<uint8_t>(q & 0xff);
+          }
+        }
+    }
+}
+
+class QFusedKernel : public CudaKernel {
+ protected:
+  void PrepareDevice(PrepareContext& ctx) override {
+    const QFusedParams& p = ctx.Params<QFusedParams>();
+    const QPackedLayout L(p.k, p.n);
+    x_int8_ = ctx.in(0).dtype == DType::kInt8;
+    FusedArgs& a = args_;
+    a = FusedArgs{};
+    a.n = static_cast<int>(p.n);
+    a.K = static_cast<int>(p.k);
+    a.kp = static_cast<int>(L.kp);
+    if (p.k > (1 << 16) || p.n > (1 << 24))
+      Unsupported(ctx, "k = " + std::to_string(p.k) + ", n = " + std::to_string(p.n) +
+                           " (int32 accumulation needs k <= 65536)");
+    a.corr = L.corr();
+    a.mult = L.mult();
+    a.bias = L.bias();
+    a.wzp = L.wzp();
+    a.wsum = L.wsum();
+    a.y_kind = p.y_dtype == DType::kFloat32 ? 0 : p.y_dtype == DType::kUInt8 ? 1 : 2;
+    a.act = DeviceActivation::From(p.act);
+    conv_ = p.conv;
+    has_residual_ = p.has_residual;
+    if (p.conv) {
+      const SpatialGeometry& g = p.geo;
+      if (g.nd > 2) Unsupported(ctx, "a 3-D integer convolution");
+      const int64_t KK = g.kernel_size(), C = p.k / KK;
+      a.C = static_cast<int>(C);
+      a.H = static_cast<int>(g.in[1]);
+      a.W = static_cast<int>(g.in[2]);
+      a.OW = static_cast<int>(g.out[2]);
+      a.P = static_cast<int>(g.out_size());
+      a.KH = static_cast<int>(g.kernel[1]);
+      a.KW = static_cast<int>(g.kernel[2]);
+      a.sh = static_cast<int>(g.stride[1]);
+      a.sw = static_cast<int>(g.stride[2]);
+      a.ph = static_cast<int>(g.pad_begin[1]);
+      a.pw = static_cast<int>(g.pad_begin[2]);
+      a.dh = static_cast<int>(g.dilation[1]);
+      a.dw = static_cast<int>(g.dilation[2]);
+      if (C * g.in_size() > (int64_t{1} << 31) || g.out_size() > (int64_t{1} << 31))
+        Unsupported(ctx, "an image of more than 2^31 elements");
+      a.M = ctx.in(0).shape[0] * g.out_size();
+      a.rows_from = a.n;
+    } else {
+      a.M = p.rows;
+      a.rows_from = static_cast<int>(p.n - L.dot_tail());
+    }
+    if ((a.M + kBM - 1) / kBM > INT32_MAX) Unsupported(ctx, "more than 2^37 rows");
+    wide_ = a.n > 32;
+  }
+
+  void Run(const KernelIO& io) const override {
+    if (args_.M == 0) return;
+    FusedArgs a = args_;
+    a.x = static_cast<const uint8_t*>(io.inputs[0]);
+    a.packed = static_cast<const uint8_t*>(io.inputs[1]);
+    a.residual = has_residual_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
+    a.y = io.outputs[0];
+    const bool vec = !conv_ && a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    if (x_int8_) Dispatch<true>(a, vec, Dev(io));
+    else Dispatch<false>(a, vec, Dev(io));
+    CheckLaunch("QLinearFused kernel");
+  }
+
+ private:
+  template <bool kXS8>
+  void Dispatch(const FusedArgs& a, bool vec, const DeviceContext& dev) const {
+    if (conv_) Launch<kXS8, ALoad::kConv>(a, dev);
+    else if (vec) Launch<kXS8, ALoad::kGemmVec>(a, dev);
+    else Launch<kXS8, ALoad::kGemmBytes>(a, dev);
+  }
+  template <bool kXS8, ALoad kLoad>
+  void Launch(const FusedArgs& a, const DeviceContext& dev) const {
+    const unsigned gx = static_cast<unsigned>((a.M + kBM - 1) / kBM);
+    if (wide_) {
+      QFusedGemmKernel<kXS8, kLoad, 64><<<dim3(gx, (a.n + 63) / 64), kThreads, 0, dev.stream>>>(a);
+    } else {
+      QFusedGemmKernel<kXS8, kLoad, 32><<<dim3(gx, (a.n + 31) / 32), kThreads, 0, dev.stream>>>(a);
+    }
+  }
+
+  FusedArgs args_{};
+  bool x_int8_ = false, conv_ = false, wide_ = false, has_residual_ = false;
+};
+
+}  // namespace
+
+void RegisterQuantFusedKernel(KernelRegistry& r) {
+  r.Register(OpId::kQLinearFused, {DType::kUInt8, DType::kInt8}, &MakeKernel<QFusedKernel>);
+}
+
+}  // namespace cuda
+}  // namespace kaiwu
