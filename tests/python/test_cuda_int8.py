@@ -5,9 +5,11 @@ and against onnxruntime running the QDQ graph literally (optimizations off: floa
 dequantized values).
 
 Tolerance: one quantization step of the output (the scale of the DequantizeLinear that writes
-it) against both oracles: the GPU and the CPU integer paths compute the same int32 sums, but
-the float epilogue (FMA contraction) may round a value at a tie to the other side. Where the
-output is quantized only by a Q -> DQ pair the kernels must agree with the CPU exactly.
+it) against both oracles for single ops: the GPU and the CPU integer paths compute the same int32
+sums, but the float epilogue (FMA contraction) may round a value at a tie to the other side.
+Whole policies: within one step of the CPU int8 run; against onnxruntime at most 2 steps and
+within one step for 99% of the elements (a tie flipped in an inner layer moves an output by more
+than a step; kaiwu's CPU run shows the same). Q -> DQ and QLookup agree with the CPU exactly.
 
 Sizes are odd on purpose (reduction lengths not a multiple of 4 or 16, channel counts that leave
 partial tiles, 300 rows over several row tiles); weights use the full int8 range (with -128),
@@ -95,8 +97,9 @@ def test_fused_conv(rng, x_dt, x_zp, with_min, case):
     _check_fused(model, step, tqf._inputs(rng, xs))
 
 
+# k % 16 == 0: 16-byte loads of X, else bytes; few row tiles and k >= 4 tiles of 64: split k
 GEMM_CASES = [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40), (19, 301, 1), (64, 256, 18),
-              (13, 100, 25), (300, 64, 70), (300, 96, 33), (300, 131, 64)]
+              (13, 100, 25), (300, 64, 70), (300, 96, 33), (300, 131, 64), (5, 2000, 70), (1, 3136, 512)]
 
 
 @pytest.mark.parametrize("x_dt,x_zp", tqf.ACT)
@@ -108,15 +111,20 @@ def test_fused_gemm(rng, x_dt, x_zp, rows, k, n):
     _check_fused(model, step, tqf._inputs(rng, (rows, k)))
 
 
-@pytest.mark.parametrize("kind", ["gemm", "conv"])
+WZP_CASES = [
+    ("gemm", (70, 45), (19, 45), None),                      # one k tile
+    ("gemm", (9, 1000), (19, 1000), None),                   # split k: row sums in scratch
+    ("conv", (3, 5, 11, 9), (13, 5, 3, 3), dict(pads=[1, 2, 0, 1], strides=[1, 2])),  # tap table
+    ("conv", (2, 520, 5, 4), (7, 520, 3, 3), dict(pads=[1, 1, 1, 1])),  # k = 4680: no table
+]
+
+
+@pytest.mark.parametrize("case", range(len(WZP_CASES)))
 @pytest.mark.parametrize("x_dt,x_zp", [(np.uint8, 37), (np.int8, -5)])
-def test_weight_zero_points_and_float_output(rng, kind, x_dt, x_zp):
+def test_weight_zero_points_and_float_output(rng, case, x_dt, x_zp):
     """Nonzero per-channel weight zero points (the epilogue subtracts w_zp * sum(x) of the row,
     padding taps counted at the x zero point), then the same op with a float32 output."""
-    if kind == "conv":
-        xs, wshape, attrs = (3, 5, 11, 9), (13, 5, 3, 3), dict(pads=[1, 2, 0, 1], strides=[1, 2])
-    else:
-        xs, wshape, attrs = (70, 45), (19, 45), None
+    kind, xs, wshape, attrs = WZP_CASES[case]
     w = tqf._weights(rng, wshape, with_min=False)
     bias = rng.uniform(-1, 1, wshape[0]).astype(F32)
     model, step = tqf._qdq_model(kind, xs, w, bias, x_dt, x_zp, attrs, relu=True)
@@ -213,8 +221,26 @@ def test_policy_on_gpu_within_one_step(qmodels, name, act, batch):
     cpu = ki.Session(path, threads=2).run(feeds)
     for k, r in ref.items():
         g = np.array(got[k])
-        assert np.abs(g - r).max() <= steps[k] * 1.001, f"{k} vs onnxruntime"
+        # A tie rounded the other way in an inner layer moves an output by a step or two
+        # (kaiwu's CPU int8 run does the same; the integer sums agree): at most 2 steps, and
+        # within one step almost everywhere.
+        err = np.abs(g - r)
+        assert err.max() <= 2 * steps[k] * 1.001, f"{k} vs onnxruntime: {err.max() / steps[k]} steps"
+        assert np.mean(err > steps[k] * 1.001) < 0.01, f"{k} vs onnxruntime"
         assert np.abs(g - cpu[k]).max() <= steps[k] * 1.001, f"{k} vs CPU"
+
+
+def test_split_k_equals_one_pass(qmodels, monkeypatch):
+    """The dense layers of small batches split k over blocks (int32 partial sums in scratch, one
+    epilogue kernel); KAIWU_INT8_SPLIT_K=0 runs them in one pass: the same integers, the same
+    outputs."""
+    path = qmodels["atari_cnn", "uint8"]
+    feeds = tqp._inputs("atari_cnn", 3, 2)
+    split = {k: np.array(v) for k, v in ki.Session(path, device="cuda").run(feeds).items()}
+    monkeypatch.setenv("KAIWU_INT8_SPLIT_K", "0")
+    whole = ki.Session(path, device="cuda").run(feeds)
+    for k in split:
+        np.testing.assert_array_equal(np.array(whole[k]), split[k])
 
 
 def test_device_resident_run_makes_no_host_round_trip(qmodels):

@@ -11,7 +11,18 @@
 // acc is of x in the uint8 domain (an int8 x counts as x + 128: the raw int8
 // products plus 128 * sum(w[c])); sum(x) (the row's, uint8 domain) is needed
 // only with weight zero points, which the header says.
+//
+// Conv loads: a table of the taps (offset in the image, kernel row and
+// column) in shared memory for reduction lengths up to kConvTableK; a row
+// whose window lies inside the image reads without bounds checks, and 4 taps
+// along one kernel row (unit dilation) as one funnel-shifted pair of aligned
+// words. Split-K: when the row x channel tiles would not fill the GPU (the
+// dense layers of small batches), blocks take slices of k and write int32
+// partial sums to scratch; one epilogue kernel adds them up.
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
@@ -25,7 +36,8 @@ namespace {
 constexpr int kBM = 64, kBK = 64, kThreads = 128;
 constexpr int kRowWords = kBK / 4 + 4;  // shared rows padded: fragment reads are conflict-free
 
-enum class ALoad { kGemmVec, kGemmBytes, kConv };
+enum class ALoad { kGemmVec, kGemmBytes, kConv, kConvTable };
+constexpr int kConvTableK = 4096;  // taps of the shared-memory table (8 bytes each)
 
 struct FusedArgs {
   const uint8_t* x;
@@ -40,6 +52,11 @@ struct FusedArgs {
   int C, H, W, OW, P, KH, KW, sh, sw, ph, pw, dh, dw;
   int y_kind;  // 0: float32, 1: uint8, 2: int8
   DeviceActivation act;
+  // Split-K: k tiles per split (gridDim.z splits); partial sums [splits][M][n] and, with
+  // weight zero points, row sums [M] in scratch (null: one split, the epilogue in the kernel).
+  int ktiles_per_split;
+  int32_t* partial;
+  int32_t* rowsums;
 };
 
 template <bool kXS8>
@@ -121,14 +138,120 @@ __device__ inline void GatherConv(const FusedArgs& a, const ConvRow& r, int k0, 
   }
 }
 
+// The tap table of a conv: per k, the offset of the tap in the image from the
+// window's top-left input position, and the tap's row / column displacement.
+struct Tap {
+  int off;
+  short dy, dx;
+};
+
+__device__ inline void FillTaps(const FusedArgs& a, Tap* taps, int kpad) {
+  const int KK = a.KH * a.KW;
+  for (int k = threadIdx.x; k < kpad; k += blockDim.x) {
+    Tap t{0, 16384, 16384};  // past K: outside every image (the weights there are 0)
+    if (k < a.K) {
+      const int c = k / KK, r = k - c * KK, kh = r / a.KW, kw = r - kh * a.KW;
+      t.dy = static_cast<short>(kh * a.dh);
+      t.dx = static_cast<short>(kw * a.dw);
+      t.off = c * a.H * a.W + t.dy * a.W + t.dx;
+    }
+    taps[k] = t;
+  }
+}
+
+// 32 consecutive k from k0 of one conv row through the tap table. `inside`:
+// the whole window lies in the image (no bounds checks); `base`: the image
+// at the window's top-left position (null: a row past M).
+__device__ inline void GatherTaps(const FusedArgs& a, const Tap* taps, const uint8_t* base, int ih0,
+                                  int iw0, bool inside, int k0, uint32_t pad, uint32_t (&out)[8]) {
+#pragma unroll
+  for (int wd = 0; wd < 8; ++wd) {
+    const int k = k0 + wd * 4;
+    if (!base) {
+      out[wd] = 0;
+      continue;
+    }
+    const Tap t0 = taps[k], t3 = taps[k + 3];
+    if (inside && k + 3 < a.K && t3.off - t0.off == 3 && t3.dx - t0.dx == 3) {
+      // 4 taps along one kernel row: the aligned words holding them.
+      const uintptr_t addr = reinterpret_cast<uintptr_t>(base + t0.off);
+      const uint32_t* wp = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
+      const unsigned sh = static_cast<unsigned>(addr & 3) * 8;
+      const uint32_t lo = wp[0];
+      out[wd] = sh ? __funnelshift_r(lo, wp[1], sh) : lo;
+      continue;
+    }
+    uint32_t v = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const Tap t = taps[k + b];
+      uint32_t byte;
+      if (inside) {
+        byte = base[t.off];
+      } else {
+        const int ih = ih0 + t.dy, iw = iw0 + t.dx;
+        byte = (static_cast<unsigned>(ih) < static_cast<unsigned>(a.H) &&
+                static_cast<unsigned>(iw) < static_cast<unsigned>(a.W))
+                   ? base[t.off]
+                   : pad;
+      }
+      v |= byte << (8 * b);
+    }
+    out[wd] = v;
+  }
+}
+
+// The epilogue of one output element from its int32 sum (uint8-domain row sum xs).
+template <bool kXS8, bool kConv>
+__device__ inline void Emit(const FusedArgs& a, int64_t m, int c, int acc, int xs) {
+  const int32_t* hdr = reinterpret_cast<const int32_t*>(a.packed);
+  const int32_t* corr = reinterpret_cast<const int32_t*>(a.packed + a.corr);
+  const float* mult = reinterpret_cast<const float*>(a.packed + a.mult);
+  const float* bias = reinterpret_cast<const float*>(a.packed + a.bias);
+  const int32_t* wzp = reinterpret_cast<const int32_t*>(a.packed + a.wzp);
+  const int32_t* wsum = reinterpret_cast<const int32_t*>(a.packed + a.wsum);
+  int64_t idx;
+  if (kConv) {
+    const int64_t img = m / a.P;
+    idx = (img * a.n + c) * a.P + (m - img * a.P);
+  } else {
+    idx = m * a.n + c;
+  }
+  const int cc = corr[c] + (kXS8 ? 128 * wsum[c] : 0);
+  float f = static_cast<float>(acc + cc - wzp[c] * xs) * mult[c] + bias[c];
+  if (a.residual) f += a.residual[idx];
+  if (a.act.active()) f = a.act(f);
+  if (a.y_kind == 0) {
+    static_cast<float*>(a.y)[idx] = f;
+  } else {
+    const float lo = a.y_kind == 2 ? -128.f : 0.f, hi = a.y_kind == 2 ? 127.f : 255.f;
+    const int q = static_cast<int>(QuantizeValue(f * __int_as_float(hdr[2]), static_cast<float>(hdr[3]), lo, hi));
+    static_cast<uint8_t*>(a.y)[idx] = static_cast<uint8_t>(q & 0xff);
+  }
+}
+
+// Split-K: adds the partial sums of every split, then the epilogue; one thread an element.
+template <bool kXS8, bool kConv>
+__global__ void QFusedSplitEpilogue(FusedArgs a, int splits) {
+  const int any_wzp = reinterpret_cast<const int32_t*>(a.packed)[0];
+  const int64_t total = a.M * a.n;
+  KAIWU_CUDA_LOOP(i, total) {
+    int acc = 0;
+    for (int s = 0; s < splits; ++s) acc += a.partial[s * total + i];
+    const int64_t m = i / a.n;
+    Emit<kXS8, kConv>(a, m, static_cast<int>(i - m * a.n), acc, any_wzp ? a.rowsums[m] : 0);
+  }
+}
+
 template <bool kXS8, ALoad kLoad, int kBN>
 __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
-  constexpr bool kConv = kLoad == ALoad::kConv;
+  constexpr bool kConv = kLoad == ALoad::kConv || kLoad == ALoad::kConvTable;
   constexpr int kMT = 2, kNT = kBN / 16;  // m16 / n8 tiles per warp (warps: 2 x 2)
   constexpr int kBWords = kBN * (kBK / 4) / kThreads;
   __shared__ __align__(16) uint32_t as[kBM * kRowWords];
   __shared__ __align__(16) uint32_t bs[kBN * kRowWords];
   __shared__ int rowsum[kBM];
+  extern __shared__ Tap taps[];  // kConvTable: ceil(K / kBK) * kBK entries
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;
@@ -139,12 +262,26 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
   const int any_wzp = hdr[0], xz = hdr[1];
   const uint32_t pad = static_cast<uint32_t>(kXS8 ? xz - 128 : xz) & 0xff;
   const uint32_t* w = reinterpret_cast<const uint32_t*>(a.packed + QPackedLayout::kHeader);
+  const int ktiles = (a.K + kBK - 1) / kBK;
+  const int kt_begin = blockIdx.z * a.ktiles_per_split;
+  const int kt_end = min(ktiles, kt_begin + a.ktiles_per_split);
 
   // The loader's share of a tile: A row tid / 2, bytes (tid % 2) * 32 .. + 32.
   const int a_row = tid >> 1, a_half = tid & 1;
   const int64_t a_m = m0 + a_row;
   ConvRow crow;
   if (kConv) crow = MakeConvRow(a, a_m);
+  const uint8_t* tbase = nullptr;
+  bool inside = false;
+  if (kLoad == ALoad::kConvTable) {
+    FillTaps(a, taps, ktiles * kBK);
+    if (crow.img) {
+      tbase = crow.img + static_cast<int64_t>(crow.ih0) * a.W + crow.iw0;
+      inside = crow.ih0 >= 0 && crow.iw0 >= 0 && crow.ih0 + (a.KH - 1) * a.dh < a.H &&
+               crow.iw0 + (a.KW - 1) * a.dw < a.W;
+    }
+    __syncthreads();
+  }
   uint32_t areg[8], breg[kBWords];
 
   auto load = [&](int kt) {
@@ -174,6 +311,8 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
         }
         areg[wd] = v;
       }
+    } else if (kLoad == ALoad::kConvTable) {
+      GatherTaps(a, taps, tbase, crow.ih0, crow.iw0, inside, k0 + a_half * 32, pad, areg);
     } else {
       GatherConv(a, crow, k0 + a_half * 32, pad, areg);
     }
@@ -211,12 +350,13 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0;
 
-  const int ktiles = (a.K + kBK - 1) / kBK;
-  load(0);
-  store();
+  if (kt_begin < kt_end) {
+    load(kt_begin);
+    store();
+  }
   __syncthreads();
-  for (int kt = 0; kt < ktiles; ++kt) {
-    if (kt + 1 < ktiles) load(kt + 1);
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
+    if (kt + 1 < kt_end) load(kt + 1);
 #pragma unroll
     for (int kk = 0; kk < kBK / 32; ++kk) {
       uint32_t af[kMT][4], bf[kNT][2];
@@ -240,14 +380,16 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
         for (int j = 0; j < kNT; ++j) Mma<kXS8>(acc[i][j], af[i], bf[j]);
     }
     __syncthreads();
-    if (kt + 1 < ktiles) {
+    if (kt + 1 < kt_end) {
       store();
       __syncthreads();
     }
   }
 
-  // Row sums of x (uint8 domain) for weight zero points: one row a thread.
-  if (any_wzp) {
+  // Row sums of x (uint8 domain) for weight zero points: one row a thread
+  // (split-K: the first split's first column of blocks, into scratch).
+  const bool split = a.partial != nullptr;
+  if (any_wzp && (!split || (blockIdx.y == 0 && blockIdx.z == 0))) {
     if (tid < kBM && m0 + tid < a.M) {
       const int64_t m = m0 + tid;
       int s = 0;
@@ -265,18 +407,12 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
         const uint8_t* xr = a.x + m * a.K;
         for (int k = 0; k < a.K; ++k) s += kXS8 ? ((xr[k] ^ 0x80) & 0xff) : xr[k];
       }
-      rowsum[tid] = s;
+      if (split) a.rowsums[m] = s;
+      else rowsum[tid] = s;
     }
     __syncthreads();
   }
 
-  const int32_t* corr = reinterpret_cast<const int32_t*>(a.packed + a.corr);
-  const float* mult = reinterpret_cast<const float*>(a.packed + a.mult);
-  const float* bias = reinterpret_cast<const float*>(a.packed + a.bias);
-  const int32_t* wzp = reinterpret_cast<const int32_t*>(a.packed + a.wzp);
-  const int32_t* wsum = reinterpret_cast<const int32_t*>(a.packed + a.wsum);
-  const float inv = __int_as_float(hdr[2]), yz = static_cast<float>(hdr[3]);
-  const float lo = a.y_kind == 2 ? -128.f : 0.f, hi = a.y_kind == 2 ? 127.f : 255.f;
 #pragma unroll
   for (int i = 0; i < kMT; ++i)
 #pragma unroll
@@ -284,33 +420,15 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
       const int lr = wm * 32 + i * 16 + g + 8 * h;
       const int64_t m = m0 + lr;
       if (m >= a.M) continue;
-      int64_t base, cstride;
-      if (kConv) {
-        const int64_t img = m / a.P;
-        base = img * a.n * a.P + (m - img * a.P);
-        cstride = a.P;
-      } else {
-        base = m * a.n;
-        cstride = 1;
-      }
-      const int xs = any_wzp ? rowsum[lr] : 0;
+      const int xs = !split && any_wzp ? rowsum[lr] : 0;
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = c0 + wn * (kBN / 2) + j * 8 + tig * 2 + e;
           if (c >= a.n) continue;
-          const int cc = corr[c] + (kXS8 ? 128 * wsum[c] : 0);
-          float f = static_cast<float>(acc[i][j][h * 2 + e] + cc - wzp[c] * xs) * mult[c] + bias[c];
-          const int64_t idx = base + c * cstride;
-          if (a.residual) f += a.residual[idx];
-          if (a.act.active()) f = a.act(f);
-          if (a.y_kind == 0) {
-            static_cast<float*>(a.y)[idx] = f;
-          } else {
-            const int q = static_cast<int>(QuantizeValue(f * inv, yz, lo, hi));
-            static_cast<uint8_t*>(a.y)[idx] = static_cast<uint8_t>(q & 0xff);
-          }
+          if (split) a.partial[(blockIdx.z * a.M + m) * a.n + c] = acc[i][j][h * 2 + e];
+          else Emit<kXS8, kConv>(a, m, c, acc[i][j][h * 2 + e], xs);
         }
     }
 }
@@ -323,12 +441,12 @@ class QFusedKernel : public CudaKernel {
     x_int8_ = ctx.in(0).dtype == DType::kInt8;
     FusedArgs& a = args_;
     a = FusedArgs{};
-    a.n = static_cast<int>(p.n);
-    a.K = static_cast<int>(p.k);
-    a.kp = static_cast<int>(L.kp);
     if (p.k > (1 << 16) || p.n > (1 << 24))
       Unsupported(ctx, "k = " + std::to_string(p.k) + ", n = " + std::to_string(p.n) +
                            " (int32 accumulation needs k <= 65536)");
+    a.n = static_cast<int>(p.n);
+    a.K = static_cast<int>(p.k);
+    a.kp = static_cast<int>(L.kp);
     a.corr = L.corr();
     a.mult = L.mult();
     a.bias = L.bias();
@@ -359,12 +477,32 @@ class QFusedKernel : public CudaKernel {
         Unsupported(ctx, "an image of more than 2^31 elements");
       a.M = ctx.in(0).shape[0] * g.out_size();
       a.rows_from = a.n;
+      // The tap table: short displacements, and taps past K pushed outside every image.
+      table_ = p.k <= kConvTableK && g.in[1] < 8192 && g.in[2] < 8192 &&
+               (g.kernel[1] - 1) * g.dilation[1] < 8192 && (g.kernel[2] - 1) * g.dilation[2] < 8192;
     } else {
       a.M = p.rows;
       a.rows_from = static_cast<int>(p.n - L.dot_tail());
     }
     if ((a.M + kBM - 1) / kBM > INT32_MAX) Unsupported(ctx, "more than 2^37 rows");
     wide_ = a.n > 32;
+    // Split k while the tiles fill less than the GPU's multiprocessors, at least 2 k tiles a split.
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const int bn = wide_ ? 64 : 32;
+    const int64_t tiles = (a.M + kBM - 1) / kBM * ((a.n + bn - 1) / bn);
+    const int ktiles = (a.K + kBK - 1) / kBK;
+    splits_ = 1;
+    if (SplitKEnabled() && tiles < sms && ktiles >= 4) {
+      const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, ktiles / 2, 32});
+      splits_ = static_cast<int>(std::max<int64_t>(1, want));
+    }
+    a.ktiles_per_split = (ktiles + splits_ - 1) / splits_;
+    splits_ = (ktiles + a.ktiles_per_split - 1) / a.ktiles_per_split;
+    if (splits_ > 1) {
+      partial_bytes_ = static_cast<size_t>(splits_) * a.M * a.n * 4;
+      ctx.scratch_bytes = partial_bytes_ + static_cast<size_t>(a.M) * 4;
+    }
   }
 
   void Run(const KernelIO& io) const override {
@@ -374,6 +512,10 @@ class QFusedKernel : public CudaKernel {
     a.packed = static_cast<const uint8_t*>(io.inputs[1]);
     a.residual = has_residual_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
     a.y = io.outputs[0];
+    if (splits_ > 1) {
+      a.partial = static_cast<int32_t*>(io.scratch);
+      a.rowsums = reinterpret_cast<int32_t*>(static_cast<char*>(io.scratch) + partial_bytes_);
+    }
     const bool vec = !conv_ && a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     if (x_int8_) Dispatch<true>(a, vec, Dev(io));
     else Dispatch<false>(a, vec, Dev(io));
@@ -381,24 +523,40 @@ class QFusedKernel : public CudaKernel {
   }
 
  private:
+  // KAIWU_INT8_SPLIT_K=0 never splits (an A/B switch, read when a plan is made).
+  static bool SplitKEnabled() {
+    const char* v = std::getenv("KAIWU_INT8_SPLIT_K");
+    return !(v && std::string(v) == "0");
+  }
   template <bool kXS8>
   void Dispatch(const FusedArgs& a, bool vec, const DeviceContext& dev) const {
-    if (conv_) Launch<kXS8, ALoad::kConv>(a, dev);
+    if (conv_ && table_) Launch<kXS8, ALoad::kConvTable>(a, dev);
+    else if (conv_) Launch<kXS8, ALoad::kConv>(a, dev);
     else if (vec) Launch<kXS8, ALoad::kGemmVec>(a, dev);
     else Launch<kXS8, ALoad::kGemmBytes>(a, dev);
   }
   template <bool kXS8, ALoad kLoad>
   void Launch(const FusedArgs& a, const DeviceContext& dev) const {
     const unsigned gx = static_cast<unsigned>((a.M + kBM - 1) / kBM);
+    const size_t table =
+        kLoad == ALoad::kConvTable ? sizeof(Tap) * ((a.K + kBK - 1) / kBK) * kBK : 0;
     if (wide_) {
-      QFusedGemmKernel<kXS8, kLoad, 64><<<dim3(gx, (a.n + 63) / 64), kThreads, 0, dev.stream>>>(a);
+      QFusedGemmKernel<kXS8, kLoad, 64>
+          <<<dim3(gx, (a.n + 63) / 64, splits_), kThreads, table, dev.stream>>>(a);
     } else {
-      QFusedGemmKernel<kXS8, kLoad, 32><<<dim3(gx, (a.n + 31) / 32), kThreads, 0, dev.stream>>>(a);
+      QFusedGemmKernel<kXS8, kLoad, 32>
+          <<<dim3(gx, (a.n + 31) / 32, splits_), kThreads, table, dev.stream>>>(a);
+    }
+    if (splits_ > 1) {
+      constexpr bool kConv = kLoad == ALoad::kConv || kLoad == ALoad::kConvTable;
+      QFusedSplitEpilogue<kXS8, kConv><<<GridFor(a.M * a.n), kBlock, 0, dev.stream>>>(a, splits_);
     }
   }
 
   FusedArgs args_{};
-  bool x_int8_ = false, conv_ = false, wide_ = false, has_residual_ = false;
+  bool x_int8_ = false, conv_ = false, wide_ = false, has_residual_ = false, table_ = false;
+  int splits_ = 1;
+  size_t partial_bytes_ = 0;
 };
 
 }  // namespace

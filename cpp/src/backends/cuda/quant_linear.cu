@@ -105,22 +105,26 @@ class DequantizeLinearKernel : public CudaKernel {
   int64_t axis_len_ = 1, total_ = 0;
 };
 
-// y[i] = table[x[i]], 4 bytes a thread when both buffers are 4-byte aligned;
-// the table in shared memory.
+__device__ inline uint32_t LookupWord(const uint8_t* t, uint32_t v) {
+  return static_cast<uint32_t>(t[v & 0xff]) | static_cast<uint32_t>(t[(v >> 8) & 0xff]) << 8 |
+         static_cast<uint32_t>(t[(v >> 16) & 0xff]) << 16 | static_cast<uint32_t>(t[v >> 24]) << 24;
+}
+
+// y[i] = table[x[i]], 16 bytes a thread when both buffers are 16-byte aligned
+// (else one); the table in shared memory.
 __global__ void LookupKernel(const uint8_t* __restrict__ x, const uint8_t* __restrict__ table,
-                             uint8_t* __restrict__ y, int64_t total, bool words) {
+                             uint8_t* __restrict__ y, int64_t total, bool vec) {
   __shared__ uint8_t t[256];
   for (int i = threadIdx.x; i < 256; i += blockDim.x) t[i] = table[i];
   __syncthreads();
-  const int64_t nw = words ? total / 4 : 0;
-  const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
-  uint32_t* yw = reinterpret_cast<uint32_t*>(y);
-  KAIWU_CUDA_LOOP(i, nw) {
-    const uint32_t v = xw[i];
-    yw[i] = static_cast<uint32_t>(t[v & 0xff]) | static_cast<uint32_t>(t[(v >> 8) & 0xff]) << 8 |
-            static_cast<uint32_t>(t[(v >> 16) & 0xff]) << 16 | static_cast<uint32_t>(t[v >> 24]) << 24;
+  const int64_t nv = vec ? total / 16 : 0;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  uint4* yv = reinterpret_cast<uint4*>(y);
+  KAIWU_CUDA_LOOP(i, nv) {
+    const uint4 v = xv[i];
+    yv[i] = make_uint4(LookupWord(t, v.x), LookupWord(t, v.y), LookupWord(t, v.z), LookupWord(t, v.w));
   }
-  KAIWU_CUDA_LOOP(j, total - nw * 4) y[nw * 4 + j] = t[x[nw * 4 + j]];
+  KAIWU_CUDA_LOOP(j, total - nv * 16) y[nv * 16 + j] = t[x[nv * 16 + j]];
 }
 
 class QLookupKernel : public CudaKernel {
@@ -131,9 +135,9 @@ class QLookupKernel : public CudaKernel {
     const DeviceContext& dev = Dev(io);
     const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
     uint8_t* y = static_cast<uint8_t*>(io.outputs[0]);
-    const bool words = reinterpret_cast<uintptr_t>(x) % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 4 == 0;
-    LookupKernel<<<GridFor(words ? (total_ + 3) / 4 : total_), kBlock, 0, dev.stream>>>(
-        x, static_cast<const uint8_t*>(io.inputs[1]), y, total_, words);
+    const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+    LookupKernel<<<GridFor(vec ? (total_ + 15) / 16 : total_), kBlock, 0, dev.stream>>>(
+        x, static_cast<const uint8_t*>(io.inputs[1]), y, total_, vec);
     CheckLaunch("QLookup kernel");
   }
 

@@ -23,8 +23,8 @@ std::vector<std::pair<OpId, std::string>> CudaKernelGaps() {
   // DequantizeLinear and QLookup around it) runs on the device; the ONNX
   // integer ops it does not make have no device kernel.
   const std::string int8 =
-      "CUDA runs the optimizer's fused int8 node (QDQ models); this ONNX integer op runs "
-      "with device='cpu'";
+      "CUDA runs QDQ models (the optimizer's fused int8 nodes); a model with this integer op "
+      "runs with device='cpu'";
   return {{OpId::kPackedGemm,
            "CPU-only: the CPU prepack rewrite makes it; CUDA sessions keep Gemm/MatMul"},
           {OpId::kDynamicQuantizeLinear, int8}, {OpId::kMatMulInteger, int8},
