@@ -87,6 +87,19 @@ __device__ inline uint32_t WeightWord(const FusedArgs& a, const uint32_t* w, int
   return w[block + kw * 16 + (c & 15)];
 }
 
+// Quotient and remainder of v / d: 32-bit division where v fits (64-bit
+// division costs tens of instructions).
+__device__ inline int64_t DivMod(int64_t v, int d, int* rem) {
+  if (v <= INT32_MAX) {
+    const unsigned q = static_cast<unsigned>(v) / static_cast<unsigned>(d);
+    *rem = static_cast<int>(static_cast<unsigned>(v) - q * static_cast<unsigned>(d));
+    return q;
+  }
+  const int64_t q = v / d;
+  *rem = static_cast<int>(v - q * d);
+  return q;
+}
+
 // The conv window of one output row (pixel): the image's input and the
 // top-left tap's position.
 struct ConvRow {
@@ -97,8 +110,8 @@ struct ConvRow {
 __device__ inline ConvRow MakeConvRow(const FusedArgs& a, int64_t m) {
   ConvRow r;
   if (m >= a.M) return r;
-  const int64_t img = m / a.P;
-  const int p = static_cast<int>(m - img * a.P);
+  int p;
+  const int64_t img = DivMod(m, a.P, &p);
   const int oh = p / a.OW, ow = p - oh * a.OW;
   r.img = a.x + img * a.C * static_cast<int64_t>(a.H) * a.W;
   r.ih0 = oh * a.sh - a.ph;
@@ -201,31 +214,48 @@ __device__ inline void GatherTaps(const FusedArgs& a, const Tap* taps, const uin
   }
 }
 
-// The epilogue of one output element from its int32 sum (uint8-domain row sum xs).
-template <bool kXS8, bool kConv>
-__device__ inline void Emit(const FusedArgs& a, int64_t m, int c, int acc, int xs) {
-  const int32_t* hdr = reinterpret_cast<const int32_t*>(a.packed);
-  const int32_t* corr = reinterpret_cast<const int32_t*>(a.packed + a.corr);
-  const float* mult = reinterpret_cast<const float*>(a.packed + a.mult);
-  const float* bias = reinterpret_cast<const float*>(a.packed + a.bias);
-  const int32_t* wzp = reinterpret_cast<const int32_t*>(a.packed + a.wzp);
-  const int32_t* wsum = reinterpret_cast<const int32_t*>(a.packed + a.wsum);
-  int64_t idx;
-  if (kConv) {
-    const int64_t img = m / a.P;
-    idx = (img * a.n + c) * a.P + (m - img * a.P);
-  } else {
-    idx = m * a.n + c;
+// Where output row m starts and how far apart its channels are.
+template <bool kConv>
+__device__ inline int64_t RowBase(const FusedArgs& a, int64_t m, int64_t* cstride) {
+  if (!kConv) {
+    *cstride = 1;
+    return m * a.n;
   }
-  const int cc = corr[c] + (kXS8 ? 128 * wsum[c] : 0);
-  float f = static_cast<float>(acc + cc - wzp[c] * xs) * mult[c] + bias[c];
+  int px;
+  const int64_t img = DivMod(m, a.P, &px);
+  *cstride = a.P;
+  return img * a.n * a.P + px;
+}
+
+// One channel's epilogue constants.
+struct Channel {
+  int cc, wz;  // corr (+ 128 * sum(w) for int8 x), w_zero_point
+  float mult, bias;
+};
+
+template <bool kXS8>
+__device__ inline Channel LoadChannel(const FusedArgs& a, int c) {
+  Channel ch;
+  ch.cc = reinterpret_cast<const int32_t*>(a.packed + a.corr)[c] +
+          (kXS8 ? 128 * reinterpret_cast<const int32_t*>(a.packed + a.wsum)[c] : 0);
+  ch.wz = reinterpret_cast<const int32_t*>(a.packed + a.wzp)[c];
+  ch.mult = reinterpret_cast<const float*>(a.packed + a.mult)[c];
+  ch.bias = reinterpret_cast<const float*>(a.packed + a.bias)[c];
+  return ch;
+}
+
+// The epilogue of one output element (at idx) from its int32 sum and the
+// row's uint8-domain sum xs; inv / yz: 1 / y_scale and y_zero_point.
+__device__ inline void Emit(const FusedArgs& a, int64_t idx, const Channel& ch, int acc, int xs, float inv,
+                            float yz) {
+  float f = static_cast<float>(acc + ch.cc - ch.wz * xs) * ch.mult + ch.bias;
   if (a.residual) f += a.residual[idx];
   if (a.act.active()) f = a.act(f);
   if (a.y_kind == 0) {
     static_cast<float*>(a.y)[idx] = f;
   } else {
     const float lo = a.y_kind == 2 ? -128.f : 0.f, hi = a.y_kind == 2 ? 127.f : 255.f;
-    const int q = static_cast<int>(QuantizeValue(f * __int_as_float(hdr[2]), static_cast<float>(hdr[3]), lo, hi));
+    const int q = static_cast<int>(QuantizeValue(f * inv, yz, lo, hi));
     static_cast<uint8_t*>(a.y)[idx] = static_cast<uint8_t>(q & 0xff);
   }
 }
@@ -233,13 +263,18 @@ __device__ inline void Emit(const FusedArgs& a, int64_t m, int c, int acc, int x
 // Split-K: adds the partial sums of every split, then the epilogue; one thread an element.
 template <bool kXS8, bool kConv>
 __global__ void QFusedSplitEpilogue(FusedArgs a, int splits) {
-  const int any_wzp = reinterpret_cast<const int32_t*>(a.packed)[0];
+  const int32_t* hdr = reinterpret_cast<const int32_t*>(a.packed);
+  const int any_wzp = hdr[0];
+  const float inv = __int_as_float(hdr[2]), yz = static_cast<float>(hdr[3]);
   const int64_t total = a.M * a.n;
   KAIWU_CUDA_LOOP(i, total) {
     int acc = 0;
     for (int s = 0; s < splits; ++s) acc += a.partial[s * total + i];
-    const int64_t m = i / a.n;
-    Emit<kXS8, kConv>(a, m, static_cast<int>(i - m * a.n), acc, any_wzp ? a.rowsums[m] : 0);
+    int c;
+    const int64_t m = DivMod(i, a.n, &c);
+    int64_t cstride;
+    const int64_t base = RowBase<kConv>(a, m, &cstride);
+    Emit(a, base + c * cstride, LoadChannel<kXS8>(a, c), acc, any_wzp ? a.rowsums[m] : 0, inv, yz);
   }
 }
 
@@ -413,6 +448,16 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
     __syncthreads();
   }
 
+  // The thread's channels' constants once, then its rows.
+  Channel chs[kNT][2];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = c0 + wn * (kBN / 2) + j * 8 + tig * 2 + e;
+      if (!split && c < a.n) chs[j][e] = LoadChannel<kXS8>(a, c);
+    }
+  const float inv = __int_as_float(hdr[2]), yz = static_cast<float>(hdr[3]);
 #pragma unroll
   for (int i = 0; i < kMT; ++i)
 #pragma unroll
@@ -421,6 +466,8 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
       const int64_t m = m0 + lr;
       if (m >= a.M) continue;
       const int xs = !split && any_wzp ? rowsum[lr] : 0;
+      int64_t cstride = 1, base = 0;
+      if (!split) base = RowBase<kConv>(a, m, &cstride);
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
@@ -428,7 +475,7 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
           const int c = c0 + wn * (kBN / 2) + j * 8 + tig * 2 + e;
           if (c >= a.n) continue;
           if (split) a.partial[(blockIdx.z * a.M + m) * a.n + c] = acc[i][j][h * 2 + e];
-          else Emit<kXS8, kConv>(a, m, c, acc[i][j][h * 2 + e], xs);
+          else Emit(a, base + c * cstride, chs[j][e], acc[i][j][h * 2 + e], xs, inv, yz);
         }
     }
 }
@@ -486,14 +533,15 @@ class QFusedKernel : public CudaKernel {
     }
     if ((a.M + kBM - 1) / kBM > INT32_MAX) Unsupported(ctx, "more than 2^37 rows");
     wide_ = a.n > 32;
-    // Split k while the tiles fill less than the GPU's multiprocessors, at least 2 k tiles a split.
+    // Split k while the tiles fill less than the GPU's multiprocessors, for k of 8 tiles or more
+    // (shorter ones measured no faster split: mlp), at least 2 k tiles a split.
     int device = 0, sms = 132;
     if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     const int bn = wide_ ? 64 : 32;
     const int64_t tiles = (a.M + kBM - 1) / kBM * ((a.n + bn - 1) / bn);
     const int ktiles = (a.K + kBK - 1) / kBK;
     splits_ = 1;
-    if (SplitKEnabled() && tiles < sms && ktiles >= 4) {
+    if (SplitKEnabled() && tiles < sms && ktiles >= 8) {
       const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, ktiles / 2, 32});
       splits_ = static_cast<int>(std::max<int64_t>(1, want));
     }
