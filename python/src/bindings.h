@@ -83,6 +83,9 @@ struct DeviceView {
 /// itself on (given to __dlpack__(stream=...)).
 bool DeviceFeedView(const py::handle& obj, const std::string& what, uintptr_t consumer_stream,
                     bool writable, DeviceView* out);
+/// Fills `out` from a kaiwu_infer.DeviceArray (read in place, no stream to
+/// wait for) and returns true; false for anything else.
+bool DeviceArrayFeed(const py::handle& obj, DeviceView* out);
 /// A CUDA stream handle from an int, a torch.cuda.Stream (.cuda_stream) or a
 /// CuPy stream (.ptr); InputError otherwise.
 uintptr_t StreamHandle(const py::handle& stream);

@@ -149,6 +149,8 @@ class PyDeviceArray {
     return out;
   }
 
+  const DeviceArrayData& data() const { return d_; }
+
   std::string Repr() const {
     return "DeviceArray(shape=" + py::repr(shape()).cast<std::string>() +
            ", dtype=" + py::str(dtype()).cast<std::string>() + ", device='" + device() + "')";
@@ -165,6 +167,15 @@ std::atomic<int> test_blocks_alive{0};
 }  // namespace
 
 py::object WrapDevice(DeviceArrayData d) { return py::cast(PyDeviceArray(std::move(d))); }
+
+bool DeviceArrayFeed(const py::handle& obj, DeviceView* out) {
+  if (!py::isinstance<PyDeviceArray>(obj)) return false;
+  const DeviceArrayData& d = obj.cast<const PyDeviceArray&>().data();
+  out->view = TensorView{d.dtype, d.shape, d.data, MemoryKind::kDevice};
+  out->keep = py::reinterpret_borrow<py::object>(obj);
+  out->has_stream = false;  // its run has finished on the device
+  return true;
+}
 
 void BindDeviceArray(py::module_& m) {
   py::class_<PyDeviceArray>(m, "DeviceArray",

@@ -3,6 +3,8 @@
 // CuPy, JAX). Only C-contiguous layouts are accepted (a device copy would hide
 // a cost the caller should see); the producer's stream is reported so that
 // the run waits for the work that wrote the tensor.
+#include <memory>
+
 #include <pybind11/stl.h>
 
 #include "bindings.h"
@@ -160,6 +162,82 @@ bool FromDLPack(const py::handle& obj, const std::string& what, uintptr_t consum
   return true;
 }
 
+// torch's side of a feed, looked up once torch is imported (no torch tensor
+// exists before): torch.Tensor, torch.nn.Parameter, the dtypes the engine
+// reads, and the function naming torch's current stream on a device.
+struct TorchApi {
+  PyTypeObject* tensor = nullptr;
+  PyTypeObject* parameter = nullptr;
+  PyObject* strided = nullptr;
+  py::object current_stream;  // torch._C._cuda_getCurrentRawStream(device) -> int
+  std::vector<std::pair<PyObject*, DType>> dtypes;
+};
+
+const TorchApi* Torch() {
+  static TorchApi* api = nullptr;  // filled under the GIL; kept for the process
+  if (api) return api;
+  PyObject* mod = PyImport_GetModule(py::str("torch").ptr());
+  if (!mod) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  py::object torch = py::reinterpret_steal<py::object>(mod);
+  // References kept for the life of the process (torch's types and dtypes are never freed).
+  auto held = [](py::object o) { return o.release().ptr(); };
+  try {
+    auto a = std::make_unique<TorchApi>();
+    // Absent from CPU-only builds of torch, which make no CUDA tensors.
+    a->current_stream = py::getattr(torch.attr("_C"), "_cuda_getCurrentRawStream", py::none());
+    a->tensor = reinterpret_cast<PyTypeObject*>(held(torch.attr("Tensor")));
+    a->parameter = reinterpret_cast<PyTypeObject*>(held(torch.attr("nn").attr("Parameter")));
+    a->strided = held(torch.attr("strided"));
+    const std::pair<const char*, DType> names[] = {
+        {"float32", DType::kFloat32}, {"float64", DType::kFloat64}, {"float16", DType::kFloat16},
+        {"int8", DType::kInt8},       {"int16", DType::kInt16},     {"int32", DType::kInt32},
+        {"int64", DType::kInt64},     {"uint8", DType::kUInt8},     {"bool", DType::kBool}};
+    for (const auto& [name, dt] : names) a->dtypes.emplace_back(held(torch.attr(name)), dt);
+    api = a.release();
+  } catch (py::error_already_set&) {
+    return nullptr;  // a torch without these names (or one still importing): the generic path
+  }
+  return api;
+}
+
+enum class Fast { kDevice, kHost, kOther };
+
+// A torch.Tensor (or Parameter) read through its C methods: torch's
+// __cuda_array_interface__ and __dlpack__ are Python code costing 10-20 us a
+// call, more than a small policy's whole run on the GPU. The run waits for
+// torch's current stream on the tensor's device, where torch queued the work
+// that wrote it (or reads it still, for out=); __cuda_array_interface__
+// version 2, which torch writes, names no stream. Anything unusual (another
+// subclass, a sparse or non-contiguous tensor, a dtype the engine does not
+// read) is left to the generic path and its errors.
+Fast FromTorch(const py::handle& obj, DeviceView* out) {
+  const TorchApi* api = Torch();
+  if (!api || (Py_TYPE(obj.ptr()) != api->tensor && Py_TYPE(obj.ptr()) != api->parameter))
+    return Fast::kOther;
+  if (!obj.attr("is_cuda").cast<bool>()) return Fast::kHost;
+  if (api->current_stream.is_none()) return Fast::kOther;
+  if (obj.attr("layout").ptr() != api->strided || !obj.attr("is_contiguous")().cast<bool>())
+    return Fast::kOther;
+  py::object dtype = obj.attr("dtype");
+  DType dt = DType::kUndefined;
+  for (const auto& [t, d] : api->dtypes)
+    if (dtype.ptr() == t) dt = d;
+  if (dt == DType::kUndefined) return Fast::kOther;
+  const int device = obj.attr("get_device")().cast<int>();
+  Shape shape;
+  for (auto d : py::tuple(obj.attr("shape"))) shape.push_back(d.cast<int64_t>());
+  const auto ptr = obj.attr("data_ptr")().cast<uintptr_t>();
+  const auto stream = api->current_stream(device).cast<uintptr_t>();
+  out->view = TensorView{dt, shape, reinterpret_cast<void*>(ptr), MemoryKind::kDevice};
+  out->keep = py::reinterpret_borrow<py::object>(obj);
+  out->has_stream = true;
+  out->stream = stream ? stream : 1;  // 0: torch's default stream, the legacy one (cudaStreamLegacy)
+  return Fast::kDevice;
+}
+
 }  // namespace
 
 DType DTypeFromTypestr(const std::string& typestr) {
@@ -184,6 +262,12 @@ DType DTypeFromTypestr(const std::string& typestr) {
 bool DeviceFeedView(const py::handle& obj_in, const std::string& what, uintptr_t consumer_stream,
                     bool writable, DeviceView* out) {
   if (py::isinstance<py::array>(obj_in)) return false;
+  if (DeviceArrayFeed(obj_in, out)) return true;
+  switch (FromTorch(obj_in, out)) {
+    case Fast::kDevice: return true;
+    case Fast::kHost: return false;
+    case Fast::kOther: break;
+  }
   py::object obj = py::reinterpret_borrow<py::object>(obj_in);
   // A torch tensor that requires grad exports nothing: read its data.
   if (py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach") &&

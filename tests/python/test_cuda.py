@@ -339,6 +339,60 @@ def test_user_stream_orders_the_run_between_the_callers_writes_and_reads():
     assert st["h2d_bytes"] == st["d2h_bytes"] == 0
 
 
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_torch_feeds_wait_for_torchs_current_stream(side_stream):
+    # No stream= given: the run still starts after the work torch queued on its
+    # current stream (the default one, or a side stream made current), which
+    # writes the feed; one event wait a run, for all feeds on that stream.
+    torch = _torch_cuda()
+    import contextlib
+
+    name = "mlp"
+    sess, _ = _session(name)
+    (key,) = policies.make_inputs(name, 1).keys()
+    hosts = [policies.make_inputs(name, 48, seed=300 + i)[key] for i in range(20)]
+    wants = [_host_run(name, {key: h}) for h in hosts]
+    srcs = [torch.from_numpy(h).cuda() for h in hosts]
+    x = torch.zeros_like(srcs[0])
+    s = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    torch.cuda.synchronize()
+    sess.io_stats(reset=True)
+    ctx = torch.cuda.stream(s) if side_stream else contextlib.nullcontext()
+    with ctx:
+        for i, (src, want) in enumerate(zip(srcs, wants)):
+            torch.cuda._sleep(200_000)  # a slow producer on torch's current stream
+            x.copy_(src)
+            got = sess.run({key: x})
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k], err_msg=f"iteration {i} {k}")
+    assert sess.io_stats()["stream_waits"] == len(srcs)
+
+
+def test_torch_parameter_and_grad_tensors_feed_in_place():
+    torch = _torch_cuda()
+    name = "multi_input"
+    sess, _ = _session(name)
+    feeds = policies.make_inputs(name, 5, seed=12)
+    want = _host_run(name, feeds)
+    dev = {k: torch.nn.Parameter(torch.from_numpy(v).cuda(), requires_grad=v.dtype.kind == "f")
+           for k, v in feeds.items()}
+    torch.cuda.synchronize()
+    sess.io_stats(reset=True)
+    got = sess.run(dev, output_device="cuda")
+    st = sess.io_stats()
+    assert st["h2d_copies"] == 0 and st["d2d_copies"] == len(feeds) + len(want)
+    assert st["stream_waits"] == 1  # every feed on torch's one current stream
+    for k, ref in want.items():
+        np.testing.assert_array_equal(got[k].numpy(), ref, err_msg=k)
+    # DeviceArray results feed the next step in place (the recurrent state, no host round trip).
+    want2 = _host_run(name, {**feeds, "h0": want["hn"], "c0": want["cn"]})
+    sess.io_stats(reset=True)
+    got2 = sess.run({**dev, "h0": got["hn"], "c0": got["cn"]})
+    assert sess.io_stats()["h2d_copies"] == 0
+    for k, ref in want2.items():
+        np.testing.assert_array_equal(got2[k], ref, err_msg=f"step 2 {k}")
+
+
 def test_torch_stream_object_int_handle_and_default_stream_are_accepted():
     torch = _torch_cuda()
     sess, _ = _session("mlp")
