@@ -379,6 +379,15 @@ TEST(CudaNorm, LayerNormalization) {
                                              {{3, 5}, 0, {3, 5}, true},
                                              {{2, 4, 3}, -2, {1, 3}, true},
                                              {{64, 300}, -1, {300}, true},
+                                             // Each register width of the short-row kernel, its
+                                             // edges, and the long-row one past 512.
+                                             {{1031, 64}, -1, {64}, true},
+                                             {{5, 7, 100}, -1, {100}, false},
+                                             {{9, 512}, -1, {512}, true},
+                                             {{3, 513}, -1, {513}, true},
+                                             {{6, 1}, -1, {1}, true},
+                                             {{7, 32}, -1, {32}, true},
+                                             {{7, 2, 129}, -1, {129}, true},
                                              {{3, 2, 3000}, -1, {3000}, false}}) {
     std::vector<Tensor> ins = {RandomTensor(c.x, rng, -2.f, 3.f), RandomTensor(c.scale, rng)};
     if (c.bias) ins.push_back(RandomTensor(c.scale, rng));

@@ -132,6 +132,10 @@ TEST(CudaHalf, Normalizations) {
       Tensor s2 = RandomTensor({1, 33}, rng, 0.5f, 1.5f);
       CheckHalf(MakeNode("LayerNormalization", 2, 1, {{"axis", IntAttr(1)}}), {y, s2}, dt,
                 HalfRtol(dt), 1e-4f, {}, keep);
+      Tensor units = RandomTensor({300, 64}, rng, -3.f, 3.f);  // many short rows
+      Tensor su = RandomTensor({64}, rng, 0.5f, 1.5f), bu = RandomTensor({64}, rng);
+      CheckHalf(MakeNode("LayerNormalization", 3, 3), {units, su, bu}, dt, HalfRtol(dt), 1e-4f, {},
+                keep);
       Tensor wide = RandomTensor({2, 3000}, rng, -3.f, 3.f);
       Tensor sw = RandomTensor({3000}, rng, 0.5f, 1.5f);
       CheckHalf(MakeNode("LayerNormalization", 2, 1), {wide, sw}, dt, HalfRtol(dt), 1e-4f, {},

@@ -6,6 +6,7 @@
 // float32; every statistic and the affine step in float, Y rounded once, and
 // LayerNormalization's Mean / InvStdDev outputs float32.
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
@@ -125,6 +126,67 @@ __global__ void LayerNormRows(int64_t rows, int64_t n, float epsilon, BroadcastI
   }
 }
 
+// Rows of at most 32 * kPerLane elements, one warp each, the row held in
+// registers (element lane + 32 * i in slot i): one read of X and one write of
+// Y, every load of a row in flight at once. The same sums in the same order as
+// LayerNormRows' warp form (two-pass mean and variance, lane sums then an xor
+// shuffle), so both give the same results; for the short rows of per-unit
+// or per-token norms.
+template <typename T, typename P, int kPerLane>
+__global__ void __launch_bounds__(256) LayerNormWarpRows(int64_t rows, int n, float epsilon,
+                                                         BroadcastIndex scale_at, BroadcastIndex bias_at,
+                                                         const T* __restrict__ x, const P* __restrict__ scale,
+                                                         const P* __restrict__ bias, T* __restrict__ y,
+                                                         float* __restrict__ mean_out,
+                                                         float* __restrict__ inv_std_out) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const auto sum_all = [](float v) {
+    return CombineAcrossThreads(v, SumOp(), static_cast<float*>(nullptr), 32);
+  };
+  for (int64_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    const T* xr = x + r * n;
+    float v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + 32 * i;
+      v[i] = j < n ? Load(xr[j]) : 0.f;
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) sum += v[i];
+    const float mean = sum_all(sum) / static_cast<float>(n);
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const float d = v[i] - mean;
+      if (lane + 32 * i < n) sq += d * d;
+    }
+    const float inv_std = 1.f / sqrtf(sum_all(sq) / static_cast<float>(n) + epsilon);
+    if (lane == 0) {
+      if (mean_out) mean_out[r] = mean;
+      if (inv_std_out) inv_std_out[r] = inv_std;
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + 32 * i;
+      if (j >= n) break;
+      float o = (v[i] - mean) * inv_std * Load(scale[scale_at(j)]);
+      if (bias) o += Load(bias[bias_at(j)]);
+      y[r * n + j] = Store<T>(o);
+    }
+  }
+}
+
+template <typename T, typename P, int kPerLane>
+void LaunchWarpRows(int64_t rows, int n, float epsilon, const BroadcastIndex& scale_at,
+                    const BroadcastIndex& bias_at, const T* x, const P* scale, const P* bias, T* y,
+                    float* mean_out, float* inv_std_out, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = 256 / 32;
+  LayerNormWarpRows<T, P, kPerLane><<<RowGrid((rows + kRowsPerBlock - 1) / kRowsPerBlock), 256, 0, stream>>>(
+      rows, n, epsilon, scale_at, bias_at, x, scale, bias, y, mean_out, inv_std_out);
+}
+
 template <typename T>
 const T* In(const KernelIO& io, int i) {
   return static_cast<const T*>(io.inputs[i]);
@@ -216,7 +278,23 @@ class LayerNormKernel : public CudaKernel {
       using T = decltype(t);
       using P = decltype(p);
       const P* bias = has_bias_ ? In<P>(io, 2) : nullptr;
-      if (n_ <= kWarpRowMax)
+      const auto warp_rows = [&](auto per_lane) {
+        LaunchWarpRows<T, P, decltype(per_lane)::value>(rows_, static_cast<int>(n_), epsilon_, scale_at_,
+                                                        bias_at_, In<T>(io, 0), In<P>(io, 1), bias,
+                                                        static_cast<T*>(io.outputs[0]), mean_out,
+                                                        inv_std_out, Dev(io).stream);
+      };
+      if (n_ <= 32)
+        warp_rows(std::integral_constant<int, 1>{});
+      else if (n_ <= 64)
+        warp_rows(std::integral_constant<int, 2>{});
+      else if (n_ <= 128)
+        warp_rows(std::integral_constant<int, 4>{});
+      else if (n_ <= 256)
+        warp_rows(std::integral_constant<int, 8>{});
+      else if (n_ <= 512)
+        warp_rows(std::integral_constant<int, 16>{});
+      else if (n_ <= kWarpRowMax)
         LayerNormRows<T, P, true><<<RowGrid((rows_ + kBlock / 32 - 1) / (kBlock / 32)), kBlock, 0,
                                     Dev(io).stream>>>(rows_, n_, epsilon_, scale_at_, bias_at_,
                                                       In<T>(io, 0), In<P>(io, 1), bias,
