@@ -58,11 +58,17 @@ void InferMatMul(OpContext& ctx) {
   ctx.ExpectDType(1, {dtype});
   Shape a = ctx.in(0).shape, b = ctx.in(1).shape;
   if (a.empty() || b.empty()) ctx.Error("MatMul operands must have rank >= 1");
+  const bool trans_b = ctx.node.GetInt("_kaiwu_trans_b", 0) != 0;
+  if (trans_b) {
+    if (b.size() < 2) ctx.Error("_kaiwu_trans_b needs B of rank >= 2, got ", ShapeToString(b));
+    std::swap(b[b.size() - 2], b[b.size() - 1]);
+  }
   const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
   if (a_vec) a.insert(a.begin(), 1);
   if (b_vec) b.push_back(1);
   const size_t ra = a.size(), rb = b.size();
   MatMulParams& p = ctx.SetParams<MatMulParams>();
+  p.trans_b = trans_b;
   p.m = a[ra - 2];
   p.k = a[ra - 1];
   p.n = b[rb - 1];

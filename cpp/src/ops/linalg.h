@@ -30,6 +30,9 @@ struct MatMulParams : OpParams {
   Shape a_batch, b_batch;       // A's and B's batch dims (all but the last two)
   Shape batch;                  // their broadcast: the output's batch dims
   FusedActivation act;          // float32 only
+  /// B given as [.., N, K] (the node's "_kaiwu_trans_b", set by
+  /// passes/fold_transpose_into_matmul.cc for device sessions): Y = A * B^T.
+  bool trans_b = false;
 };
 
 /// FusedMlp (domain "kaiwu", made by passes/fuse_mlp.cc for half-precision

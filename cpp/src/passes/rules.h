@@ -49,6 +49,11 @@ int PrepackNhwcConvWeights(Graph* g);
 /// becomes the op in layout 1 (batch-first) squeezed at axis 2, its states through
 /// Reshapes: two kernels fewer per run. KAIWU_RNN_BATCH_FIRST=0 keeps the transposes.
 int FoldRnnBatchFirst(Graph* g);
+/// Device sessions only (after FoldRnnBatchFirst): MatMul(A, Transpose(X, p)) with
+/// p[r-2] == r-1 reads B transposed (_kaiwu_trans_b) behind a transpose that
+/// keeps X's innermost dim (none when that is the identity): a copy of rows
+/// instead of a tile transpose. KAIWU_MATMUL_TRANS_B=0 keeps the transposes.
+int FoldTransposeIntoMatMul(Graph* g);
 /// CPU sessions, after the layout pass: Transpose(Cast uint8/int8 -> float32) becomes
 /// Cast(Transpose) where the Cast feeds only the Transpose (a quarter of the bytes moved).
 int HoistTransposeAboveCast(Graph* g);

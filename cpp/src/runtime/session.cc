@@ -289,6 +289,9 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   const char* batch_first_env = std::getenv("KAIWU_RNN_BATCH_FIRST");
   if (options.optimize && impl->device && !(batch_first_env && std::string(batch_first_env) == "0"))
     if (int n = FoldRnnBatchFirst(&g)) impl->pass_stats.fired["fold_rnn_batch_first"] += n;
+  const char* trans_b_env = std::getenv("KAIWU_MATMUL_TRANS_B");
+  if (options.optimize && impl->device && !(trans_b_env && std::string(trans_b_env) == "0"))
+    if (int n = FoldTransposeIntoMatMul(&g)) impl->pass_stats.fired["fold_transpose_into_matmul"] += n;
   g.RemoveDeadNodes();
   ApplyPrecision(g, impl->device, options, names_before, &impl->precision,
                  &impl->precision_report);

@@ -23,6 +23,10 @@ class MatMulKernel : public Kernel {
     gemm_.m = p.m;
     gemm_.k = p.k;
     gemm_.n = p.n;
+    gemm_.trans_b = p.trans_b;  // B as [.., N, K]: the float32 GEMM reads it transposed
+    if (p.trans_b && dtype_ != DType::kFloat32)
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(), ": a transposed B (_kaiwu_trans_b) on ",
+           DTypeName(dtype_), " (float32 only)");
     const int64_t a_mat = gemm_.m * gemm_.k, b_mat = gemm_.k * gemm_.n;
     if (NumElements(p.b_batch) == 1 && dtype_ == DType::kFloat32) {
       // B is one matrix: fold every batch dim of A (broadcast or not) into M.

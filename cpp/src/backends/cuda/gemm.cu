@@ -97,6 +97,7 @@ class MatMulKernel : public CudaKernel {
     m_ = p.m;
     k_ = p.k;
     n_ = p.n;
+    trans_b_ = p.trans_b;
     const int64_t a_count = NumElements(p.a_batch), b_count = NumElements(p.b_batch);
     batch_ = NumElements(p.batch);
     out_size_ = ctx.outputs[0].size();
@@ -133,16 +134,17 @@ class MatMulKernel : public CudaKernel {
     const T* a = static_cast<const T*>(io.inputs[0]);
     const T* b = static_cast<const T*>(io.inputs[1]);
     T* y = static_cast<T*>(io.outputs[0]);
+    const int64_t ldb = trans_b_ ? k_ : n_;  // B's row stride as stored
     switch (mode_) {
       case Mode::kOneGemm:
-        RowMajorGemm<T>(dev, false, false, m_, n_, k_, 1.f, a, k_, b, n_, y, n_);
+        RowMajorGemm<T>(dev, false, trans_b_, m_, n_, k_, 1.f, a, k_, b, ldb, y, n_);
         break;
       case Mode::kStrided:
-        RowMajorGemmStridedBatched<T>(dev, m_, n_, k_, a, a_stride_, b, b_stride_, y, batch_);
+        RowMajorGemmStridedBatched<T>(dev, m_, n_, k_, a, a_stride_, b, b_stride_, y, batch_, trans_b_);
         break;
       case Mode::kLoop:
         for (int64_t i = 0; i < batch_; ++i)
-          RowMajorGemm<T>(dev, false, false, m_, n_, k_, 1.f, a + a_off_[i], k_, b + b_off_[i], n_,
+          RowMajorGemm<T>(dev, false, trans_b_, m_, n_, k_, 1.f, a + a_off_[i], k_, b + b_off_[i], ldb,
                           y + i * m_ * n_, n_);
         break;
     }
@@ -155,6 +157,7 @@ class MatMulKernel : public CudaKernel {
   Mode mode_ = Mode::kOneGemm;
   int64_t m_ = 0, n_ = 0, k_ = 0, batch_ = 1, out_size_ = 0;
   int64_t a_stride_ = 0, b_stride_ = 0;
+  bool trans_b_ = false;                // B stored [.., N, K]
   std::vector<int64_t> a_off_, b_off_;  // kLoop: element offsets per output batch index
   DeviceActivation act_;
 };

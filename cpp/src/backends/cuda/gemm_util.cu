@@ -104,14 +104,15 @@ void RowMajorGemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t 
 template <typename T>
 void RowMajorGemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, int64_t k,
                                 const T* a, int64_t stride_a, const T* b, int64_t stride_b, T* c,
-                                int64_t batch) {
+                                int64_t batch, bool trans_b) {
   if (m == 0 || n == 0 || batch == 0) return;
   if (k == 0) {
     CheckCuda(cudaMemsetAsync(c, 0, batch * m * n * sizeof(T), dev.stream), "GEMM zero fill");
     return;
   }
-  GemmStridedBatched<T>(dev, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.f, b, n, stride_b, a, k, stride_a,
-                        c, n, m * n, batch, "strided batched GEMM");
+  GemmStridedBatched<T>(dev, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, 1.f, b,
+                        trans_b ? k : n, stride_b, a, k, stride_a, c, n, m * n, batch,
+                        "strided batched GEMM");
 }
 
 #define KAIWU_GEMM_TYPES(T)                                                                      \
@@ -122,7 +123,8 @@ void RowMajorGemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, 
   template void RowMajorGemm<T>(const DeviceContext&, bool, bool, int64_t, int64_t, int64_t,     \
                                 float, const T*, int64_t, const T*, int64_t, T*, int64_t);       \
   template void RowMajorGemmStridedBatched<T>(const DeviceContext&, int64_t, int64_t, int64_t,   \
-                                              const T*, int64_t, const T*, int64_t, T*, int64_t);
+                                              const T*, int64_t, const T*, int64_t, T*, int64_t, \
+                                              bool);
 KAIWU_GEMM_TYPES(float)
 KAIWU_GEMM_TYPES(__half)
 KAIWU_GEMM_TYPES(__nv_bfloat16)

@@ -42,10 +42,11 @@ template <typename T>
 void RowMajorGemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
                   int64_t ldc);
+/// trans_b: each B_i is stored [n, k] (row stride k) and read transposed.
 template <typename T>
 void RowMajorGemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, int64_t k,
                                 const T* a, int64_t stride_a, const T* b, int64_t stride_b, T* c,
-                                int64_t batch);
+                                int64_t batch, bool trans_b = false);
 
 /// Throws kUnsupported naming the node when `value` (a GEMM size or leading
 /// dimension called `what`) exceeds cuBLAS's int.
