@@ -26,7 +26,7 @@ def _trans_b_model(a_shape, b_shape, dtype=F32):
     graph = helper.make_graph([node], "mm", [helper.make_tensor_value_info("A", dtype, a_shape),
                                              helper.make_tensor_value_info("B", dtype, b_shape)],
                               [helper.make_tensor_value_info("Y", dtype, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((3, 7), (5, 7)),              # one GEMM
@@ -67,7 +67,7 @@ def attention_scores_model(batch=None, n=32, heads=4, hd=16, seed=0):
     graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("q", F32, [b, heads, 1, hd]),
                                               helper.make_tensor_value_info("k", F32, [b, n, heads * hd])],
                               [helper.make_tensor_value_info("p", F32, None)], initializer=[shape])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 cuda = pytest.mark.skipif(not ki.cuda_available(), reason="kaiwu_infer built without CUDA, or no CUDA device")
@@ -102,7 +102,7 @@ def test_device_two_dim_transpose_disappears_into_the_gemm():
     graph = helper.make_graph(nodes, "t2", [helper.make_tensor_value_info("a", F32, [5, 9]),
                                             helper.make_tensor_value_info("x", F32, [11, 9])],
                               [helper.make_tensor_value_info("y", F32, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     rng = np.random.default_rng(3)
     feeds = {"a": rng.standard_normal((5, 9)).astype(np.float32),
              "x": rng.standard_normal((11, 9)).astype(np.float32)}
