@@ -16,10 +16,12 @@ page-locked memory on a device) and one-thread memcpy of that batch.
     PYTHONPATH=python python bench/bench_server_host.py [--procs 4] [--seconds 3]
         [--device cuda --precision fp16] [--configs serial,auto] [--out-dir DIR --name NAME]
 
-Configs: ``serial`` (copy_threads=1: the batching thread copies every row), ``auto``
-(copy_threads=0: the default), ``tN`` (copy_threads=N), ``pageable`` (auto with KAIWU_SERVER_PINNED=0: on a device
-the batch is gathered into pageable memory and the run stages it, the copy the server
-made before gathering into page-locked memory), ``pageable_serial`` (both: the old path).
+Configs, words joined by '_': ``serial`` (copy_threads=1: the batching thread copies
+every row; default copy_threads=0), ``tN`` (copy_threads=N), ``pageable``
+(KAIWU_SERVER_PINNED=0: on a device the batch is gathered into pageable memory and the
+run stages it, the copy the server made before gathering into page-locked memory),
+``w2`` (workers=2: one batch's copies overlap another's run); ``auto`` alone is the
+default server. ``pageable_serial`` is the path before page-locked and threaded gathers.
 """
 
 from __future__ import annotations
@@ -100,14 +102,21 @@ def client_main(name, rows, seconds, q, go, seed):
 def run_config(model, cfg, a):
     import kaiwu_infer as ki
 
-    if cfg.startswith("pageable"):
+    words = cfg.split("_")
+    if "pageable" in words:
         os.environ["KAIWU_SERVER_PINNED"] = "0"
     else:
         os.environ.pop("KAIWU_SERVER_PINNED", None)
-    copy_threads = 1 if cfg.endswith("serial") else int(cfg[1:]) if cfg.startswith("t") else 0
+    copy_threads = 0
+    for w in words:
+        if w == "serial":
+            copy_threads = 1
+        elif w[:1] == "t" and w[1:].isdigit():
+            copy_threads = int(w[1:])
+    workers = 2 if "w2" in words else 1
     srv = ki.InferenceServer(model, threads=a.threads, device=a.device, precision=a.precision,
                              max_batch=a.max_batch, max_wait_us=a.max_wait_us, copy_threads=copy_threads,
-                             warmup=True)
+                             workers=workers, warmup=True)
     os.environ.pop("KAIWU_SERVER_PINNED", None)
     name = srv.serve_shm(max_clients=a.procs, max_rows=a.rows)
     ctx = mp.get_context("spawn")
@@ -135,8 +144,8 @@ def run_config(model, cfg, a):
     rps = rows / a.seconds
     batches = max(1, st["batches"])
     stages = {k: st[k] for k in ("gather_mean_us", "session_mean_us", "scatter_mean_us", "finish_mean_us")}
-    busy = sum(stages.values()) * 1e-6 * st["batches"] / max(1e-9, st["elapsed_s"])
-    r = {"config": cfg, "copy_threads": copy_threads, "pinned_inputs": st["pinned_inputs"],
+    busy = sum(stages.values()) * 1e-6 * st["batches"] / max(1e-9, st["elapsed_s"]) / workers
+    r = {"config": cfg, "copy_threads": copy_threads, "workers": workers, "pinned_inputs": st["pinned_inputs"],
          "rows_per_s": rps, "us_per_row": 1e6 / max(rps, 1e-9), "gb_per_s": rps * ROW_BYTES / 1e9,
          "requests": calls, "mean_batch_rows": st["mean_batch_rows"], "batches": st["batches"],
          **stages, "gather_gb_per_s": st["gathered_bytes"] / batches / max(1e-9, stages["gather_mean_us"]) / 1e3,
@@ -184,11 +193,13 @@ def peers(model, a, rows):
 def versions():
     import kaiwu_infer as ki
 
-    try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=5).stdout.strip()
-    except Exception:  # noqa: BLE001 - not a checkout
-        commit = ""
+    commit = os.environ.get("KAIWU_COMMIT", "")  # a copy of the tree without its .git
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True, timeout=5).stdout.strip()
+        except Exception:  # noqa: BLE001 - not a checkout
+            commit = ""
     return f"kaiwu_infer {ki.__version__}{f' ({commit})' if commit else ''}, numpy {np.__version__}, python {platform.python_version()}"
 
 
@@ -255,10 +266,10 @@ def render(res, a):
          f"per request, back to back, {a.seconds} s per config; trivial model (ReduceMean + Gemm), "
          f"session threads {a.threads}, precision {a.precision}, max_batch {a.max_batch}, max_wait_us {a.max_wait_us}",
          "",
-         "| config | copy_threads | pinned | rows/s | us/row | GB/s | batch rows | gather us | session us | scatter us | finish us | gather GB/s | server busy | client CPU us/request | staging B/row |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| config | copy_threads | workers | pinned | rows/s | us/row | GB/s | batch rows | gather us | session us | scatter us | finish us | gather GB/s | server busy | client CPU us/request | staging B/row |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
-        L.append(f"| {r['config']} | {r['copy_threads']} | {r['pinned_inputs']} | {r['rows_per_s']:,.0f} | {r['us_per_row']:.1f} | "
+        L.append(f"| {r['config']} | {r['copy_threads']} | {r['workers']} | {r['pinned_inputs']} | {r['rows_per_s']:,.0f} | {r['us_per_row']:.1f} | "
                  f"{r['gb_per_s']:.2f} | {r['mean_batch_rows']:.0f} | {r['gather_mean_us']:,.0f} | {r['session_mean_us']:,.0f} | "
                  f"{r['scatter_mean_us']:,.0f} | {r['finish_mean_us']:,.0f} | {r['gather_gb_per_s']:.1f} | {r['server_busy']:.2f} | "
                  f"{r['client_cpu_us_per_request']:,.0f} | {r.get('staging_bytes_per_row', 0):,.0f} |")
@@ -268,7 +279,7 @@ def render(res, a):
           + f"; one-thread memcpy of the batch {p['memcpy_us']:,.0f} us ({p['memcpy_gb_per_s']:.1f} GB/s).", "",
           "Stage times are the server's stats, means per batch: gather (rows copied from the slots into the batch "
           "input), session (the run, device copies included), scatter (rows handed to requests), finish (results "
-          "copied into the slots, clients woken). server busy: the share of wall time the batching thread spent in "
+          "copied into the slots, clients woken). server busy: the share of wall time each batching thread spent in "
           "them (1.0: the server bounds the rate). client CPU: user+sys time of the client processes per request "
           "(a client that spun while waiting would show about its whole wait)."]
     return "\n".join(L) + "\n"
