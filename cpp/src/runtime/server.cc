@@ -55,6 +55,7 @@ InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions
       shapes_(*session_, layout_),
       slice_pool_(SlicePool(*session_, opt_)),
       copy_pool_(CopyPool(*session_, opt_)),
+      pinned_inputs_(PinnedInputs(*session_)),
       slice_tuner_(slice_pool_ ? slice_pool_->num_threads() : 1, opt_.min_slice_us),
       queue_(opt_.max_batch, opt_.max_wait_us, opt_.max_queue_rows),
       actors_(layout_.state),
@@ -169,7 +170,7 @@ ThreadPool* InferenceServer::copy_pool() const {
 void InferenceServer::WorkerLoop() {
   // This worker's gathered inputs: page-locked on a device session, so that
   // the run moves them with one DMA each (no copy into staging first).
-  BatchScratch scratch(PinnedInputs(*session_)
+  BatchScratch scratch(pinned_inputs_
                            ? BatchScratch::Alloc([this](size_t n) { return session_->AllocHostBuffer(n); })
                            : nullptr);
   std::unique_lock<std::mutex> lock(mu_);
@@ -347,7 +348,7 @@ ServerStats InferenceServer::Stats() const {
   s.connected = actors_.connected();
   s.queued = queue_.queued_requests();
   s.running = running_requests_;
-  s.pinned_inputs = PinnedInputs(*session_);
+  s.pinned_inputs = pinned_inputs_;
   return s;
 }
 

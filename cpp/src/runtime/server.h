@@ -103,6 +103,7 @@ class InferenceServer {
   std::unique_ptr<ThreadPool> slice_pool_;  ///< runs batch slices (split_batches)
   std::unique_ptr<ThreadPool> copy_pool_;   ///< copies large batches' rows (copy_threads)
   SliceTuner slice_tuner_;                  ///< thread-safe
+  bool pinned_inputs_;                      ///< workers gather into page-locked memory
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_, space_cv_;
