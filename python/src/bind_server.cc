@@ -115,7 +115,7 @@ class PyServer {
            std::vector<std::pair<std::string, std::string>> state,
            std::map<std::string, int> state_batch_axis, int workers, int64_t max_queue_rows,
            bool queue_block, bool pad_batches, std::string base_version, bool split_batches,
-           double min_slice_us)
+           double min_slice_us, int copy_threads)
       : session_obj_(session) {
     Session* s = SessionOf(session);
     ServerOptions o;
@@ -129,6 +129,7 @@ class PyServer {
     o.pad_batches = pad_batches;
     o.split_batches = split_batches;
     o.min_slice_us = min_slice_us;
+    o.copy_threads = copy_threads;
     o.base_version = std::move(base_version);
     std::shared_ptr<Session> shared(s, [](Session*) {});  // the Python object owns it
     server_ = std::make_shared<InferenceServer>(shared, o);
@@ -256,6 +257,13 @@ class PyServer {
     d["queue_wait_p50_us"] = s.wait_p50_us;
     d["queue_wait_p99_us"] = s.wait_p99_us;
     d["run_mean_us"] = s.run_mean_us;
+    d["gather_mean_us"] = s.gather_mean_us;
+    d["session_mean_us"] = s.session_mean_us;
+    d["scatter_mean_us"] = s.scatter_mean_us;
+    d["finish_mean_us"] = s.finish_mean_us;
+    d["gathered_bytes"] = s.gathered_bytes;
+    d["parallel_gathers"] = s.parallel_gathers;
+    d["pinned_inputs"] = s.pinned_inputs;
     py::dict pv;
     for (const auto& [tag, c] : s.per_version) pv[py::str(tag)] = py::dict(py::arg("requests") = c.first, py::arg("rows") = c.second);
     d["versions"] = pv;
@@ -540,11 +548,11 @@ void BindServer(py::module_& m) {
 
   py::class_<PyServer>(m, "_InferenceServer")
       .def(py::init<py::object, int, int64_t, std::vector<std::pair<std::string, std::string>>,
-                    std::map<std::string, int>, int, int64_t, bool, bool, std::string, bool, double>(),
+                    std::map<std::string, int>, int, int64_t, bool, bool, std::string, bool, double, int>(),
            py::arg("session"), py::arg("max_batch"), py::arg("max_wait_us"), py::arg("state"),
            py::arg("state_batch_axis"), py::arg("workers"), py::arg("max_queue_rows"),
            py::arg("queue_block"), py::arg("pad_batches"), py::arg("base_version"),
-           py::arg("split_batches") = true, py::arg("min_slice_us") = 30.0)
+           py::arg("split_batches") = true, py::arg("min_slice_us") = 30.0, py::arg("copy_threads") = 0)
       .def("infer", &PyServer::Infer, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,
            py::arg("version") = py::none())
       .def("submit", &PyServer::Submit, py::arg("actor_id"), py::arg("feeds"), py::arg("done") = false,

@@ -9,6 +9,7 @@
 #include <random>
 #include <tuple>
 
+#include "core/thread_pool.h"
 #include "server_test_util.h"
 
 namespace kaiwu {
@@ -251,6 +252,93 @@ TEST(ServerBatchGroup, OneRequestOfABatchRunsAlone) {
   EXPECT_EQ(std::memcmp(r.outputs[1].data, (*g.states[2])[0].data(), n * 32), 0);
   EXPECT_TRUE(g.batch[1]->outputs.empty());  // others untouched
   EXPECT_TRUE(g.batch[3]->outputs.empty());
+}
+
+TEST(ServerBatchScratch, PaddingIsZeroedOnlyWhereEarlierBatchesWrote) {
+  size_t allocated = 0;
+  BatchScratch scratch([&](size_t n) {
+    allocated += n;
+    return std::shared_ptr<void>(new char[n], [](void* p) { delete[] static_cast<char*>(p); });
+  });
+  std::mt19937 rng(5);
+  auto fill = [&](size_t used, size_t bytes) {
+    char* p = static_cast<char*>(scratch.GetPadded(0, used, bytes));
+    auto b = testing::RandomBytes(used, &rng);
+    std::memcpy(p, b.data(), used);
+    EXPECT_TRUE(Zeros(reinterpret_cast<uint8_t*>(p) + used, bytes - used))
+        << "used " << used << " of " << bytes;
+  };
+  // Zeroed: [used, min(end of what earlier calls may have written, bytes)).
+  fill(1000, 1200);  // a new buffer starts zero: nothing to clear
+  EXPECT_GE(allocated, 1200u);
+  EXPECT_EQ(scratch.zeroed_bytes(), 0u);
+  fill(900, 1200);  // [900, 1000) only: past 1000 it is still zero
+  EXPECT_EQ(scratch.zeroed_bytes(), 100u);
+  fill(950, 1200);  // nothing: past 950 it is zero
+  EXPECT_EQ(scratch.zeroed_bytes(), 100u);
+  fill(600, 800);  // [600, 800); [800, 950) stays written
+  EXPECT_EQ(scratch.zeroed_bytes(), 300u);
+  fill(100, 1200);  // [100, 950)
+  EXPECT_EQ(scratch.zeroed_bytes(), 1150u);
+  const size_t before = allocated;
+  std::memset(scratch.Get(0, 1100), 0x5A, 1100);  // a plain Get may write all of it
+  fill(50, 1100);
+  EXPECT_EQ(scratch.zeroed_bytes(), 1150u + 1050u);
+  EXPECT_EQ(allocated, before);  // headroom: no new buffer
+}
+
+TEST(ServerBatchGather, ParallelCopyEqualsSerialCopy) {
+  // Feeds large enough to be copied on several threads (kParallelBytes), at
+  // odd row sizes and counts, padded; the same bytes as one thread copies.
+  ServerOptions o;
+  const int64_t kObs = 37 * 41;  // floats a row: 6068 bytes
+  const ServerLayout l = ServerLayout::Build(
+      {IO("obs", DType::kFloat32, {-1, kObs}, {"B", ""}), IO("id", DType::kInt32, {-1}, {"B"})},
+      {IO("y", DType::kFloat32, {-1, 1}, {"B", ""})}, o);
+  std::mt19937 rng(11);
+  std::vector<std::vector<uint8_t>> data;
+  Requests batch;
+  RequestStates states;
+  int64_t rows = 0;
+  for (int64_t n : {1, 7, 64, 13, 99, 3, 201}) {
+    auto r = std::make_shared<ServerRequest>();
+    r->rows = n;
+    data.push_back(testing::RandomBytes(n * kObs * 4, &rng));
+    r->feeds.push_back(TensorView{DType::kFloat32, {n, kObs}, data.back().data()});
+    data.push_back(testing::RandomBytes(n * 4, &rng));
+    r->feeds.push_back(TensorView{DType::kInt32, {n}, data.back().data()});
+    batch.push_back(r);
+    states.push_back(nullptr);
+    rows += n;
+  }
+  const SliceLayout sl = SliceLayout::Plan(rows, 1, 1024, true);
+  ASSERT_GT(sl.total(), rows);  // 388 rows run as 512
+  ThreadPool pool(3);
+  BatchScratch serial_scratch, parallel_scratch;
+  BatchAssembly serial(l, sl);
+  const size_t bytes = rows * (kObs * 4 + 4);
+  EXPECT_EQ(serial.Gather(batch, states, 0, batch.size(), &serial_scratch), bytes);
+  EXPECT_FALSE(serial.parallel());
+  // Requests [2, end) first (380 rows, padded to 384), then all of them (the
+  // buffer holds stale rows past 380 then).
+  BatchAssembly part(l, SliceLayout::Plan(rows - 8, 1, 1024, true));
+  EXPECT_EQ(part.Gather(batch, states, 2, batch.size(), &parallel_scratch, &pool),
+            bytes - 8 * (kObs * 4 + 4));
+  EXPECT_TRUE(part.parallel());
+  BatchAssembly again(l, sl);
+  EXPECT_EQ(again.Gather(batch, states, 0, batch.size(), &parallel_scratch, &pool), bytes);
+  EXPECT_TRUE(again.parallel());
+  const auto a = serial.SliceInputs(batch[0]->feeds, 0), b = again.SliceInputs(batch[0]->feeds, 0);
+  for (int f = 0; f < 2; ++f) {
+    ASSERT_EQ(a[f].shape, b[f].shape);
+    EXPECT_EQ(std::memcmp(a[f].data, b[f].data, a[f].bytes()), 0) << "feed " << f;
+    const size_t row_bytes = f == 0 ? kObs * 4 : 4;
+    EXPECT_TRUE(Zeros(Bytes(b[f]) + rows * row_bytes, (sl.total() - rows) * row_bytes));
+  }
+  // Below kParallelBytes the worker copies alone.
+  BatchAssembly small(l, SliceLayout::Plan(8, 1, 1024, true));
+  small.Gather(batch, states, 1, 2, &parallel_scratch, &pool);
+  EXPECT_FALSE(small.parallel());
 }
 
 }  // namespace

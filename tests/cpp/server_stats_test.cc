@@ -88,6 +88,31 @@ TEST(ServerStats, BatchesLargerThanMaxBatchCountInTheLastBin) {
   EXPECT_EQ(s.batch_hist, (std::vector<uint64_t>{0, 1, 0, 0, 2}));
 }
 
+TEST(ServerStats, StageTimesAreMeansPerBatch) {
+  StatsRecorder st(8);
+  st.RecordBatch(4, 100, false);
+  st.RecordStages(10, 70, 5, 4000, true);
+  st.RecordFinish(8);
+  st.RecordBatch(2, 60, false);
+  st.RecordStages(30, 20, 3, 2000, false);
+  st.RecordFinish(2);
+  ServerStats s;
+  st.Fill(Clock::now(), &s);
+  EXPECT_DOUBLE_EQ(s.gather_mean_us, 20);
+  EXPECT_DOUBLE_EQ(s.session_mean_us, 45);
+  EXPECT_DOUBLE_EQ(s.scatter_mean_us, 4);
+  EXPECT_DOUBLE_EQ(s.finish_mean_us, 5);
+  EXPECT_EQ(s.gathered_bytes, 6000u);
+  EXPECT_EQ(s.parallel_gathers, 1u);
+  st.Reset(Clock::now());
+  ServerStats z;
+  st.Fill(Clock::now(), &z);
+  EXPECT_EQ(z.gather_mean_us, 0.0);
+  EXPECT_EQ(z.finish_mean_us, 0.0);
+  EXPECT_EQ(z.gathered_bytes, 0u);
+  EXPECT_EQ(z.parallel_gathers, 0u);
+}
+
 TEST(ServerStats, WaitPercentilesCoverOnlyTheMostRecentWaits) {
   StatsRecorder st(8);
   std::mt19937 rng(9);

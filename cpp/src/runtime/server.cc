@@ -1,6 +1,7 @@
 #include "runtime/server.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace kaiwu {
@@ -12,6 +13,7 @@ ServerOptions CheckedOptions(ServerOptions opt) {
   KAIWU_CHECK(opt.max_wait_us >= 0, StatusCode::kInput, "max_wait_us must be >= 0");
   KAIWU_CHECK(opt.workers >= 1, StatusCode::kInput, "workers must be >= 1");
   KAIWU_CHECK(opt.min_slice_us >= 0, StatusCode::kInput, "min_slice_us must be >= 0");
+  KAIWU_CHECK(opt.copy_threads >= 0, StatusCode::kInput, "copy_threads must be >= 0");
   if (opt.max_queue_rows <= 0) opt.max_queue_rows = std::max<int64_t>(1024, 4 * opt.max_batch);
   KAIWU_CHECK(opt.max_queue_rows >= opt.max_batch, StatusCode::kInput,
               "max_queue_rows must be >= max_batch");
@@ -25,6 +27,23 @@ std::unique_ptr<ThreadPool> SlicePool(const Session& session, const ServerOption
   return nullptr;
 }
 
+// A pool of its own for copy_threads > 1, or by default on a device session
+// (whose one run leaves the host cores free); a CPU session's default is the slice pool.
+std::unique_ptr<ThreadPool> CopyPool(const Session& session, const ServerOptions& opt) {
+  int n = opt.copy_threads;
+  if (n == 0 && session.on_device()) n = std::min(4, std::max(1, ThreadPool::PhysicalCores() / 2));
+  if (n <= 1) return nullptr;
+  return std::make_unique<ThreadPool>(n);
+}
+
+// Gathered inputs page-locked on a device session; KAIWU_SERVER_PINNED=0
+// gathers into pageable memory instead (the run then stages each input
+// through its own page-locked buffer: one more copy; for A/B measurements).
+bool PinnedInputs(const Session& session) {
+  const char* env = std::getenv("KAIWU_SERVER_PINNED");
+  return session.on_device() && !(env && std::strcmp(env, "0") == 0);
+}
+
 ServerError Closed() { return ServerError(ServerError::kClosed, "the inference server is closed"); }
 
 }  // namespace
@@ -35,6 +54,8 @@ InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions
       layout_(ServerLayout::Build(session_->inputs(), session_->outputs(), opt_)),
       shapes_(*session_, layout_),
       slice_pool_(SlicePool(*session_, opt_)),
+      copy_pool_(CopyPool(*session_, opt_)),
+      pinned_inputs_(PinnedInputs(*session_)),
       slice_tuner_(slice_pool_ ? slice_pool_->num_threads() : 1, opt_.min_slice_us),
       queue_(opt_.max_batch, opt_.max_wait_us, opt_.max_queue_rows),
       actors_(layout_.state),
@@ -141,7 +162,17 @@ void InferenceServer::Release(int64_t actor) {
   if (actors_.Release(actor)) work_cv_.notify_all();  // fewer actors may complete a batch
 }
 
+ThreadPool* InferenceServer::copy_pool() const {
+  if (copy_pool_) return copy_pool_.get();
+  return opt_.copy_threads == 0 ? slice_pool_.get() : nullptr;
+}
+
 void InferenceServer::WorkerLoop() {
+  // This worker's gathered inputs: page-locked on a device session, so that
+  // the run moves them with one DMA each (no copy into staging first).
+  BatchScratch scratch(pinned_inputs_
+                           ? BatchScratch::Alloc([this](size_t n) { return session_->AllocHostBuffer(n); })
+                           : nullptr);
   std::unique_lock<std::mutex> lock(mu_);
   // A queue's wait counts from its first request, or from when this worker
   // came free if that is later (see BatchQueue::PopReady). Otherwise the
@@ -164,23 +195,27 @@ void InferenceServer::WorkerLoop() {
     running_requests_ += static_cast<int>(batch.size());
     space_cv_.notify_all();
     lock.unlock();
-    RunBatch(batch, states);
+    BatchTimes times;
+    RunBatch(batch, states, &scratch, &times);
     lock.lock();
     running_requests_ -= static_cast<int>(batch.size());
     for (const auto& r : batch) actors_.Finish(r->actor, r->actor_serial);
     lock.unlock();
+    const auto f0 = Clock::now();
     for (auto& r : batch) FinishRequest(*r);
     batch.clear();
-    lock.lock();
     free_since = Clock::now();
+    lock.lock();
+    stats_.RecordFinish(std::chrono::duration<double, std::micro>(free_since - f0).count());
   }
 }
 
-void InferenceServer::RunBatch(Requests& batch, RequestStates& states) {
+void InferenceServer::RunBatch(Requests& batch, RequestStates& states, BatchScratch* scratch,
+                               BatchTimes* times) {
   const auto t0 = Clock::now();
   bool sliced = false;
   try {
-    sliced = RunGroup(batch, states, 0, batch.size());
+    sliced = RunGroup(batch, states, 0, batch.size(), scratch, times);
   } catch (...) {
     if (batch.size() == 1) {
       batch[0]->error = std::current_exception();
@@ -188,7 +223,7 @@ void InferenceServer::RunBatch(Requests& batch, RequestStates& states) {
       // Isolate the failure: each request alone, so only bad ones fail.
       for (size_t i = 0; i < batch.size(); ++i) {
         try {
-          RunGroup(batch, states, i, i + 1);
+          RunGroup(batch, states, i, i + 1, scratch, times);
         } catch (...) {
           batch[i]->error = std::current_exception();
         }
@@ -205,10 +240,15 @@ void InferenceServer::RunBatch(Requests& batch, RequestStates& states) {
     versions_.Count(r->version_tag, r->rows);
   }
   stats_.RecordBatch(rows, std::chrono::duration<double, std::micro>(t1 - t0).count(), sliced);
+  stats_.RecordStages(times->gather_us, times->session_us, times->scatter_us, times->gathered_bytes,
+                      times->parallel_gather);
 }
 
-bool InferenceServer::RunGroup(Requests& batch, RequestStates& states, size_t begin, size_t end) {
-  thread_local BatchScratch scratch;
+bool InferenceServer::RunGroup(Requests& batch, RequestStates& states, size_t begin, size_t end,
+                               BatchScratch* scratch, BatchTimes* times) {
+  auto us_since = [](Clock::time_point a) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+  };
   int64_t rows = 0;
   for (size_t j = begin; j < end; ++j) rows += batch[j]->rows;
   // k slices of S rows (the last one shorter without padding) run side by
@@ -218,9 +258,13 @@ bool InferenceServer::RunGroup(Requests& batch, RequestStates& states, size_t be
   const int64_t k = slices.count;
   const ServerRequest& first = *batch[begin];
   BatchAssembly assembly(layout_, slices);
-  assembly.Gather(batch, states, begin, end, &scratch);
+  auto t = Clock::now();
+  times->gathered_bytes += assembly.Gather(batch, states, begin, end, scratch, copy_pool());
+  times->gather_us += us_since(t);
+  times->parallel_gather |= assembly.parallel();
   const std::vector<int> axes = shapes_.OutputAxes(first.feeds);
   std::vector<RunResult> res(k);
+  t = Clock::now();
   if (k == 1) {
     res[0] = session_->Run(assembly.SliceInputs(first.feeds, 0), nullptr, first.weights.get());
   } else {
@@ -244,7 +288,10 @@ bool InferenceServer::RunGroup(Requests& batch, RequestStates& states, size_t be
     for (double u : us) sum += u;
     slice_tuner_.Record(sum, slices.total());
   }
+  times->session_us += us_since(t);
+  t = Clock::now();
   assembly.Scatter(axes, res, batch, states, begin, end);
+  times->scatter_us += us_since(t);
   return k > 1;
 }
 
@@ -301,6 +348,7 @@ ServerStats InferenceServer::Stats() const {
   s.connected = actors_.connected();
   s.queued = queue_.queued_requests();
   s.running = running_requests_;
+  s.pinned_inputs = pinned_inputs_;
   return s;
 }
 

@@ -80,18 +80,30 @@ class InferenceServer {
  private:
   using Clock = std::chrono::steady_clock;
 
+  /// Where one batch's time went (us) and the feed bytes it gathered.
+  struct BatchTimes {
+    double gather_us = 0, session_us = 0, scatter_us = 0;
+    uint64_t gathered_bytes = 0;
+    bool parallel_gather = false;
+  };
+
   void WorkerLoop();
-  void RunBatch(Requests& batch, RequestStates& states);
+  void RunBatch(Requests& batch, RequestStates& states, BatchScratch* scratch, BatchTimes* times);
   /// Runs requests [begin, end) as one batch: k slices side by side, one
   /// thread each, or one Run on all threads. Returns true when sliced.
-  bool RunGroup(Requests& batch, RequestStates& states, size_t begin, size_t end);
+  bool RunGroup(Requests& batch, RequestStates& states, size_t begin, size_t end,
+                BatchScratch* scratch, BatchTimes* times);
+  /// The threads that copy large batches' rows (null: the worker alone).
+  ThreadPool* copy_pool() const;
 
   std::shared_ptr<Session> session_;
   ServerOptions opt_;
   ServerLayout layout_;
   ServerShapes shapes_;                     ///< own locks
   std::unique_ptr<ThreadPool> slice_pool_;  ///< runs batch slices (split_batches)
+  std::unique_ptr<ThreadPool> copy_pool_;   ///< copies large batches' rows (copy_threads)
   SliceTuner slice_tuner_;                  ///< thread-safe
+  bool pinned_inputs_;                      ///< workers gather into page-locked memory
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_, space_cv_;

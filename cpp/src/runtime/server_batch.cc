@@ -3,34 +3,96 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/thread_pool.h"
+
 namespace kaiwu {
 
-void* BatchScratch::Get(size_t i, size_t bytes) {
+BatchScratch::Buf& BatchScratch::Reserve(size_t i, size_t bytes) {
   if (bufs_.size() <= i) bufs_.resize(i + 1);
-  if (bufs_[i].bytes() < bytes)
-    bufs_[i] = Tensor(DType::kUInt8, Shape{static_cast<int64_t>(bytes * 5 / 4 + 64)});
-  return bufs_[i].data();
+  Buf& b = bufs_[i];
+  if (b.cap < bytes) {
+    const size_t cap = bytes * 5 / 4 + 64;
+    b.mem.reset();  // the old buffer goes before the new one comes
+    if (alloc_) {
+      b.mem = alloc_(cap);
+    } else {
+      auto t = std::make_shared<Tensor>(DType::kUInt8, Shape{static_cast<int64_t>(cap)});
+      b.mem = std::shared_ptr<void>(t, t->data());
+    }
+    b.cap = cap;
+    std::memset(b.mem.get(), 0, cap);
+    b.dirty = 0;
+  }
+  return b;
 }
 
-void BatchAssembly::Gather(const Requests& batch, const RequestStates& states, size_t begin,
-                           size_t end, BatchScratch* scratch) {
+void* BatchScratch::Get(size_t i, size_t bytes) {
+  Buf& b = Reserve(i, bytes);
+  b.dirty = std::max(b.dirty, bytes);
+  return b.mem.get();
+}
+
+void* BatchScratch::GetPadded(size_t i, size_t used, size_t bytes) {
+  Buf& b = Reserve(i, bytes);
+  char* p = static_cast<char*>(b.mem.get());
+  const size_t zero_end = std::min(b.dirty, bytes);
+  if (zero_end > used) {
+    std::memset(p + used, 0, zero_end - used);
+    zeroed_ += zero_end - used;
+  }
+  b.dirty = b.dirty > bytes ? b.dirty : used;
+  return p;
+}
+
+namespace {
+
+struct RowCopy {
+  char* dst;
+  const char* src;
+  size_t bytes;
+};
+
+// Runs `copies` on `pool` cut into about two pieces per thread (at least 256 KB each).
+void ParallelCopy(const std::vector<RowCopy>& copies, size_t total, ThreadPool* pool) {
+  const size_t piece = std::max<size_t>(size_t{1} << 18, total / (2 * pool->num_threads()) + 1);
+  std::vector<RowCopy> pieces;
+  for (const RowCopy& c : copies)
+    for (size_t off = 0; off < c.bytes; off += piece)
+      pieces.push_back(RowCopy{c.dst + off, c.src + off, std::min(piece, c.bytes - off)});
+  pool->ParallelFor(static_cast<int64_t>(pieces.size()), 1e9, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) std::memcpy(pieces[k].dst, pieces[k].src, pieces[k].bytes);
+  });
+}
+
+}  // namespace
+
+size_t BatchAssembly::Gather(const Requests& batch, const RequestStates& states, size_t begin,
+                             size_t end, BatchScratch* scratch, ThreadPool* pool) {
   const int64_t rows = slices_.rows, S = slices_.size, B = slices_.total();
   const ServerRequest& first = *batch[begin];
   const size_t num_feeds = layout_.feed_index.size();
-  // Feeds: rows on axis 0, slice after slice.
+  // Feeds: rows on axis 0, slice after slice; padding rows zero.
   feed_base_.resize(num_feeds);
   feed_row_bytes_.resize(num_feeds);
+  std::vector<RowCopy> copies;
+  size_t total = 0;
   for (size_t i = 0; i < num_feeds; ++i) {
     const size_t row_bytes = first.feeds[i].bytes() / first.rows;
-    char* dst = static_cast<char*>(scratch->Get(i, row_bytes * B));
+    char* dst = static_cast<char*>(scratch->GetPadded(i, row_bytes * rows, row_bytes * B));
     feed_base_[i] = dst;
     feed_row_bytes_[i] = row_bytes;
     for (size_t j = begin; j < end; ++j) {
-      std::memcpy(dst, batch[j]->feeds[i].data, row_bytes * batch[j]->rows);
-      dst += row_bytes * batch[j]->rows;
+      const size_t n = row_bytes * batch[j]->rows;
+      copies.push_back(RowCopy{dst, static_cast<const char*>(batch[j]->feeds[i].data), n});
+      dst += n;
+      total += n;
     }
-    std::memset(dst, 0, row_bytes * (B - rows));
   }
+  parallel_ = pool && pool->num_threads() > 1 && total >= kParallelBytes;
+  if (parallel_)
+    ParallelCopy(copies, total, pool);
+  else
+    for (const RowCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   // Recurrent state: per-actor [outer, n, inner] into one [outer, n_s, inner]
   // block per slice (slice s starts at s * outer * S rows).
   state_base_.resize(layout_.state.size());
@@ -63,6 +125,7 @@ void BatchAssembly::Gather(const Requests& batch, const RequestStates& states, s
       for (int64_t r = rows; r < B; ++r)
         for (int64_t o = 0; o < s.outer; ++o) std::memset(row_ptr(r, o), 0, inner_bytes);
   }
+  return total;
 }
 
 std::vector<TensorView> BatchAssembly::SliceInputs(const std::vector<TensorView>& feeds,

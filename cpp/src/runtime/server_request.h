@@ -51,6 +51,11 @@ struct ServerOptions {
   /// pad_batches, this assumes the model never mixes rows.
   bool split_batches = true;
   double min_slice_us = 30;  ///< least work per slice (0: one slice per thread)
+  /// Threads that copy a batch's feed rows into its inputs when they are large
+  /// (BatchAssembly::kParallelBytes and more): 0 picks (a device session: up
+  /// to 4, half the physical cores; a CPU session: the slice threads, which
+  /// wait for the copy anyway); 1: the worker alone.
+  int copy_threads = 0;
   std::string base_version = "base";
 };
 
@@ -94,6 +99,14 @@ struct ServerStats {
   uint64_t sliced_batches = 0;       ///< batches run as slices side by side
   std::vector<uint64_t> batch_hist;  ///< index: rows in the batch (before padding)
   double wait_p50_us = 0, wait_p99_us = 0, run_mean_us = 0;
+  /// Where a batch's time goes, mean per batch (us): copying its rows into
+  /// the inputs, the session's runs (device copies included), handing each
+  /// request its rows, and finishing the requests (waking their callers;
+  /// a shared-memory client's results are copied into its slot here).
+  double gather_mean_us = 0, session_mean_us = 0, scatter_mean_us = 0, finish_mean_us = 0;
+  uint64_t gathered_bytes = 0;  ///< feed bytes copied into batch inputs (padding excluded)
+  uint64_t parallel_gathers = 0;  ///< batches whose rows were copied on several threads
+  bool pinned_inputs = false;   ///< batches gather into page-locked memory (device sessions)
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_version;  ///< requests, rows
   int connected = 0, queued = 0, running = 0;  ///< actors, queued / running requests
 };

@@ -23,6 +23,13 @@ class StatsRecorder {
 
   /// One batch of `rows` rows (padding excluded) that ran for `run_us`.
   void RecordBatch(int64_t rows, double run_us, bool sliced);
+  /// Stage times of one batch (us), the feed bytes it gathered and whether
+  /// it gathered them on several threads (with RecordBatch).
+  void RecordStages(double gather_us, double session_us, double scatter_us,
+                    uint64_t gathered_bytes, bool parallel_gather);
+  /// Time spent finishing one batch's requests (us): recorded after they
+  /// are finished, so a snapshot may not hold the latest batch's yet.
+  void RecordFinish(double finish_us) { finish_us_ += finish_us; }
   /// One request of `rows` rows that waited `wait_us` in the queue.
   void RecordRequest(int64_t rows, bool failed, float wait_us);
   /// Zeroes everything; elapsed time counts from `now`.
@@ -35,6 +42,8 @@ class StatsRecorder {
   Clock::time_point start_;
   uint64_t requests_ = 0, rows_ = 0, batches_ = 0, failed_ = 0, sliced_ = 0;
   double run_us_ = 0;
+  double gather_us_ = 0, session_us_ = 0, scatter_us_ = 0, finish_us_ = 0;
+  uint64_t gathered_bytes_ = 0, parallel_gathers_ = 0;
   std::vector<uint64_t> hist_;
   std::vector<float> wait_;  ///< ring of recent queue waits (us)
   size_t wait_pos_ = 0;
