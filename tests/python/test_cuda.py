@@ -308,15 +308,20 @@ def test_uint8_observations_cross_pcie_as_uint8():
     assert sess.io_stats()["h2d_bytes"] == feeds["frames"].nbytes
 
 
+def _mlp_sources(torch, count, batch, seed):
+    """The mlp's session, its input name, `count` device batches with their host results, and
+    a device buffer for them to be copied into before each run."""
+    sess, _ = _session("mlp")
+    (key,) = policies.make_inputs("mlp", 1).keys()
+    hosts = [policies.make_inputs("mlp", batch, seed=seed + i)[key] for i in range(count)]
+    wants = [_host_run("mlp", {key: h}) for h in hosts]
+    srcs = [torch.from_numpy(h).cuda() for h in hosts]
+    return sess, key, wants, srcs, torch.zeros_like(srcs[0])
+
+
 def test_user_stream_orders_the_run_between_the_callers_writes_and_reads():
     torch = _torch_cuda()
-    name = "mlp"
-    sess, _ = _session(name)
-    (key,) = policies.make_inputs(name, 1).keys()
-    hosts = [policies.make_inputs(name, 64, seed=100 + i)[key] for i in range(40)]
-    wants = [_host_run(name, {key: h}) for h in hosts]
-    srcs = [torch.from_numpy(h).cuda() for h in hosts]
-    x = torch.zeros_like(srcs[0])
+    sess, key, wants, srcs, x = _mlp_sources(torch, 40, 64, 100)
     s = torch.cuda.Stream()
     torch.cuda.synchronize()
     sess.io_stats(reset=True)
@@ -347,13 +352,7 @@ def test_torch_feeds_wait_for_torchs_current_stream(side_stream):
     torch = _torch_cuda()
     import contextlib
 
-    name = "mlp"
-    sess, _ = _session(name)
-    (key,) = policies.make_inputs(name, 1).keys()
-    hosts = [policies.make_inputs(name, 48, seed=300 + i)[key] for i in range(20)]
-    wants = [_host_run(name, {key: h}) for h in hosts]
-    srcs = [torch.from_numpy(h).cuda() for h in hosts]
-    x = torch.zeros_like(srcs[0])
+    sess, key, wants, srcs, x = _mlp_sources(torch, 20, 48, 300)
     s = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
     torch.cuda.synchronize()
     sess.io_stats(reset=True)

@@ -171,16 +171,7 @@ def test_quantize_dequantize(rng, qdt, axis, batch):
 @pytest.mark.parametrize("shape", [(3, 37), (1001, 7), (5,), (2, 2)])
 def test_lookup(rng, shape):
     """QLookup (DQ -> Tanh -> Q as a byte table): word and byte tails; equal to the CPU's."""
-    inits = [numpy_helper.from_array(np.float32(0.03), "xs"), numpy_helper.from_array(np.uint8(120), "xz"),
-             numpy_helper.from_array(np.float32(1 / 127), "ys"), numpy_helper.from_array(np.int8(0), "yz")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
-             helper.make_node("Tanh", ["xd"], ["t"]),
-             helper.make_node("QuantizeLinear", ["t", "ys", "yz"], ["tq"]),
-             helper.make_node("DequantizeLinear", ["tq", "ys", "yz"], ["y"])]
-    g = helper.make_graph(nodes, "lut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=tqf.IR)
+    model = tqf.lookup_model(shape)
     x = rng.uniform(-5, 5, shape).astype(F32)
     sess, got, cpu, ref = _runs(model, {"x": x})
     assert "QLookup" in sess.describe()
@@ -298,11 +289,7 @@ def test_refit_quantized_gpu_session_equals_fresh(qmodels, tmp_path, name):
     feeds = tqp._inputs(name, 6, 3)
     before = {k: np.array(v) for k, v in sess.run(feeds).items()}
     sess.refit(new, strict=False)
-    for i in m.graph.initializer:
-        if i.name in new:
-            i.CopyFrom(numpy_helper.from_array(new[i.name], i.name))
-    p2 = str(tmp_path / "changed.onnx")
-    onnx.save(m, p2)
+    p2 = tqp.save_with_weights(m, new, str(tmp_path / "changed.onnx"))
     after = sess.run(feeds)
     fresh = ki.Session(p2, device="cuda").run(feeds)
     cpu = ki.Session(p2, threads=2).run(feeds)

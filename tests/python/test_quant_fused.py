@@ -139,10 +139,9 @@ def test_fused_conv_extreme_products(engine):
     _check(engine, model, step, x)
 
 
-@pytest.mark.parametrize("shape", [(3, 37), (1001, 7), (5,)])
-def test_lookup_odd_sizes(engine, rng, shape):
-    """DQ -> Tanh -> Q becomes a byte table lookup (QLookup), read 8 bytes at a time: sizes with
-    tails, split across 2 threads."""
+def lookup_model(shape):
+    """Q -> DQ -> Tanh -> Q -> DQ over x of `shape`: the DQ -> Tanh -> Q in the middle is a
+    byte table (QLookup) for the engine; y is within one output step (1 / 127) of onnxruntime."""
     inits = [numpy_helper.from_array(np.float32(0.03), "xs"), numpy_helper.from_array(np.uint8(120), "xz"),
              numpy_helper.from_array(np.float32(1 / 127), "ys"), numpy_helper.from_array(np.int8(0), "yz")]
     nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
@@ -152,7 +151,14 @@ def test_lookup_odd_sizes(engine, rng, shape):
              helper.make_node("DequantizeLinear", ["tq", "ys", "yz"], ["y"])]
     g = helper.make_graph(nodes, "lut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (1001, 7), (5,)])
+def test_lookup_odd_sizes(engine, rng, shape):
+    """DQ -> Tanh -> Q becomes a byte table lookup (QLookup), read 8 bytes at a time: sizes with
+    tails, split across 2 threads."""
+    model = lookup_model(shape)
     x = rng.uniform(-5, 5, shape).astype(F32)
     ref = _ort_literal(model, {"x": x})
     for threads in (1, 2):

@@ -179,6 +179,16 @@ def test_quantize_without_onnxruntime_names_the_extra(engine, monkeypatch):
     assert issubclass(engine.QuantizationUnavailableError, ImportError)
 
 
+def save_with_weights(m, new, path):
+    """`m` with the initializers named in `new` replaced, written to `path` (for a fresh session
+    to compare a refit against); returns `path`."""
+    for i in m.graph.initializer:
+        if i.name in new:
+            i.CopyFrom(numpy_helper.from_array(new[i.name], i.name))
+    onnx.save(m, path)
+    return path
+
+
 def test_refit_int8_initializers_by_name(engine, qmodels, tmp_path):
     path = qmodels["atari_cnn"]
     m = onnx.load(path)
@@ -194,11 +204,7 @@ def test_refit_int8_initializers_by_name(engine, qmodels, tmp_path):
     feeds = _inputs("atari_cnn", 6, 3)
     before = sess.run(feeds)
     sess.refit(new, strict=False)
-    for i in m.graph.initializer:
-        if i.name in new:
-            i.CopyFrom(numpy_helper.from_array(new[i.name], i.name))
-    p2 = str(tmp_path / "changed.onnx")
-    onnx.save(m, p2)
+    p2 = save_with_weights(m, new, str(tmp_path / "changed.onnx"))
     fresh = engine.Session(p2).run(feeds)
     after = sess.run(feeds)
     for k in fresh:
