@@ -98,6 +98,9 @@ class Session(_core._Session):
       ``__cuda_array_interface__`` / ``__dlpack__`` producer such as CuPy or JAX), read in
       place (copied device to device into the plan); host and device feeds may be mixed.
       They must be C-contiguous and have the model's dtype (InputError naming the input).
+      The run starts after the work queued so far on torch's current stream (torch
+      tensors, read through their C methods), on the stream a ``__cuda_array_interface__``
+      version 3 producer names, or, for ``__dlpack__`` producers, on the run's stream.
     - ``run(feeds, output_device="cuda")`` returns :class:`DeviceArray` results
       (``torch.from_dlpack``, ``cupy.asarray`` work on them without a copy). Each holds its
       engine memory until dropped; later runs never overwrite results still referenced.
