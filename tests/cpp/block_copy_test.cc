@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -53,6 +54,36 @@ TEST(BlockCopy, PrepackedPanelLayout) {
     std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), n * k);
     EXPECT_EQ(blocks.size(), static_cast<size_t>(n / 16));  // one strided block per panel
     ExpectMatchesMap(index, src);
+  }
+}
+
+TEST(BlockCopy, ConvPanelsReadAcrossBothAxes) {
+  // W [co, ci, kk] -> [co / width, kk, ci, width], as conv weights are packed
+  // into panels: blocks read with neither stride 1 (the gathered rows), at
+  // panel widths that are and are not multiples of 8, in float32 and float64.
+  for (auto [co, ci, kk, width] : std::vector<std::array<int64_t, 4>>{
+           {32, 32, 9, 16}, {24, 5, 9, 12}, {14, 3, 4, 7}, {48, 16, 1, 16}}) {
+    SCOPED_TRACE(testing::Message() << co << " x " << ci << " x " << kk << " / " << width);
+    const int64_t n = co * ci * kk;
+    std::vector<int64_t> index = TransposeIndex({co / width, width, ci, kk}, {0, 3, 2, 1});
+    std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), n);
+    if (kk > 1 && ci > 1)
+      for (const CopyBlock& b : blocks) EXPECT_TRUE(b.row_stride != 1 && b.col_stride != 1);
+    const std::vector<float> src = Random(n, static_cast<uint32_t>(n + width));
+    ExpectMatchesMap(index, src);
+    std::vector<double> src64(src.begin(), src.end()), out64(static_cast<size_t>(n), -1.0);
+    const void* srcs64[] = {src64.data()};
+    CopyFault fault;
+    ASSERT_TRUE(CopyBlocks(blocks, srcs64, out64.data(), DType::kFloat64, true, &fault));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out64[i], src64[index[i]]) << "element " << i;
+    // The finite check names the source element of the first bad value.
+    std::vector<float> bad = src;
+    const int64_t at = n - 2 * kk - 1;
+    bad[at] = -INFINITY;
+    std::vector<float> out(static_cast<size_t>(n));
+    const void* bad_srcs[] = {bad.data()};
+    EXPECT_FALSE(CopyBlocks(blocks, bad_srcs, out.data(), DType::kFloat32, true, &fault));
+    EXPECT_EQ(fault.index, at);
   }
 }
 

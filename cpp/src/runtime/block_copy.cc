@@ -101,6 +101,28 @@ template <typename U> int64_t FirstNonFinite(const U* p, int64_t n, U mask) {
 // Elements copied between checks: the checked chunk is still in L1.
 constexpr int64_t kChunk = 4096;
 
+// d[c] = s[c * stride] for c < n, eight independent loads before their stores
+// (a GEMM or conv panel packed from a weight read across both its axes: the
+// plain loop ran at a third of the speed on the EPYC, bound by its
+// load-store chain, and AVX2 gathers were slower still).
+template <typename U> inline void GatherRow(const U* s, int64_t stride, U* d, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const U* p = s + c * stride;
+    const U v0 = p[0], v1 = p[stride], v2 = p[2 * stride], v3 = p[3 * stride],
+            v4 = p[4 * stride], v5 = p[5 * stride], v6 = p[6 * stride], v7 = p[7 * stride];
+    d[c] = v0;
+    d[c + 1] = v1;
+    d[c + 2] = v2;
+    d[c + 3] = v3;
+    d[c + 4] = v4;
+    d[c + 5] = v5;
+    d[c + 6] = v6;
+    d[c + 7] = v7;
+  }
+  for (; c < n; ++c) d[c] = s[c * stride];
+}
+
 
 template <typename U>
 bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, void* dst_base,
@@ -169,7 +191,7 @@ bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, v
         for (int64_t r = r0; r < r1; ++r) {
           const U* s = src + r * b.row_stride;
           U* d = out + r * b.cols;
-          for (int64_t c = c0; c < c1; ++c) d[c] = s[c * b.col_stride];
+          GatherRow(s + c0 * b.col_stride, b.col_stride, d + c0, c1 - c0);
           if (mask) {
             const int64_t i = FirstNonFinite(d + c0, c1 - c0, mask);
             if (i >= 0) return fail(r, c0 + i);
