@@ -385,6 +385,16 @@ def bench_policy_cuda(name, build, min_time):
                     ("torch_cuda_state_dict", lambda: sess.refit(pick(cuda_a, cuda_b)))]:
         res[key] = timeit(fn, min_time)
         res[key]["GBps"] = n_bytes / (res[key]["median_ms"] * 1e-3) / 1e9
+    # The staging as it was (KAIWU_REFIT_PIPELINE=0: chunk by chunk, each upload queued
+    # after its chunk's copy), in the same process, then the default again.
+    os.environ["KAIWU_REFIT_PIPELINE"] = "0"
+    try:
+        res["numpy_chunk_by_chunk"] = timeit(lambda: engine.refit(pick(onnx_a, onnx_b), strict=False),
+                                             min_time)
+    finally:
+        del os.environ["KAIWU_REFIT_PIPELINE"]
+    res["numpy_pipelined_again"] = timeit(lambda: engine.refit(pick(onnx_a, onnx_b), strict=False),
+                                          min_time)
     # sanity: after a refit from CUDA tensors the session computes what torch computes
     res["max_abs_err_vs_torch"] = err_after_refit(sess, module, cuda_b, sd_b, args, ins, outs)
     return res
@@ -394,12 +404,22 @@ def cuda_table(results) -> str:
     rows = ["| policy | MB | numpy -> GPU ms | GB/s | / pinned H2D 64 MB (>= 0.5) | torch CPU sd ms | "
             "torch CUDA sd ms | GB/s | / D2D 64 MB (>= 0.5) | / D2D same bytes | max err vs torch |",
             "|" + "---|" * 11]
+    ab = ["| policy | numpy -> GPU pipelined ms | chunk by chunk ms | pipelined again ms | "
+          "pipelined / chunk by chunk |", "|---|---|---|---|---|"]
     for r in results:
         h, d = r["numpy_onnx_names"], r["torch_cuda_state_dict"]
         rows.append(f"| {r['policy']} | {r['weight_bytes'] / 1e6:.2f} | {h['median_ms']:.3f} | {h['GBps']:.1f} | "
                     f"**{h['GBps'] / r['h2d_64MB_GBps']:.2f}** | {r['torch_cpu_state_dict']['median_ms']:.3f} | "
                     f"{d['median_ms']:.3f} | {d['GBps']:.1f} | **{d['GBps'] / r['d2d_64MB_GBps']:.2f}** | "
                     f"{d['GBps'] / r['d2d_same_bytes_GBps']:.2f} | {r['max_abs_err_vs_torch']:.2g} |")
+        if "numpy_chunk_by_chunk" in r:
+            new = (h["median_ms"] + r["numpy_pipelined_again"]["median_ms"]) / 2  # bracketing old
+            old = r["numpy_chunk_by_chunk"]["median_ms"]
+            ab.append(f"| {r['policy']} | {h['median_ms']:.3f} | {old:.3f} | "
+                      f"{r['numpy_pipelined_again']['median_ms']:.3f} | {new / old:.2f} |")
+    if len(ab) > 2:
+        rows += ["", "Staging A/B in the same process (KAIWU_REFIT_PIPELINE=0: chunk by chunk, as before):",
+                 ""] + ab
     return "\n".join(rows)
 
 
