@@ -173,6 +173,38 @@ def timeit(fn, min_time: float, min_reps: int = 5, max_reps: int = 2000) -> dict
             "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))], "reps": len(times)}
 
 
+def timeit_interleaved(fns: dict, min_time: float, min_reps: int = 5, max_reps: int = 2000) -> dict:
+    """timeit for several methods at once, one call of each in turn: on a shared machine a
+    change of load then hits every method alike, and their ratios compare like with like."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times = {k: [] for k in fns}
+    start = time.perf_counter()
+    reps = 0
+    while reps < min_reps or (time.perf_counter() - start < min_time * len(fns) and reps < max_reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+        reps += 1
+    out = {}
+    for k, ts in times.items():
+        ts.sort()
+        out[k] = {"median_ms": 1e3 * statistics.median(ts), "min_ms": 1e3 * ts[0],
+                  "p90_ms": 1e3 * ts[int(0.9 * (len(ts) - 1))], "reps": len(ts)}
+    return out
+
+
+def alternate(a, b):
+    """A function returning a and b in turn (each method alternates on its own)."""
+    flip = [0]
+
+    def pick():
+        flip[0] ^= 1
+        return a if flip[0] else b
+    return pick
+
+
 def refit_case(build):
     """The exported policy and two weight sets to alternate between (state_dict and ONNX
     names): (module, input names, output names, dynamic axes, example args, model,
@@ -202,7 +234,7 @@ def err_after_refit(sess, module, weights, sd, args, ins, outs) -> float:
     return max(float(np.abs(np.asarray(got[o]) - w.numpy()).max()) for o, w in zip(outs, want))
 
 
-def bench_policy(name, build, min_time, threads, optimize=True):
+def bench_policy(name, build, min_time, threads, optimize=True, sequential=False):
     import onnxruntime as ort
 
     module, ins, outs, dyn, args, model, sd_a, sd_b, onnx_a, onnx_b = refit_case(build)
@@ -218,18 +250,22 @@ def bench_policy(name, build, min_time, threads, optimize=True):
 
     dst = {k: np.empty_like(v) for k, v in onnx_a.items()}
 
+    # Interleaved below: each reads the weight set the one before it did not read (a fresh
+    # set, as a refit gets), but for memcpy after torch, which favours the floor.
+    onnx_memcpy, sd_kaiwu, onnx_kaiwu, sd_torch = (alternate(onnx_a, onnx_b), alternate(sd_b, sd_a),
+                                                   alternate(onnx_a, onnx_b), alternate(sd_b, sd_a))
+
     def memcpy():
-        src = pick(onnx_a, onnx_b)
-        for k, v in src.items():
+        for k, v in onnx_memcpy().items():
             np.copyto(dst[k], v)
 
     def kaiwu_sd():
-        sess.refit(pick(sd_a, sd_b))
+        sess.refit(sd_kaiwu())
 
     engine = getattr(sess, "session", sess)
 
     def kaiwu_onnx():
-        engine.refit(pick(onnx_a, onnx_b), strict=False)
+        engine.refit(onnx_kaiwu(), strict=False)
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads or 0
@@ -252,7 +288,7 @@ def bench_policy(name, build, min_time, threads, optimize=True):
     tmod = build()[0]
 
     def torch_load():
-        tmod.load_state_dict(pick(sd_a, sd_b))
+        tmod.load_state_dict(sd_torch())
 
     # sanity: the refitted session computes what torch computes with the same weights
     err = err_after_refit(sess, module, sd_b, sd_b, args, ins, outs)
@@ -271,9 +307,16 @@ def bench_policy(name, build, min_time, threads, optimize=True):
     except kt.RefitMapError as e:
         res["kaiwu_refit_state_dict_folded_export"] = None
         res["folded_export_error"] = str(e)
-    for key, fn in [("memcpy", memcpy), ("kaiwu_refit_state_dict", kaiwu_sd),
-                    ("kaiwu_refit_onnx_names", kaiwu_onnx), ("ort_recreate", ort_recreate),
-                    ("ort_create_only", ort_create_only), ("torch_load_state_dict", torch_load)]:
+    # The columns the targets compare, interleaved call by call; onnxruntime apart (tens of ms).
+    # --sequential: each timed alone, one after the other (memcpy in a loop of its own keeps
+    # its arrays in the last-level cache, which a refit between training steps does not find).
+    compared = {"memcpy": memcpy, "kaiwu_refit_state_dict": kaiwu_sd,
+                "kaiwu_refit_onnx_names": kaiwu_onnx, "torch_load_state_dict": torch_load}
+    if sequential:
+        res.update({k: timeit(fn, min_time) for k, fn in compared.items()})
+    else:
+        res.update(timeit_interleaved(compared, min_time))
+    for key, fn in [("ort_recreate", ort_recreate), ("ort_create_only", ort_create_only)]:
         res[key] = timeit(fn, min_time)
     return res
 
@@ -429,6 +472,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="engine/ort threads (default: all)")
     p.add_argument("--policies", default=None, help="comma-separated subset")
     p.add_argument("--no-optimize", action="store_true", help="Session(optimize=False)")
+    p.add_argument("--sequential", action="store_true",
+                   help="time memcpy, kaiwu and torch load one after the other (default: interleaved)")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "dev-2core"))
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cuda: GPU sessions, refit from numpy and from torch CUDA tensors (refit_cuda.md)")
@@ -441,7 +486,8 @@ def main(argv=None):
     results = []
     for n in names:
         print(f"{n} ...", flush=True)
-        r = bench_policy(n, builders[n], a.min_time, a.threads, optimize=not a.no_optimize)
+        r = bench_policy(n, builders[n], a.min_time, a.threads, optimize=not a.no_optimize,
+                         sequential=a.sequential)
         if r["max_abs_err_vs_torch"] > 1e-4:
             print(f"  WARNING: after refit the engine differs from torch by {r['max_abs_err_vs_torch']:.3g}")
         results.append(r)
@@ -451,7 +497,7 @@ def main(argv=None):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": cmd.strip(), "machine": machine_info(), "versions": versions(),
             "policies_from": source, "threads": a.threads, "min_time_s": a.min_time,
-            "optimize": not a.no_optimize}
+            "optimize": not a.no_optimize, "sequential": a.sequential}
     os.makedirs(a.out_dir, exist_ok=True)
     with open(os.path.join(a.out_dir, "refit.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=2)
@@ -465,7 +511,12 @@ def main(argv=None):
         f.write("Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "  \n")
         f.write(f"Policies: {source}; Session(threads={a.threads}, optimize={not a.no_optimize})\n\n")
         f.write("Median of repeated measurements (>= 5 reps, >= "
-                f"{a.min_time} s each), alternating between two weight sets.\n\n")
+                f"{a.min_time} s each), alternating between two weight sets; " + (
+                    "each method timed alone, one after the other (--sequential).\n\n" if a.sequential else
+                    "memcpy floor, kaiwu\nrefit(sd), kaiwu refit(onnx) and torch load_state_dict "
+                    "interleaved call by call (a change\nof load on the shared machine hits all four "
+                    "alike, and no method keeps its arrays in cache\nby running in a loop of its own; "
+                    "--sequential times each alone).\n\n"))
         f.write(md + "\n\n")
         f.write("- memcpy floor: np.copyto of every weight array (the bytes a refit must move).\n"
                 "- kaiwu refit(sd): `sess.refit(module.state_dict())`, refit map applied.\n"
