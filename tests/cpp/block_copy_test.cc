@@ -123,6 +123,39 @@ TEST(BlockCopy, TransposeWithFiniteCheckNamesTheElement) {
   EXPECT_EQ(fault.index, 5 * rows + 11);
 }
 
+TEST(BlockCopy, TransposeFiniteCheckAcrossRowRanges) {
+  // Checked transposes run in row ranges (their source runs checked as they are read):
+  // a clean copy equals the map, and a bad value in the first, a later or the last range
+  // is named, through CopyBlocks and through streamed pieces (the device staging).
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1000, 16}, {5000, 3}, {37, 64}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const std::vector<float> src = Random(rows * cols, static_cast<uint32_t>(rows + cols));
+    std::vector<int64_t> index = TransposeIndex({cols, rows}, {1, 0});
+    std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), rows * cols);
+    ASSERT_EQ(blocks[0].row_stride, 1);
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    CopyFault fault;
+    const void* srcs[] = {src.data()};
+    ASSERT_TRUE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
+    for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(out[i], src[index[i]]) << "element " << i;
+    for (int64_t at : {rows + 5, (cols - 1) * rows + rows * 7 / 10, rows * cols - 1}) {
+      std::vector<float> bad = src;
+      bad[at] = std::nanf("");
+      const void* bad_srcs[] = {bad.data()};
+      EXPECT_FALSE(CopyBlocks(blocks, bad_srcs, out.data(), DType::kFloat32, true, &fault));
+      EXPECT_EQ(fault.index, at);
+      std::vector<CopyTask> jobs = {CopyTask{&blocks, bad_srcs, out.data(), DType::kFloat32}};
+      std::vector<CopyPiece> pieces;
+      SplitTasks(jobs, 1 << 14, &pieces);
+      size_t task = 9;
+      fault = CopyFault{};
+      EXPECT_FALSE(CopyPieces(jobs, pieces.data(), pieces.size(), true, true, &fault, &task, nullptr));
+      EXPECT_EQ(fault.index, at);
+      EXPECT_EQ(task, 0u);
+    }
+  }
+}
+
 TEST(BlockCopy, ParallelPiecesEqualTheSerialCopy) {
   ThreadPool pool(4);
   // A long contiguous run, a transpose, and a panel layout, each large enough to be split.

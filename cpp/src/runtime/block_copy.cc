@@ -162,15 +162,28 @@ bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, v
       }
       continue;
     }
-    if (b.row_stride == 1 && !mask) {
+    if (b.row_stride == 1 && sizeof(U) == 4) {
       // A transpose of a row-major source (the panels of a prepacked GEMM
-      // weight, a transposed matrix): core/transpose for 4-byte elements, else
-      // each source row read contiguously into a destination tile in L1.
-      if (sizeof(U) == 4) {
-        if (stream) Transpose32Stream(src, b.rows, b.cols, b.col_stride, out);
-        else Transpose32(src, b.rows, b.cols, b.col_stride, out);
-        continue;
+      // weight, a transposed matrix): core/transpose. With the finite check,
+      // in row ranges of about kChunk elements, each range's source runs
+      // checked right after they were read (still in L1): no second pass.
+      const int64_t step =
+          mask ? std::max<int64_t>(16, (kChunk / std::max<int64_t>(b.cols, 1)) & ~int64_t{15}) : b.rows;
+      for (int64_t r0 = 0; r0 < b.rows; r0 += step) {
+        const int64_t n = std::min(step, b.rows - r0);
+        if (stream) Transpose32Stream(src + r0, n, b.cols, b.col_stride, out + r0 * b.cols);
+        else Transpose32(src + r0, n, b.cols, b.col_stride, out + r0 * b.cols);
+        if (!mask) continue;
+        for (int64_t c = 0; c < b.cols; ++c) {
+          const int64_t i = FirstNonFinite(src + r0 + c * b.col_stride, n, mask);
+          if (i >= 0) return fail(r0 + i, c);
+        }
       }
+      continue;
+    }
+    if (b.row_stride == 1 && !mask) {
+      // Other element sizes: each source row read contiguously into a
+      // destination tile in L1.
       const int64_t tile_rows = std::max<int64_t>(32, 4096 / std::max<int64_t>(b.cols, 1));
       for (int64_t r0 = 0; r0 < b.rows; r0 += tile_rows) {
         const int64_t n = std::min(tile_rows, b.rows - r0);
