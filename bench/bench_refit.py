@@ -250,10 +250,10 @@ def bench_policy(name, build, min_time, threads, optimize=True, sequential=False
 
     dst = {k: np.empty_like(v) for k, v in onnx_a.items()}
 
-    # Interleaved below: each reads the weight set the one before it did not read (a fresh
-    # set, as a refit gets), but for memcpy after torch, which favours the floor.
+    # Interleaved below (memcpy, kaiwu sd, kaiwu onnx, kaiwu onnx checked, torch): each reads
+    # the weight set the one before it did not read (a fresh set, as a refit gets).
     onnx_memcpy, sd_kaiwu, onnx_kaiwu, sd_torch = (alternate(onnx_a, onnx_b), alternate(sd_b, sd_a),
-                                                   alternate(onnx_a, onnx_b), alternate(sd_b, sd_a))
+                                                   alternate(onnx_a, onnx_b), alternate(sd_a, sd_b))
 
     def memcpy():
         for k, v in onnx_memcpy().items():
@@ -266,6 +266,11 @@ def bench_policy(name, build, min_time, threads, optimize=True, sequential=False
 
     def kaiwu_onnx():
         engine.refit(onnx_kaiwu(), strict=False)
+
+    onnx_checked = alternate(onnx_b, onnx_a)
+
+    def kaiwu_onnx_checked():
+        engine.refit(onnx_checked(), strict=False, check_finite=True)
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads or 0
@@ -311,7 +316,9 @@ def bench_policy(name, build, min_time, threads, optimize=True, sequential=False
     # --sequential: each timed alone, one after the other (memcpy in a loop of its own keeps
     # its arrays in the last-level cache, which a refit between training steps does not find).
     compared = {"memcpy": memcpy, "kaiwu_refit_state_dict": kaiwu_sd,
-                "kaiwu_refit_onnx_names": kaiwu_onnx, "torch_load_state_dict": torch_load}
+                "kaiwu_refit_onnx_names": kaiwu_onnx,
+                "kaiwu_refit_onnx_names_check_finite": kaiwu_onnx_checked,
+                "torch_load_state_dict": torch_load}
     if sequential:
         res.update({k: timeit(fn, min_time) for k, fn in compared.items()})
     else:
@@ -355,6 +362,7 @@ def versions():
 
 COLS = [("memcpy", "memcpy floor"), ("kaiwu_refit_state_dict", "kaiwu refit(sd)"),
         ("kaiwu_refit_onnx_names", "kaiwu refit(onnx)"),
+        ("kaiwu_refit_onnx_names_check_finite", "kaiwu refit(onnx), check_finite"),
         ("kaiwu_refit_state_dict_folded_export", "kaiwu refit(sd), folded export"), ("ort_recreate", "ort re-create"),
         ("ort_create_only", "ort create only"), ("torch_load_state_dict", "torch load_state_dict")]
 
@@ -368,15 +376,18 @@ def cpu_targets(r) -> tuple[float, float]:
 
 def table(results) -> str:
     head = ("| policy | params | MB | " + " | ".join(c[1] + " ms" for c in COLS)
-            + " | ort / kaiwu | kaiwu / torch load (<= 1) | kaiwu / (2 memcpy + 20 us) (<= 1) |")
-    sep = "|" + "---|" * (len(COLS) + 6)
+            + " | ort / kaiwu | check_finite / plain | kaiwu / torch load (<= 1) "
+              "| kaiwu / (2 memcpy + 20 us) (<= 1) |")
+    sep = "|" + "---|" * (len(COLS) + 7)
     rows = [head, sep]
     for r in results:
         ratio = r["ort_recreate"]["median_ms"] / r["kaiwu_refit_state_dict"]["median_ms"]
         vs_torch, vs_copy = cpu_targets(r)
+        check = r.get("kaiwu_refit_onnx_names_check_finite")
+        check = f"{check['median_ms'] / r['kaiwu_refit_onnx_names']['median_ms']:.2f}" if check else "n/a"
         rows.append(f"| {r['policy']} | {r['params']:,} | {r['weight_bytes'] / 1e6:.2f} | "
                     + " | ".join(f"{r[k]['median_ms']:.3f}" if r.get(k) else "n/a" for k, _ in COLS)
-                    + f" | {ratio:.0f}x | **{vs_torch:.2f}** | **{vs_copy:.2f}** |")
+                    + f" | {ratio:.0f}x | {check} | **{vs_torch:.2f}** | **{vs_copy:.2f}** |")
     return "\n".join(rows)
 
 
@@ -513,14 +524,16 @@ def main(argv=None):
         f.write("Median of repeated measurements (>= 5 reps, >= "
                 f"{a.min_time} s each), alternating between two weight sets; " + (
                     "each method timed alone, one after the other (--sequential).\n\n" if a.sequential else
-                    "memcpy floor, kaiwu\nrefit(sd), kaiwu refit(onnx) and torch load_state_dict "
-                    "interleaved call by call (a change\nof load on the shared machine hits all four "
+                    "memcpy floor, kaiwu\nrefit(sd), kaiwu refit(onnx) (plain and checked) and torch load_state_dict "
+                    "interleaved call by call\n(a change of load on the shared machine hits all "
                     "alike, and no method keeps its arrays in cache\nby running in a loop of its own; "
                     "--sequential times each alone).\n\n"))
         f.write(md + "\n\n")
         f.write("- memcpy floor: np.copyto of every weight array (the bytes a refit must move).\n"
                 "- kaiwu refit(sd): `sess.refit(module.state_dict())`, refit map applied.\n"
                 "- kaiwu refit(onnx): refit by ONNX names (engine: checks, copy, derived weights, publish).\n"
+                "- kaiwu refit(onnx), check_finite: the same refusing NaN/Inf (the check fused into the copy);\n"
+                "  check_finite / plain: its time over kaiwu refit(onnx).\n"
                 "- kaiwu refit(sd), folded export: the model exported with constant_folding=True, so the\n"
                 "  refit map does transposes and LSTM/GRU gate repacking in numpy and the engine has no\n"
                 "  derived weights to recompute.\n"
