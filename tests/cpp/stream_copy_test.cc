@@ -43,6 +43,40 @@ TEST(StreamCopy, EqualsMemcpyAtEveryAlignment) {
   }
 }
 
+TEST(StreamCopy, CopyCheckBitsFindsEveryBadPosition) {
+  // The copy equals memcpy at every length class (4-vector steps, single vectors, a
+  // scalar tail), and one NaN, +Inf or -Inf anywhere in it is reported.
+  for (int64_t n : {0, 5, 8, 31, 32, 100, 4099}) {
+    SCOPED_TRACE(testing::Message() << n << " elements");
+    const std::vector<float> src = Random(n, static_cast<uint32_t>(n + 1));
+    std::vector<float> dst(static_cast<size_t>(n) + 1, -7.0f);
+    EXPECT_FALSE(CopyCheckBits32(dst.data(), src.data(), n, 0x7f800000u));
+    EXPECT_EQ(0, std::memcmp(dst.data(), src.data(), static_cast<size_t>(n) * sizeof(float)));
+    EXPECT_EQ(dst[n], -7.0f);  // nothing written past the end
+    const float bad_values[] = {std::nanf(""), INFINITY, -INFINITY};
+    for (int64_t at = 0; at < n; at += (n < 64 ? 1 : 37)) {
+      std::vector<float> bad = src;
+      bad[at] = bad_values[at % 3];
+      EXPECT_TRUE(CopyCheckBits32(dst.data(), bad.data(), n, 0x7f800000u)) << "bad at " << at;
+      EXPECT_EQ(0, std::memcmp(dst.data(), bad.data(), static_cast<size_t>(n) * sizeof(float)));
+    }
+  }
+  // Through CopyBlocks: a run of several check chunks names the bad element's index.
+  const int64_t n = 10000;
+  std::vector<float> src = Random(n, 3), out(static_cast<size_t>(n));
+  std::vector<CopyBlock> blocks(1);
+  blocks[0].cols = n;
+  blocks[0].row_stride = n;
+  for (int64_t at : {int64_t{0}, int64_t{4100}, n - 1}) {
+    std::vector<float> bad = src;
+    bad[at] = INFINITY;
+    const void* srcs[] = {bad.data()};
+    CopyFault fault;
+    EXPECT_FALSE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
+    EXPECT_EQ(fault.index, at);
+  }
+}
+
 TEST(StreamCopy, TransposeEqualsThePlainTranspose) {
   // Panels of 16 and 32 columns (streamed), and columns that are not (the plain path).
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{

@@ -152,6 +152,14 @@ bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, v
         U* d = out + r * cols;
         for (int64_t c = 0; c < cols; c += kChunk) {
           const int64_t len = std::min(kChunk, cols - c);
+          if constexpr (sizeof(U) == 4) {
+            // float32 checked into cache: the check rides on the copy's own loads.
+            if (mask && !stream) {
+              if (!CopyCheckBits32(d + c, s + c, len, mask)) continue;
+              const int64_t i = FirstNonFinite(s + c, len, mask);
+              return merged ? fail(0, c + i) : fail(r, c + i);
+            }
+          }
           if (stream) StreamCopy(d + c, s + c, static_cast<size_t>(len) * sizeof(U));
           else std::memcpy(d + c, s + c, static_cast<size_t>(len) * sizeof(U));
           if (mask) {  // the source: a streamed destination is not in cache
