@@ -77,6 +77,31 @@ TEST(StreamCopy, CopyCheckBitsFindsEveryBadPosition) {
   }
 }
 
+TEST(StreamCopy, TransposeCheckFindsEveryBadPosition) {
+  // Transpose32Check equals Transpose32 (8 x 8 tiles, 8 x 4 tiles, edges) and reports one
+  // non-finite value wherever it is; ld wider than the rows read.
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 5}, {16, 16}, {9, 17}, {64, 3}, {31, 64}, {100, 13}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const int64_t ld = rows + 3;
+    const std::vector<float> src = Random(cols * ld, static_cast<uint32_t>(rows * 7 + cols));
+    std::vector<float> want(static_cast<size_t>(rows * cols)), got(want.size());
+    Transpose32(src.data(), rows, cols, ld, want.data());
+    EXPECT_FALSE(Transpose32Check(src.data(), rows, cols, ld, got.data(), 0x7f800000u));
+    EXPECT_EQ(got, want);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> bad = src;
+        bad[c * ld + r] = (r + c) % 2 ? INFINITY : std::nanf("");
+        ASSERT_TRUE(Transpose32Check(bad.data(), rows, cols, ld, got.data(), 0x7f800000u))
+            << "bad at row " << r << ", column " << c;
+      }
+    std::vector<float> outside = src;  // past the rows read: not looked at
+    outside[ld - 1] = std::nanf("");
+    EXPECT_FALSE(Transpose32Check(outside.data(), rows, cols, ld, got.data(), 0x7f800000u));
+  }
+}
+
 TEST(StreamCopy, TransposeEqualsThePlainTranspose) {
   // Panels of 16 and 32 columns (streamed), and columns that are not (the plain path).
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{

@@ -173,15 +173,19 @@ bool CopyTyped(const CopyBlock* blocks, size_t count, const void* const* srcs, v
     if (b.row_stride == 1 && sizeof(U) == 4) {
       // A transpose of a row-major source (the panels of a prepacked GEMM
       // weight, a transposed matrix): core/transpose. With the finite check,
-      // in row ranges of about kChunk elements, each range's source runs
-      // checked right after they were read (still in L1): no second pass.
+      // in row ranges of about kChunk elements: into cache, each element
+      // checked as it is loaded; streamed, each range's source runs checked
+      // right after they were read (still in L1). A range found bad is
+      // scanned for the first bad element.
       const int64_t step =
           mask ? std::max<int64_t>(16, (kChunk / std::max<int64_t>(b.cols, 1)) & ~int64_t{15}) : b.rows;
       for (int64_t r0 = 0; r0 < b.rows; r0 += step) {
         const int64_t n = std::min(step, b.rows - r0);
+        bool scan = mask != 0;
         if (stream) Transpose32Stream(src + r0, n, b.cols, b.col_stride, out + r0 * b.cols);
+        else if (mask) scan = Transpose32Check(src + r0, n, b.cols, b.col_stride, out + r0 * b.cols, mask);
         else Transpose32(src + r0, n, b.cols, b.col_stride, out + r0 * b.cols);
-        if (!mask) continue;
+        if (!scan) continue;
         for (int64_t c = 0; c < b.cols; ++c) {
           const int64_t i = FirstNonFinite(src + r0 + c * b.col_stride, n, mask);
           if (i >= 0) return fail(r0 + i, c);
