@@ -173,6 +173,38 @@ def timeit(fn, min_time: float, min_reps: int = 5, max_reps: int = 2000) -> dict
             "p90_ms": 1e3 * times[int(0.9 * (len(times) - 1))], "reps": len(times)}
 
 
+def timeit_interleaved(fns: dict, min_time: float, min_reps: int = 5, max_reps: int = 2000) -> dict:
+    """timeit for several methods at once, one call of each in turn: on a shared machine a
+    change of load then hits every method alike, and their ratios compare like with like."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times = {k: [] for k in fns}
+    start = time.perf_counter()
+    reps = 0
+    while reps < min_reps or (time.perf_counter() - start < min_time * len(fns) and reps < max_reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+        reps += 1
+    out = {}
+    for k, ts in times.items():
+        ts.sort()
+        out[k] = {"median_ms": 1e3 * statistics.median(ts), "min_ms": 1e3 * ts[0],
+                  "p90_ms": 1e3 * ts[int(0.9 * (len(ts) - 1))], "reps": len(ts)}
+    return out
+
+
+def alternate(a, b):
+    """A function returning a and b in turn (each method alternates on its own)."""
+    flip = [0]
+
+    def pick():
+        flip[0] ^= 1
+        return a if flip[0] else b
+    return pick
+
+
 def refit_case(build):
     """The exported policy and two weight sets to alternate between (state_dict and ONNX
     names): (module, input names, output names, dynamic axes, example args, model,
@@ -202,7 +234,7 @@ def err_after_refit(sess, module, weights, sd, args, ins, outs) -> float:
     return max(float(np.abs(np.asarray(got[o]) - w.numpy()).max()) for o, w in zip(outs, want))
 
 
-def bench_policy(name, build, min_time, threads, optimize=True):
+def bench_policy(name, build, min_time, threads, optimize=True, sequential=False):
     import onnxruntime as ort
 
     module, ins, outs, dyn, args, model, sd_a, sd_b, onnx_a, onnx_b = refit_case(build)
@@ -218,18 +250,27 @@ def bench_policy(name, build, min_time, threads, optimize=True):
 
     dst = {k: np.empty_like(v) for k, v in onnx_a.items()}
 
+    # Interleaved below (memcpy, kaiwu sd, kaiwu onnx, kaiwu onnx checked, torch): each reads
+    # the weight set the one before it did not read (a fresh set, as a refit gets).
+    onnx_memcpy, sd_kaiwu, onnx_kaiwu, sd_torch = (alternate(onnx_a, onnx_b), alternate(sd_b, sd_a),
+                                                   alternate(onnx_a, onnx_b), alternate(sd_a, sd_b))
+
     def memcpy():
-        src = pick(onnx_a, onnx_b)
-        for k, v in src.items():
+        for k, v in onnx_memcpy().items():
             np.copyto(dst[k], v)
 
     def kaiwu_sd():
-        sess.refit(pick(sd_a, sd_b))
+        sess.refit(sd_kaiwu())
 
     engine = getattr(sess, "session", sess)
 
     def kaiwu_onnx():
-        engine.refit(pick(onnx_a, onnx_b), strict=False)
+        engine.refit(onnx_kaiwu(), strict=False)
+
+    onnx_checked = alternate(onnx_b, onnx_a)
+
+    def kaiwu_onnx_checked():
+        engine.refit(onnx_checked(), strict=False, check_finite=True)
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads or 0
@@ -252,7 +293,7 @@ def bench_policy(name, build, min_time, threads, optimize=True):
     tmod = build()[0]
 
     def torch_load():
-        tmod.load_state_dict(pick(sd_a, sd_b))
+        tmod.load_state_dict(sd_torch())
 
     # sanity: the refitted session computes what torch computes with the same weights
     err = err_after_refit(sess, module, sd_b, sd_b, args, ins, outs)
@@ -271,9 +312,18 @@ def bench_policy(name, build, min_time, threads, optimize=True):
     except kt.RefitMapError as e:
         res["kaiwu_refit_state_dict_folded_export"] = None
         res["folded_export_error"] = str(e)
-    for key, fn in [("memcpy", memcpy), ("kaiwu_refit_state_dict", kaiwu_sd),
-                    ("kaiwu_refit_onnx_names", kaiwu_onnx), ("ort_recreate", ort_recreate),
-                    ("ort_create_only", ort_create_only), ("torch_load_state_dict", torch_load)]:
+    # The columns the targets compare, interleaved call by call; onnxruntime apart (tens of ms).
+    # --sequential: each timed alone, one after the other (memcpy in a loop of its own keeps
+    # its arrays in the last-level cache, which a refit between training steps does not find).
+    compared = {"memcpy": memcpy, "kaiwu_refit_state_dict": kaiwu_sd,
+                "kaiwu_refit_onnx_names": kaiwu_onnx,
+                "kaiwu_refit_onnx_names_check_finite": kaiwu_onnx_checked,
+                "torch_load_state_dict": torch_load}
+    if sequential:
+        res.update({k: timeit(fn, min_time) for k, fn in compared.items()})
+    else:
+        res.update(timeit_interleaved(compared, min_time))
+    for key, fn in [("ort_recreate", ort_recreate), ("ort_create_only", ort_create_only)]:
         res[key] = timeit(fn, min_time)
     return res
 
@@ -312,6 +362,7 @@ def versions():
 
 COLS = [("memcpy", "memcpy floor"), ("kaiwu_refit_state_dict", "kaiwu refit(sd)"),
         ("kaiwu_refit_onnx_names", "kaiwu refit(onnx)"),
+        ("kaiwu_refit_onnx_names_check_finite", "kaiwu refit(onnx), check_finite"),
         ("kaiwu_refit_state_dict_folded_export", "kaiwu refit(sd), folded export"), ("ort_recreate", "ort re-create"),
         ("ort_create_only", "ort create only"), ("torch_load_state_dict", "torch load_state_dict")]
 
@@ -325,15 +376,18 @@ def cpu_targets(r) -> tuple[float, float]:
 
 def table(results) -> str:
     head = ("| policy | params | MB | " + " | ".join(c[1] + " ms" for c in COLS)
-            + " | ort / kaiwu | kaiwu / torch load (<= 1) | kaiwu / (2 memcpy + 20 us) (<= 1) |")
-    sep = "|" + "---|" * (len(COLS) + 6)
+            + " | ort / kaiwu | check_finite / plain | kaiwu / torch load (<= 1) "
+              "| kaiwu / (2 memcpy + 20 us) (<= 1) |")
+    sep = "|" + "---|" * (len(COLS) + 7)
     rows = [head, sep]
     for r in results:
         ratio = r["ort_recreate"]["median_ms"] / r["kaiwu_refit_state_dict"]["median_ms"]
         vs_torch, vs_copy = cpu_targets(r)
+        check = r.get("kaiwu_refit_onnx_names_check_finite")
+        check = f"{check['median_ms'] / r['kaiwu_refit_onnx_names']['median_ms']:.2f}" if check else "n/a"
         rows.append(f"| {r['policy']} | {r['params']:,} | {r['weight_bytes'] / 1e6:.2f} | "
                     + " | ".join(f"{r[k]['median_ms']:.3f}" if r.get(k) else "n/a" for k, _ in COLS)
-                    + f" | {ratio:.0f}x | **{vs_torch:.2f}** | **{vs_copy:.2f}** |")
+                    + f" | {ratio:.0f}x | {check} | **{vs_torch:.2f}** | **{vs_copy:.2f}** |")
     return "\n".join(rows)
 
 
@@ -385,6 +439,16 @@ def bench_policy_cuda(name, build, min_time):
                     ("torch_cuda_state_dict", lambda: sess.refit(pick(cuda_a, cuda_b)))]:
         res[key] = timeit(fn, min_time)
         res[key]["GBps"] = n_bytes / (res[key]["median_ms"] * 1e-3) / 1e9
+    # The staging as it was (KAIWU_REFIT_PIPELINE=0: chunk by chunk, each upload queued
+    # after its chunk's copy), in the same process, then the default again.
+    os.environ["KAIWU_REFIT_PIPELINE"] = "0"
+    try:
+        res["numpy_chunk_by_chunk"] = timeit(lambda: engine.refit(pick(onnx_a, onnx_b), strict=False),
+                                             min_time)
+    finally:
+        del os.environ["KAIWU_REFIT_PIPELINE"]
+    res["numpy_pipelined_again"] = timeit(lambda: engine.refit(pick(onnx_a, onnx_b), strict=False),
+                                          min_time)
     # sanity: after a refit from CUDA tensors the session computes what torch computes
     res["max_abs_err_vs_torch"] = err_after_refit(sess, module, cuda_b, sd_b, args, ins, outs)
     return res
@@ -394,12 +458,22 @@ def cuda_table(results) -> str:
     rows = ["| policy | MB | numpy -> GPU ms | GB/s | / pinned H2D 64 MB (>= 0.5) | torch CPU sd ms | "
             "torch CUDA sd ms | GB/s | / D2D 64 MB (>= 0.5) | / D2D same bytes | max err vs torch |",
             "|" + "---|" * 11]
+    ab = ["| policy | numpy -> GPU pipelined ms | chunk by chunk ms | pipelined again ms | "
+          "pipelined / chunk by chunk |", "|---|---|---|---|---|"]
     for r in results:
         h, d = r["numpy_onnx_names"], r["torch_cuda_state_dict"]
         rows.append(f"| {r['policy']} | {r['weight_bytes'] / 1e6:.2f} | {h['median_ms']:.3f} | {h['GBps']:.1f} | "
                     f"**{h['GBps'] / r['h2d_64MB_GBps']:.2f}** | {r['torch_cpu_state_dict']['median_ms']:.3f} | "
                     f"{d['median_ms']:.3f} | {d['GBps']:.1f} | **{d['GBps'] / r['d2d_64MB_GBps']:.2f}** | "
                     f"{d['GBps'] / r['d2d_same_bytes_GBps']:.2f} | {r['max_abs_err_vs_torch']:.2g} |")
+        if "numpy_chunk_by_chunk" in r:
+            new = (h["median_ms"] + r["numpy_pipelined_again"]["median_ms"]) / 2  # bracketing old
+            old = r["numpy_chunk_by_chunk"]["median_ms"]
+            ab.append(f"| {r['policy']} | {h['median_ms']:.3f} | {old:.3f} | "
+                      f"{r['numpy_pipelined_again']['median_ms']:.3f} | {new / old:.2f} |")
+    if len(ab) > 2:
+        rows += ["", "Staging A/B in the same process (KAIWU_REFIT_PIPELINE=0: chunk by chunk, as before):",
+                 ""] + ab
     return "\n".join(rows)
 
 
@@ -409,6 +483,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="engine/ort threads (default: all)")
     p.add_argument("--policies", default=None, help="comma-separated subset")
     p.add_argument("--no-optimize", action="store_true", help="Session(optimize=False)")
+    p.add_argument("--sequential", action="store_true",
+                   help="time memcpy, kaiwu and torch load one after the other (default: interleaved)")
     p.add_argument("--out-dir", default=os.path.join(HERE, "results", "dev-2core"))
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cuda: GPU sessions, refit from numpy and from torch CUDA tensors (refit_cuda.md)")
@@ -421,7 +497,8 @@ def main(argv=None):
     results = []
     for n in names:
         print(f"{n} ...", flush=True)
-        r = bench_policy(n, builders[n], a.min_time, a.threads, optimize=not a.no_optimize)
+        r = bench_policy(n, builders[n], a.min_time, a.threads, optimize=not a.no_optimize,
+                         sequential=a.sequential)
         if r["max_abs_err_vs_torch"] > 1e-4:
             print(f"  WARNING: after refit the engine differs from torch by {r['max_abs_err_vs_torch']:.3g}")
         results.append(r)
@@ -431,7 +508,7 @@ def main(argv=None):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": cmd.strip(), "machine": machine_info(), "versions": versions(),
             "policies_from": source, "threads": a.threads, "min_time_s": a.min_time,
-            "optimize": not a.no_optimize}
+            "optimize": not a.no_optimize, "sequential": a.sequential}
     os.makedirs(a.out_dir, exist_ok=True)
     with open(os.path.join(a.out_dir, "refit.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=2)
@@ -445,11 +522,18 @@ def main(argv=None):
         f.write("Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "  \n")
         f.write(f"Policies: {source}; Session(threads={a.threads}, optimize={not a.no_optimize})\n\n")
         f.write("Median of repeated measurements (>= 5 reps, >= "
-                f"{a.min_time} s each), alternating between two weight sets.\n\n")
+                f"{a.min_time} s each), alternating between two weight sets; " + (
+                    "each method timed alone, one after the other (--sequential).\n\n" if a.sequential else
+                    "memcpy floor, kaiwu\nrefit(sd), kaiwu refit(onnx) (plain and checked) and torch load_state_dict "
+                    "interleaved call by call\n(a change of load on the shared machine hits all "
+                    "alike, and no method keeps its arrays in cache\nby running in a loop of its own; "
+                    "--sequential times each alone).\n\n"))
         f.write(md + "\n\n")
         f.write("- memcpy floor: np.copyto of every weight array (the bytes a refit must move).\n"
                 "- kaiwu refit(sd): `sess.refit(module.state_dict())`, refit map applied.\n"
                 "- kaiwu refit(onnx): refit by ONNX names (engine: checks, copy, derived weights, publish).\n"
+                "- kaiwu refit(onnx), check_finite: the same refusing NaN/Inf (the check fused into the copy);\n"
+                "  check_finite / plain: its time over kaiwu refit(onnx).\n"
                 "- kaiwu refit(sd), folded export: the model exported with constant_folding=True, so the\n"
                 "  refit map does transposes and LSTM/GRU gate repacking in numpy and the engine has no\n"
                 "  derived weights to recompute.\n"

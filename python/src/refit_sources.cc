@@ -51,8 +51,11 @@ const Names& N() {
   return *names;
 }
 
+// obj.method() through vectorcall: no bound method object is made per call.
 py::object Call(const py::handle& obj, const py::str& method) {
-  PyObject* r = PyObject_CallMethodObjArgs(obj.ptr(), method.ptr(), nullptr);
+  PyObject* args[] = {obj.ptr()};
+  PyObject* r = PyObject_VectorcallMethod(method.ptr(), args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          nullptr);
   if (!r) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(r);
 }
@@ -70,9 +73,11 @@ struct Refused {
 bool ReadTorch(const Torch& torch, py::object obj, const std::string_view name, int device_ordinal,
                RefitSource* out, std::vector<py::object>* keep) {
   const Names& n = N();
-  const bool cuda = obj.attr(n.is_cuda).ptr() == Py_True;
-  if (cuda && (device_ordinal < 0 || Call(obj, n.get_device).cast<int>() != device_ordinal))
+  bool cuda = obj.attr(n.is_cuda).ptr() == Py_True;
+  if (cuda && (device_ordinal < 0 || Call(obj, n.get_device).cast<int>() != device_ordinal)) {
     obj = Call(Call(obj, n.detach), n.cpu);  // another device: through the host
+    cuda = false;
+  }
   PyObject* dt = obj.attr(n.dtype).ptr();
   out->view.dtype = DType::kUndefined;
   for (const auto& [p, d] : torch.dtypes)
@@ -88,7 +93,7 @@ bool ReadTorch(const Torch& torch, py::object obj, const std::string_view name, 
   py::object ptr = Call(obj, n.data_ptr);
   out->view.data = PyLong_AsVoidPtr(ptr.ptr());
   if (PyErr_Occurred()) throw py::error_already_set();
-  out->device = cuda && obj.attr(n.is_cuda).ptr() == Py_True ? device_ordinal : -1;
+  out->device = cuda ? device_ordinal : -1;  // contiguous() keeps the device
   keep->push_back(std::move(obj));
   return true;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -56,6 +57,36 @@ TEST(BlockCopy, PrepackedPanelLayout) {
   }
 }
 
+TEST(BlockCopy, ConvPanelsReadAcrossBothAxes) {
+  // W [co, ci, kk] -> [co / width, kk, ci, width], as conv weights are packed
+  // into panels: blocks read with neither stride 1 (the gathered rows), at
+  // panel widths that are and are not multiples of 8, in float32 and float64.
+  for (auto [co, ci, kk, width] : std::vector<std::array<int64_t, 4>>{
+           {32, 32, 9, 16}, {24, 5, 9, 12}, {14, 3, 4, 7}, {48, 16, 1, 16}}) {
+    SCOPED_TRACE(testing::Message() << co << " x " << ci << " x " << kk << " / " << width);
+    const int64_t n = co * ci * kk;
+    std::vector<int64_t> index = TransposeIndex({co / width, width, ci, kk}, {0, 3, 2, 1});
+    std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), n);
+    if (kk > 1 && ci > 1)
+      for (const CopyBlock& b : blocks) EXPECT_TRUE(b.row_stride != 1 && b.col_stride != 1);
+    const std::vector<float> src = Random(n, static_cast<uint32_t>(n + width));
+    ExpectMatchesMap(index, src);
+    std::vector<double> src64(src.begin(), src.end()), out64(static_cast<size_t>(n), -1.0);
+    const void* srcs64[] = {src64.data()};
+    CopyFault fault;
+    ASSERT_TRUE(CopyBlocks(blocks, srcs64, out64.data(), DType::kFloat64, true, &fault));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out64[i], src64[index[i]]) << "element " << i;
+    // The finite check names the source element of the first bad value.
+    std::vector<float> bad = src;
+    const int64_t at = n - 2 * kk - 1;
+    bad[at] = -INFINITY;
+    std::vector<float> out(static_cast<size_t>(n));
+    const void* bad_srcs[] = {bad.data()};
+    EXPECT_FALSE(CopyBlocks(blocks, bad_srcs, out.data(), DType::kFloat32, true, &fault));
+    EXPECT_EQ(fault.index, at);
+  }
+}
+
 TEST(BlockCopy, RunsFromSeveralSourcesAndFiniteCheck) {
   const std::vector<float> a = Random(40, 1), b = Random(40, 2);
   // Destination: a[0:20], b[10:30], a[20:40] (LSTM gate repacking in small).
@@ -90,6 +121,39 @@ TEST(BlockCopy, TransposeWithFiniteCheckNamesTheElement) {
   CopyFault fault;
   EXPECT_FALSE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
   EXPECT_EQ(fault.index, 5 * rows + 11);
+}
+
+TEST(BlockCopy, TransposeFiniteCheckAcrossRowRanges) {
+  // Checked transposes run in row ranges (their source runs checked as they are read):
+  // a clean copy equals the map, and a bad value in the first, a later or the last range
+  // is named, through CopyBlocks and through streamed pieces (the device staging).
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1000, 16}, {5000, 3}, {37, 64}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const std::vector<float> src = Random(rows * cols, static_cast<uint32_t>(rows + cols));
+    std::vector<int64_t> index = TransposeIndex({cols, rows}, {1, 0});
+    std::vector<CopyBlock> blocks = CompressElementMap(nullptr, index.data(), rows * cols);
+    ASSERT_EQ(blocks[0].row_stride, 1);
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    CopyFault fault;
+    const void* srcs[] = {src.data()};
+    ASSERT_TRUE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
+    for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(out[i], src[index[i]]) << "element " << i;
+    for (int64_t at : {rows + 5, (cols - 1) * rows + rows * 7 / 10, rows * cols - 1}) {
+      std::vector<float> bad = src;
+      bad[at] = std::nanf("");
+      const void* bad_srcs[] = {bad.data()};
+      EXPECT_FALSE(CopyBlocks(blocks, bad_srcs, out.data(), DType::kFloat32, true, &fault));
+      EXPECT_EQ(fault.index, at);
+      std::vector<CopyTask> jobs = {CopyTask{&blocks, bad_srcs, out.data(), DType::kFloat32}};
+      std::vector<CopyPiece> pieces;
+      SplitTasks(jobs, 1 << 14, &pieces);
+      size_t task = 9;
+      fault = CopyFault{};
+      EXPECT_FALSE(CopyPieces(jobs, pieces.data(), pieces.size(), true, true, &fault, &task, nullptr));
+      EXPECT_EQ(fault.index, at);
+      EXPECT_EQ(task, 0u);
+    }
+  }
 }
 
 TEST(BlockCopy, ParallelPiecesEqualTheSerialCopy) {

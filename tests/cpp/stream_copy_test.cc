@@ -43,6 +43,65 @@ TEST(StreamCopy, EqualsMemcpyAtEveryAlignment) {
   }
 }
 
+TEST(StreamCopy, CopyCheckBitsFindsEveryBadPosition) {
+  // The copy equals memcpy at every length class (4-vector steps, single vectors, a
+  // scalar tail), and one NaN, +Inf or -Inf anywhere in it is reported.
+  for (int64_t n : {0, 5, 8, 31, 32, 100, 4099}) {
+    SCOPED_TRACE(testing::Message() << n << " elements");
+    const std::vector<float> src = Random(n, static_cast<uint32_t>(n + 1));
+    std::vector<float> dst(static_cast<size_t>(n) + 1, -7.0f);
+    EXPECT_FALSE(CopyCheckBits32(dst.data(), src.data(), n, 0x7f800000u));
+    EXPECT_EQ(0, std::memcmp(dst.data(), src.data(), static_cast<size_t>(n) * sizeof(float)));
+    EXPECT_EQ(dst[n], -7.0f);  // nothing written past the end
+    const float bad_values[] = {std::nanf(""), INFINITY, -INFINITY};
+    for (int64_t at = 0; at < n; at += (n < 64 ? 1 : 37)) {
+      std::vector<float> bad = src;
+      bad[at] = bad_values[at % 3];
+      EXPECT_TRUE(CopyCheckBits32(dst.data(), bad.data(), n, 0x7f800000u)) << "bad at " << at;
+      EXPECT_EQ(0, std::memcmp(dst.data(), bad.data(), static_cast<size_t>(n) * sizeof(float)));
+    }
+  }
+  // Through CopyBlocks: a run of several check chunks names the bad element's index.
+  const int64_t n = 10000;
+  std::vector<float> src = Random(n, 3), out(static_cast<size_t>(n));
+  std::vector<CopyBlock> blocks(1);
+  blocks[0].cols = n;
+  blocks[0].row_stride = n;
+  for (int64_t at : {int64_t{0}, int64_t{4100}, n - 1}) {
+    std::vector<float> bad = src;
+    bad[at] = INFINITY;
+    const void* srcs[] = {bad.data()};
+    CopyFault fault;
+    EXPECT_FALSE(CopyBlocks(blocks, srcs, out.data(), DType::kFloat32, true, &fault));
+    EXPECT_EQ(fault.index, at);
+  }
+}
+
+TEST(StreamCopy, TransposeCheckFindsEveryBadPosition) {
+  // Transpose32Check equals Transpose32 (8 x 8 tiles, 8 x 4 tiles, edges) and reports one
+  // non-finite value wherever it is; ld wider than the rows read.
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 5}, {16, 16}, {9, 17}, {64, 3}, {31, 64}, {100, 13}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const int64_t ld = rows + 3;
+    const std::vector<float> src = Random(cols * ld, static_cast<uint32_t>(rows * 7 + cols));
+    std::vector<float> want(static_cast<size_t>(rows * cols)), got(want.size());
+    Transpose32(src.data(), rows, cols, ld, want.data());
+    EXPECT_FALSE(Transpose32Check(src.data(), rows, cols, ld, got.data(), 0x7f800000u));
+    EXPECT_EQ(got, want);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> bad = src;
+        bad[c * ld + r] = (r + c) % 2 ? INFINITY : std::nanf("");
+        ASSERT_TRUE(Transpose32Check(bad.data(), rows, cols, ld, got.data(), 0x7f800000u))
+            << "bad at row " << r << ", column " << c;
+      }
+    std::vector<float> outside = src;  // past the rows read: not looked at
+    outside[ld - 1] = std::nanf("");
+    EXPECT_FALSE(Transpose32Check(outside.data(), rows, cols, ld, got.data(), 0x7f800000u));
+  }
+}
+
 TEST(StreamCopy, TransposeEqualsThePlainTranspose) {
   // Panels of 16 and 32 columns (streamed), and columns that are not (the plain path).
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{

@@ -140,11 +140,15 @@ def test_non_contiguous_cuda_tensors():
 
 
 @pytest.mark.parametrize("name", ["atari_cnn", "impala_lstm", "mlp"])
-@pytest.mark.parametrize("threads", [1, 4])
-def test_refit_from_numpy_through_staging_equals_fresh_session(name, threads):
+@pytest.mark.parametrize("threads", [1, 16])
+@pytest.mark.parametrize("pipeline", ["1", "0"])
+def test_refit_from_numpy_through_staging_equals_fresh_session(name, threads, pipeline, monkeypatch):
     """Host arrays go through the pool's page-locked staging in chunks copied on the session's
-    threads: alternating refits allocate nothing once the staging exists, the result equals
-    a fresh session, and the host copies read back (get_weights) are the new values."""
+    threads (pipelined: each chunk's upload queued by the thread that copies its last piece;
+    KAIWU_REFIT_PIPELINE=0: chunk by chunk): alternating refits allocate nothing once the
+    staging exists, the result equals a fresh session, and the host copies read back
+    (get_weights) are the new values."""
+    monkeypatch.setenv("KAIWU_REFIT_PIPELINE", pipeline)
     module, model, ins, outs = case(name)
     sess = kt.load(model, device="cuda", threads=threads)
     sd_a = {k: v.numpy() for k, v in perturbed(module, 11).items()}
@@ -165,10 +169,12 @@ def test_refit_from_numpy_through_staging_equals_fresh_session(name, threads):
         np.testing.assert_array_equal(got[k], v, err_msg=f"get_weights after a staged refit: {k}")
 
 
-def test_refused_refit_from_numpy_names_the_element_and_keeps_weights():
+@pytest.mark.parametrize("pipeline", ["1", "0"])
+def test_refused_refit_from_numpy_names_the_element_and_keeps_weights(pipeline, monkeypatch):
+    monkeypatch.setenv("KAIWU_REFIT_PIPELINE", pipeline)
     name = "atari_cnn"
     module, model, ins, outs = case(name)
-    sess = kt.load(model, device="cuda", threads=4)
+    sess = kt.load(model, device="cuda", threads=16)
     sess.refit({k: v.numpy() for k, v in perturbed(module, 13).items()})
     before = outputs(sess, name, outs)
     bad = {k: v.numpy() for k, v in perturbed(module, 14).items()}

@@ -42,6 +42,38 @@ void StreamLinesSse2(char* dst, const char* src, size_t bytes) {
   }
 }
 
+// CopyCheckBits32: four vectors per step, their masked compares OR-ed together.
+__attribute__((target("avx2"))) bool CopyCheckBits32Avx2(uint32_t* d, const uint32_t* s, int64_t n,
+                                                          uint32_t mask) {
+  const __m256i m = _mm256_set1_epi32(static_cast<int>(mask));
+  auto hit = [&m](__m256i v) { return _mm256_cmpeq_epi32(_mm256_and_si256(v, m), m); };
+  __m256i any = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 8));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 16));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 24));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 8), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 16), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 24), e);
+    any = _mm256_or_si256(any, _mm256_or_si256(_mm256_or_si256(hit(a), hit(b)),
+                                               _mm256_or_si256(hit(c), hit(e))));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
+    any = _mm256_or_si256(any, hit(a));
+  }
+  bool bad = !_mm256_testz_si256(any, any);
+  for (; i < n; ++i) {
+    d[i] = s[i];
+    bad = bad || (s[i] & mask) == mask;
+  }
+  return bad;
+}
+
 // Rows r..r+7 of out, columns c..c+7, as eight registers: the 8 x 8 tile of
 // src (rows c..c+7 of length ld, elements r..r+7) transposed.
 __attribute__((target("avx2"))) inline void Tile(const float* src, int64_t ld, int64_t r, int64_t c,
@@ -132,6 +164,20 @@ void StreamFence() {
 #ifdef KAIWU_STREAM_X86
   _mm_sfence();
 #endif
+}
+
+bool CopyCheckBits32(void* dst, const void* src, int64_t n, uint32_t mask) {
+  uint32_t* d = static_cast<uint32_t*>(dst);
+  const uint32_t* s = static_cast<const uint32_t*>(src);
+#ifdef KAIWU_STREAM_X86
+  if (HasAvx2()) return CopyCheckBits32Avx2(d, s, n, mask);
+#endif
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) {
+    d[i] = s[i];
+    bad = bad || (s[i] & mask) == mask;
+  }
+  return bad;
 }
 
 void Transpose32Stream(const void* src, int64_t rows, int64_t cols, int64_t ld, void* out) {

@@ -23,6 +23,11 @@ void StreamCopy(void* dst, const void* src, size_t bytes);
 /// where there are none).
 void StreamFence();
 
+/// memcpy of `n` 4-byte elements that also tells whether any of them has every
+/// bit of `mask` set (0x7f800000: a float32 NaN or Inf) in the same pass, each
+/// vector checked between its load and its store (refit's finite check).
+bool CopyCheckBits32(void* dst, const void* src, int64_t n, uint32_t mask);
+
 /// Transpose32 (out[r * cols + c] = src[r + c * ld]) writing whole lines with
 /// streaming stores where `cols` is a multiple of 16 and `out` is 64-byte
 /// aligned (GEMM weight panels of 16 columns); else Transpose32 itself.

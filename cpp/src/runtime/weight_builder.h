@@ -4,6 +4,8 @@
 // on a device, brings the version's device copies up to date.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,8 +72,9 @@ class WeightBuilder {
   // weight_builder_device.cc: copies, derived values and uploads of a device session.
   void BuildOnDevice(WeightSet* next, const RefitOptions& options, std::vector<std::string>* problems);
   // weight_builder_staging.cc: the host arrays of a device refit through the
-  // pool's staging, uploaded chunk by chunk while the next chunk is copied;
-  // appends to jobs_ the device copies from staging into `next`'s buffers.
+  // pool's staging, each chunk's upload queued by the thread that copies its
+  // last piece while the others go on copying; appends to jobs_ the device
+  // copies from staging into `next`'s buffers.
   bool StageHostWrites(WeightSet* next, const RefitOptions& options,
                        std::vector<std::string>* problems);
   void PrepareDevice(const WeightSet& ws);
@@ -117,6 +120,12 @@ class WeightBuilder {
   std::vector<size_t> stage_offset_;  // by staged task: byte offset in staging
   std::vector<CopyTask> stage_tasks_;
   std::vector<CopyPiece> stage_pieces_;
+  std::vector<uint32_t> stage_chunk_;             // by staged piece: its chunk
+  std::vector<CopyFault> stage_faults_;           // by staged piece
+  std::vector<char> stage_failed_;                // by staged piece
+  std::vector<std::pair<size_t, size_t>> stage_ranges_;  // by chunk: staging bytes [lo, hi)
+  std::unique_ptr<std::atomic<int32_t>[]> stage_left_;   // by chunk: pieces not yet copied
+  size_t stage_left_capacity_ = 0;
 };
 
 }  // namespace kaiwu
