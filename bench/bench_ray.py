@@ -230,7 +230,7 @@ def kaiwu_servers(mode, model, workers, a):
     if mode == "kaiwu_gpu":
         return kr.RayInferenceServer(model, num_cpus=1, num_gpus=1, threads=1, device="cuda",
                                      precision=a.gpu_precision, max_batch=max(rows, workers * a.envs),
-                                     **common)
+                                     workers=a.gpu_workers, **common)
     return kr.RayInferenceServerPool(a.servers, model, num_cpus=a.server_threads, threads=a.server_threads,
                                      max_batch=rows, split_batches=not a.whole_batches, **common)
 
@@ -543,6 +543,8 @@ def main(argv=None):
                         "slices side by side, InferenceServer's split_batches)")
     p.add_argument("--max-batch", type=int, default=256, help="most rows in one server run")
     p.add_argument("--gpu-precision", default="fp16", help="kaiwu_gpu: fp32, fp16 or bf16")
+    p.add_argument("--gpu-workers", type=int, default=1,
+                   help="kaiwu_gpu: batching threads of the GPU server (InferenceServer workers)")
     p.add_argument("--budget-s", type=float, default=0.0,
                    help="start no new config after this many seconds (0: no limit); skipped "
                         "configs are listed, the broadcast and the report still run")
@@ -633,7 +635,8 @@ def servers_line(a):
     split = ", whole batches" if getattr(a, "whole_batches", False) else ""
     return (f"kaiwu servers: {servers} actor(s) x {threads} thread(s) (as many Ray CPUs){split}, "
             f"max_batch {max(getattr(a, 'max_batch', 256), a.envs)}, max_wait_us {a.max_wait_us}; "
-            f"kaiwu_gpu: 1 actor on the GPU ({getattr(a, 'gpu_precision', 'fp16')}); torchrl's server: "
+            f"kaiwu_gpu: 1 actor on the GPU ({getattr(a, 'gpu_precision', 'fp16')}, "
+            f"{getattr(a, 'gpu_workers', 1)} batching thread(s)); torchrl's server: "
             f"{max(1, servers * threads)} torch thread(s); workers share the remaining CPUs")
 
 
