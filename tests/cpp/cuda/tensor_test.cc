@@ -113,6 +113,10 @@ TEST(CudaTensorStrided, Transpose) {
     check(dt, {4, 3, 37, 41}, {0, 2, 3, 1});  // NCHW -> NHWC, 3 planes (planes-innermost path)
     check(dt, {1, 4, 21, 21}, {0, 2, 3, 1});  // one image (merged to 2 dims)
     check(dt, {2, 7, 9, 5}, {0, 2, 3, 1});    // 7 planes
+    // 2 and 8 planes: 8- or 16-byte pixels for some of these types (one store a pixel), not others
+    check(dt, {3, 8, 19, 23}, {0, 2, 3, 1});
+    check(dt, {3, 2, 19, 23}, {0, 2, 3, 1});
+    check(dt, {1, 8, 5, 3}, {0, 2, 3, 1});
     check(dt, {4, 16, 37, 41}, {0, 2, 3, 1});  // NCHW -> NHWC (tiled path)
     check(dt, {4, 37, 41, 16}, {0, 3, 1, 2});  // NHWC -> NCHW (tiled path)
     check(dt, {4, 37, 41, 3}, {0, 3, 1, 2});   // NHWC -> NCHW, 3 channels (gather path)
