@@ -46,16 +46,13 @@ void* BatchScratch::GetPadded(size_t i, size_t used, size_t bytes) {
 
 namespace {
 
-struct RowCopy {
-  char* dst;
-  const char* src;
-  size_t bytes;
-};
-
-// Runs `copies` on `pool` cut into about two pieces per thread (at least 256 KB each).
-void ParallelCopy(const std::vector<RowCopy>& copies, size_t total, ThreadPool* pool) {
+// Runs `copies` on `pool` cut into about two pieces per thread (at least 256 KB
+// each), in `pieces` (cleared first).
+template <typename RowCopy>
+void ParallelCopy(const std::vector<RowCopy>& copies, size_t total, ThreadPool* pool,
+                  std::vector<RowCopy>& pieces) {
   const size_t piece = std::max<size_t>(size_t{1} << 18, total / (2 * pool->num_threads()) + 1);
-  std::vector<RowCopy> pieces;
+  pieces.clear();
   for (const RowCopy& c : copies)
     for (size_t off = 0; off < c.bytes; off += piece)
       pieces.push_back(RowCopy{c.dst + off, c.src + off, std::min(piece, c.bytes - off)});
@@ -74,7 +71,8 @@ size_t BatchAssembly::Gather(const Requests& batch, const RequestStates& states,
   // Feeds: rows on axis 0, slice after slice; padding rows zero.
   feed_base_.resize(num_feeds);
   feed_row_bytes_.resize(num_feeds);
-  std::vector<RowCopy> copies;
+  std::vector<RowCopy>& copies = copies_;
+  copies.clear();
   size_t total = 0;
   for (size_t i = 0; i < num_feeds; ++i) {
     const size_t row_bytes = first.feeds[i].bytes() / first.rows;
@@ -90,7 +88,7 @@ size_t BatchAssembly::Gather(const Requests& batch, const RequestStates& states,
   }
   parallel_ = pool && pool->num_threads() > 1 && total >= kParallelBytes;
   if (parallel_)
-    ParallelCopy(copies, total, pool);
+    ParallelCopy(copies, total, pool, pieces_);
   else
     for (const RowCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   // Recurrent state: per-actor [outer, n, inner] into one [outer, n_s, inner]

@@ -89,6 +89,14 @@ class BatchAssembly {
   std::vector<char*> feed_base_;        ///< per feed input
   std::vector<size_t> feed_row_bytes_;  ///< per feed input
   std::vector<char*> state_base_;       ///< per state spec
+  /// One feed's rows of one request, and the pieces they are cut into for the
+  /// threads; kept between batches so a gather allocates nothing once warm.
+  struct RowCopy {
+    char* dst;
+    const char* src;
+    size_t bytes;
+  };
+  std::vector<RowCopy> copies_, pieces_;
   bool parallel_ = false;
 };
 
