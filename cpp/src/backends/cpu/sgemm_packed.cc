@@ -139,15 +139,10 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
     PackedBlock(isa, job.p, 0, m, 0, job.panels);
     return;
   }
-  // Row blocks of whole tiles when A has more rows than B has columns (each
-  // thread then streams its part of A and all of B, the smaller), or when
-  // there are too few panels to go round; otherwise column panels (each thread
-  // reads all of A and its part of B). On the 2-core EPYC, 2 threads, row /
-  // column blocks: 1024 x 256 x 256 1050 / 1164 us, 1024 x 256 x 64 270 / 353,
-  // 8192 x 128 x 48 886 / 1015, 256 x 256 x 256 243 / 229 (bench/notes/cpu_conv.md).
+  // Column panels when there are enough for every thread (each thread then
+  // reads only its part of B); otherwise row blocks of whole tiles.
   const int64_t unit = PackedTileRows(isa);
-  const bool rows_split = m >= 2 * unit * threads && (m > n || job.panels < 2 * threads);
-  if (!rows_split) {
+  if (job.panels >= 2 * threads || m < 2 * unit * threads) {
     pool->ParallelFor(job.panels, flops / job.panels, [&job](int64_t q0, int64_t q1) {
       PackedBlock(job.isa, job.p, 0, job.p.m, q0, q1);
     });
