@@ -93,6 +93,18 @@ def test_routing_is_stable_and_spread():
     assert all(kr.route(a, 5) == 4 for a in moved) and 500 < len(moved) < 1100
 
 
+def test_gpu_servers_default_to_two_batching_threads():
+    from kaiwu_infer.ray._pool import _server_options
+
+    cpu = _server_options({"max_batch": 64}, 2, "base", None)
+    assert "workers" not in cpu and cpu["threads"] == 2 and cpu["max_batch"] == 64
+    assert _server_options({"device": "cuda"}, 1, "base", None)["workers"] == 2
+    assert _server_options({"device": "cuda:1"}, 1, "base", None)["workers"] == 2
+    assert _server_options({"device": "cuda", "workers": 1}, 1, "base", None)["workers"] == 1
+    assert _server_options({"device": "cpu", "workers": 3}, 1, "v0", False) == {
+        "device": "cpu", "workers": 3, "threads": 1, "base_version": "v0", "warmup": False}
+
+
 def test_warmup_follows_inference_server():
     """warmup=None (the default) builds every padded batch size's plan at start where an
     InferenceServer would (a channels-last conv session), not for an MLP. The servers' stats
