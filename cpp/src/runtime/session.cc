@@ -298,8 +298,16 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   if (options.optimize && impl->device && impl->precision != "fp32" &&
       impl->device->ChannelsLastHalfConvs()) {
     const KernelRegistry& kernels = impl->device->kernels();
-    if (int n = ConvertToNhwc(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
+    if (int n = ConvertToNhwc(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; })) {
       impl->pass_stats.fired["layout_nhwc"] += n;
+      // Residual Adds and input ReLUs into the convs (the direct conv kernel
+      // applies both in its own passes over memory; KAIWU_CONV_FUSE=0 keeps them).
+      const char* fuse_env = std::getenv("KAIWU_CONV_FUSE");
+      if (!(fuse_env && std::string(fuse_env) == "0")) {
+        if (int a = FuseNhwcConvAdd(&g)) impl->pass_stats.fired["fuse_nhwc_conv_add"] += a;
+        if (int r = FuseReluIntoNhwcConv(&g)) impl->pass_stats.fired["fuse_relu_into_nhwc_conv"] += r;
+      }
+    }
   }
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).

@@ -1,6 +1,6 @@
 // Conv (1-D and 2-D, float32, and float16 / bfloat16 on tensor cores with
 // float accumulation; groups, dilations, pads/auto_pad, bias, fused
-// "_kaiwu_act"). With cuDNN (built in, and KAIWU_CUDNN=1), convs with
+// "_kaiwu_act"); NhwcConv, the channels-last form of half sessions, below. With cuDNN (built in, and KAIWU_CUDNN=1), convs with
 // symmetric pads run cudnnConvolutionForward with the algorithm cuDNN's
 // heuristics rank first among those without TF32 (FMA math) and within the
 // workspace bound. Otherwise: im2col into device scratch, then one
@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
+#include "backends/cuda/conv_direct.h"
 #include "backends/cuda/conv_family.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
@@ -188,15 +190,29 @@ __global__ void BiasActivationKernel(I total, I M, I P, const T* __restrict__ bi
   }
 }
 
-// Channels-last y[..., m] = act(y[..., m] + bias[m]); I as above.
+// Channels-last y[..., m] = act(y[..., m] + bias[m] + sum[..., m]) (bias and
+// sum may be null; sum: a fused residual Add of y's shape); I as above.
 template <typename I, typename T>
 __global__ void BiasActivationNhwcKernel(I total, I M, const T* __restrict__ bias,
-                                         DeviceActivation act, T* __restrict__ y) {
+                                         const T* __restrict__ sum, DeviceActivation act,
+                                         T* __restrict__ y) {
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<I>(blockDim.x) * gridDim.x) {
     float v = ToFloat(y[i]);
     if (bias) v += ToFloat(bias[i % M]);
+    if (sum) v += ToFloat(sum[i]);
     y[i] = FromFloat<T>(act(v));
+  }
+}
+
+// dst[i] = max(src[i], 0): a conv's fused input ReLU where the direct kernel
+// does not run the conv (cuDNN and im2col read the copy).
+template <typename T>
+__global__ void ReluCopyKernel(int64_t total, const T* __restrict__ src, T* __restrict__ dst) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float v = ToFloat(src[i]);
+    dst[i] = v > 0.f ? src[i] : FromFloat<T>(0.f);
   }
 }
 
@@ -209,17 +225,22 @@ struct alignas(sizeof(T) * V) ChannelPack {
 
 template <int V, typename T>
 __global__ void BiasActivationNhwcPackKernel(int64_t packs, int64_t M, const T* __restrict__ bias,
-                                             DeviceActivation act, T* __restrict__ y) {
+                                             const T* __restrict__ sum, DeviceActivation act,
+                                             T* __restrict__ y) {
   auto* yp = reinterpret_cast<ChannelPack<V, T>*>(y);
+  const auto* sp = reinterpret_cast<const ChannelPack<V, T>*>(sum);
   const uint32_t m_packs = static_cast<uint32_t>(M / V);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
        i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
     ChannelPack<V, T> p = yp[i];
+    ChannelPack<V, T> r{};
+    if (sp) r = sp[i];
     const int64_t c0 = static_cast<int64_t>(static_cast<uint64_t>(i) % m_packs) * V;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float v = ToFloat(p.v[j]);
       if (bias) v += ToFloat(bias[c0 + j]);
+      if (sp) v += ToFloat(r.v[j]);
       p.v[j] = FromFloat<T>(act(v));
     }
     yp[i] = p;
@@ -364,10 +385,14 @@ class ConvKernel : public CudaKernel {
 };
 
 // NhwcConv (passes/layout_nhwc.cc): X [N, H, W, C], W [M, KH, KW, C] -> Y
-// [N, OH, OW, M], group 1. cuDNN's channels-last kernels when cuDNN is built
-// and the pads are symmetric; otherwise a channels-last im2col and one GEMM per
-// chunk of images (Y[pixels, M] = col[pixels, K] x W[M, K]^T). Then the bias /
-// activation epilogue.
+// [N, OH, OW, M], group 1, with an optional residual input 4 (added before the
+// activation) and "_kaiwu_input_relu" (the conv reads max(X, 0)). 16-bit
+// floats with C and M up to 64: the direct tensor-core kernel
+// (conv_direct.h), everything fused. Otherwise cuDNN's channels-last kernels
+// when cuDNN is built and the pads are symmetric, else a channels-last im2col
+// and one GEMM per chunk of images (Y[pixels, M] = col[pixels, K] x W[M, K]^T);
+// then the bias / residual / activation epilogue (a fused input ReLU: a ReLU'd
+// copy of X in scratch first).
 template <typename T>
 class NhwcConvKernel : public CudaKernel {
  public:
@@ -375,24 +400,48 @@ class NhwcConvKernel : public CudaKernel {
     const T* x = static_cast<const T*>(io.inputs[0]);
     const T* w = static_cast<const T*>(io.inputs[1]);
     const T* bias = has_bias_ ? static_cast<const T*>(io.inputs[2]) : nullptr;
+    const T* sum = has_sum_ ? static_cast<const T*>(io.inputs[4]) : nullptr;
     T* y = static_cast<T*>(io.outputs[0]);
     const DeviceContext& dev = Dev(io);
     const int64_t total = n_ * p_ * m_;
     if (total == 0) return;
+    if constexpr (!std::is_same_v<T, float>) {
+      if (direct_.valid()) {
+        DirectConvIO d;
+        d.x = x;
+        d.w = w;
+        d.bias = bias;
+        d.sum = sum;
+        d.y = y;
+        d.act = act_;
+        d.input_relu = input_relu_;
+        LaunchDirectConv(shape_, direct_, d, std::is_same_v<T, __nv_bfloat16>, dev.stream);
+        return;
+      }
+    }
+    void* scratch_base = io.scratch;
+    if (input_relu_) {  // the other paths read a ReLU'd copy, after it in scratch
+      const int64_t in_total = n_ * win_.h * win_.w * win_.c;
+      T* copy = static_cast<T*>(io.scratch);
+      ReluCopyKernel<T><<<GridFor(in_total), kBlock, 0, dev.stream>>>(in_total, x, copy);
+      CheckLaunch("NhwcConv input ReLU kernel");
+      x = copy;
+      scratch_base = static_cast<char*>(io.scratch) + relu_bytes_;
+    }
 #if KAIWU_WITH_CUDNN
     if (dnn_) {
       if (!dev.dnn) Fail(StatusCode::kInternal, "NhwcConv: the run context has no cuDNN handle");
       const float one = 1.f, zero = 0.f;
-      if (fused_) {
+      if (fused_ && !sum) {
         // y = act(conv(x) + 0 * y + bias): the epilogue in cuDNN's kernel.
         CheckDnn(cudnnConvolutionBiasActivationForward(
                      static_cast<cudnnHandle_t>(dev.dnn), &one, dnn_->x, x, dnn_->w, w, dnn_->conv, dnn_->algo,
-                     io.scratch, dnn_->workspace, &zero, dnn_->y, y, fused_->bias, bias, fused_->act, dnn_->y, y),
+                     scratch_base, dnn_->workspace, &zero, dnn_->y, y, fused_->bias, bias, fused_->act, dnn_->y, y),
                  "NhwcConv cudnnConvolutionBiasActivationForward");
         return;
       }
       CheckDnn(cudnnConvolutionForward(static_cast<cudnnHandle_t>(dev.dnn), &one, dnn_->x, x, dnn_->w, w,
-                                       dnn_->conv, dnn_->algo, io.scratch, dnn_->workspace, &zero, dnn_->y, y),
+                                       dnn_->conv, dnn_->algo, scratch_base, dnn_->workspace, &zero, dnn_->y, y),
                "NhwcConv cudnnConvolutionForward");
     } else
 #endif
@@ -404,7 +453,7 @@ class NhwcConvKernel : public CudaKernel {
         const int64_t images = std::min(chunk_, n_ - n0);
         const T* col = x + n0 * in_image;
         if (!pointwise_) {
-          T* scratch = static_cast<T*>(io.scratch);
+          T* scratch = static_cast<T*>(scratch_base);
           const int64_t threads = images * p_ * k_;
           if (threads <= kInt32Elements)
             Im2ColNhwcKernel<int32_t><<<GridFor(threads), kBlock, 0, dev.stream>>>(
@@ -422,17 +471,18 @@ class NhwcConvKernel : public CudaKernel {
       }
     }
     constexpr int V = 16 / sizeof(T);
-    if ((bias || act_.active()) && m_ % V == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+    const bool aligned = reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(sum) % 16 == 0;
+    if ((bias || sum || act_.active()) && m_ % V == 0 && aligned) {
       BiasActivationNhwcPackKernel<V, T><<<GridFor(total / V), kBlock, 0, dev.stream>>>(
-          total / V, m_, bias, act_, y);
+          total / V, m_, bias, sum, act_, y);
       CheckLaunch("NhwcConv bias/activation kernel");
-    } else if (bias || act_.active()) {
+    } else if (bias || sum || act_.active()) {
       if (total <= kInt32Elements)
         BiasActivationNhwcKernel<int32_t><<<GridFor(total), kBlock, 0, dev.stream>>>(
-            static_cast<int32_t>(total), static_cast<int32_t>(m_), bias, act_, y);
+            static_cast<int32_t>(total), static_cast<int32_t>(m_), bias, sum, act_, y);
       else
         BiasActivationNhwcKernel<int64_t><<<GridFor(total), kBlock, 0, dev.stream>>>(total, m_, bias,
-                                                                                      act_, y);
+                                                                                      sum, act_, y);
       CheckLaunch("NhwcConv bias/activation kernel");
     }
   }
@@ -463,18 +513,46 @@ class NhwcConvKernel : public CudaKernel {
     k_ = win_.c * geo.kernel_size();
     pointwise_ = geo.IsPointwise();
     has_bias_ = p.has_bias;
+    has_sum_ = ctx.HasInput(4);
+    input_relu_ = ctx.node.GetInt("_kaiwu_input_relu", 0) != 0;
     act_ = DeviceActivation::From(p.act);
     if (p_ > INT_MAX || k_ > INT_MAX || m_ > INT_MAX)
       Fail(StatusCode::kUnsupported, ctx.node.Describe(),
            ": Conv GEMM dimensions beyond 32-bit are not supported by the CUDA backend");
+    shape_.n = n_;
+    shape_.h = win_.h;
+    shape_.w = win_.w;
+    shape_.c = win_.c;
+    shape_.m = m_;
+    shape_.oh = win_.oh;
+    shape_.ow = win_.ow;
+    shape_.kh = win_.kh;
+    shape_.kw = win_.kw;
+    shape_.stride_h = win_.stride_h;
+    shape_.stride_w = win_.stride_w;
+    shape_.pad_h = win_.pad_h;
+    shape_.pad_w = win_.pad_w;
+    shape_.dil_h = win_.dil_h;
+    shape_.dil_w = win_.dil_w;
+    direct_ = DirectConvPlan{};
+    if constexpr (!std::is_same_v<T, float>) direct_ = PlanDirectConv(shape_, std::is_same_v<T, __nv_bfloat16>);
+#if KAIWU_WITH_CUDNN
+    dnn_.reset();
+    fused_.reset();
+#endif
+    if (direct_.valid()) {
+      ctx.scratch_bytes = 0;
+      return;
+    }
+    // The input ReLU copy, 256-byte aligned, ahead of the conv's own scratch.
+    relu_bytes_ = input_relu_ ? (static_cast<size_t>(n_ * win_.h * win_.w * win_.c) * sizeof(T) + 255) & ~size_t{255}
+                              : 0;
     const int64_t per_image = p_ * k_;
     const int64_t fit = kMaxScratchBytes / static_cast<int64_t>(sizeof(T)) /
                         std::max<int64_t>(per_image, 1);
     chunk_ = std::max<int64_t>(1, std::min<int64_t>({n_, fit, INT_MAX / std::max<int64_t>(p_, 1)}));
     ctx.scratch_bytes = pointwise_ ? 0 : static_cast<size_t>(chunk_ * per_image) * sizeof(T);
 #if KAIWU_WITH_CUDNN
-    dnn_.reset();
-    fused_.reset();
     const bool symmetric = geo.pad_begin[1] == geo.pad_end[1] && geo.pad_begin[2] == geo.pad_end[2];
     if (DnnChannelsLast() && symmetric) {
       try {
@@ -489,6 +567,7 @@ class NhwcConvKernel : public CudaKernel {
       }
     }
 #endif
+    ctx.scratch_bytes += relu_bytes_;
   }
 
  private:
@@ -528,6 +607,12 @@ class NhwcConvKernel : public CudaKernel {
   int64_t p_ = 0, k_ = 0;  // output pixels per image; GEMM depth (KH * KW * C)
   int64_t chunk_ = 1;      // images per im2col + GEMM round
   bool pointwise_ = false, has_bias_ = false;
+  // Fused by passes/fuse_conv_add.cc (input 4 added before the activation) and
+  // passes/fuse_relu_into_nhwc_conv.cc (max(x, 0) read instead of x).
+  bool has_sum_ = false, input_relu_ = false;
+  size_t relu_bytes_ = 0;  // scratch for the ReLU'd input when the direct kernel does not run
+  DirectConvShape shape_;
+  DirectConvPlan direct_;  // valid: the direct tensor-core kernel runs this conv
 #if KAIWU_WITH_CUDNN
   std::unique_ptr<DnnConv> dnn_;
 #endif
