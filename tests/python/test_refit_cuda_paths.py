@@ -150,6 +150,16 @@ def test_refused_refit_with_early_steps_names_the_element_and_keeps_weights(sour
     with pytest.raises(ki.RefitError, match=r"'w17' holds a non-finite value at flat index 3"):
         sess.refit(as_source(bad, source), check_finite=True)
     check_concat(sess, good, 30, f"after a refused refit ({source}, legacy={legacy})")
+    # The check starts clean again: a finite refit passes, then another bad one is refused.
+    good = new_weights(ws, 3)
+    sess.refit(as_source(good, source), check_finite=True)
+    check_concat(sess, good, 30, f"a checked refit after a refused one ({source}, legacy={legacy})")
+    bad = new_weights(ws, 4)
+    bad["w2"][5] = -np.inf
+    bad["w29"][0] = np.nan
+    with pytest.raises(ki.RefitError, match=r"'w2' holds a non-finite value at flat index 5"):
+        sess.refit(as_source(bad, source), check_finite=True)
+    check_concat(sess, good, 30, f"after a second refused refit ({source}, legacy={legacy})")
 
 
 @pytest.mark.parametrize("name", ["gru_seq", "impala_lstm", "multi_input", "mlp"])
@@ -169,7 +179,7 @@ def test_policy_refit_paths_equal_fresh_session(name, legacy, monkeypatch):
     sess.refit({k: v.cpu().numpy() for k, v in sd_b.items()})
     for o, g, f in zip(outs, outputs(sess, name, outs), fresh_outputs(module, sd_b, name, ins, outs)):
         assert_close(g, f, 1e-6, 1e-6, f"{name} legacy={legacy} from numpy, {o}")
-    engine = sess.refit_map.apply({k: v.cpu() for k, v in sd_b.items()})[0]
+    engine = sess.refit_map.apply({k: v.cpu().numpy() for k, v in sd_b.items()})[0]
     got = sess.get_weights(list(engine))
     for k, v in engine.items():
         np.testing.assert_array_equal(got[k], v, err_msg=f"{name} legacy={legacy}: get_weights {k}")

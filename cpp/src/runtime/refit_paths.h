@@ -7,6 +7,8 @@
 //          written (instead of reading the refit's sources in the same launch);
 //   stage  page-locked staging on the calling thread below 128K elements,
 //          with as few helpers as a generic ParallelFor admits.
+// Not switched: the finite check's fault word is read back with the refit's
+// final wait (cuda_backend.cc), one synchronization instead of two.
 #pragma once
 
 #include <cstdlib>

@@ -123,9 +123,9 @@ std::vector<uint8_t> CopyOnDevice(Case& c, bool by_value, unsigned long long* fa
   return out;
 }
 
-class WeightCopyTest : public ::testing::TestWithParam<int> {};
+class CudaWeightCopyJobs : public ::testing::TestWithParam<int> {};
 
-TEST_P(WeightCopyTest, BothPathsCopyEveryElement) {
+TEST_P(CudaWeightCopyJobs, BothPathsCopyEveryElement) {
   KAIWU_REQUIRE_CUDA();
   const int n = GetParam();
   Case c = MakeCase(n, 1000u + static_cast<uint32_t>(n));
@@ -143,10 +143,10 @@ TEST_P(WeightCopyTest, BothPathsCopyEveryElement) {
 }
 
 // 1 and 24 (the smallest table), 25 and 96, 97 and kMaxParamJobs, one more (table only).
-INSTANTIATE_TEST_SUITE_P(JobCounts, WeightCopyTest,
+INSTANTIATE_TEST_SUITE_P(CudaJobCounts, CudaWeightCopyJobs,
                          ::testing::Values(1, 24, 25, 96, 97, cuda::kMaxParamJobs, cuda::kMaxParamJobs + 1));
 
-TEST(WeightCopy, CheckFindsTheFirstNonFiniteElementOnBothPaths) {
+TEST(CudaWeightCopy, CheckFindsTheFirstNonFiniteElementOnBothPaths) {
   KAIWU_REQUIRE_CUDA();
   for (bool by_value : {true, false}) {
     Case c = MakeCase(40, 77);

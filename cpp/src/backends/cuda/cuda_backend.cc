@@ -101,6 +101,7 @@ class CudaStream final : public DeviceBackend::Stream {
     if (jobs.empty()) return;
     const size_t n = jobs.size();
     EnsureCopyFault();
+    for (const DeviceCopyJob& j : jobs) fault_checked_ = fault_checked_ || j.check != 0;
     if (!table_in_memory && n <= static_cast<size_t>(kMaxParamJobs)) {
       // The jobs in the launch's parameters: nothing queued before the kernel.
       by_value_jobs_.resize(n);
@@ -161,9 +162,13 @@ class CudaStream final : public DeviceBackend::Stream {
   bool TakeCopyFault(int* tag, int64_t* index) override {
     if (!fault_) return false;
     auto* host = static_cast<unsigned long long*>(fault_host_->ptr);
-    CheckCuda(cudaMemcpyAsync(host, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                              ctx_.stream), "copy to host (copy fault)");
-    CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+    if (fault_read_) {
+      fault_read_ = false;  // Finish queued the read before its event: *host is current
+    } else {
+      CheckCuda(cudaMemcpyAsync(host, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                ctx_.stream), "copy to host (copy fault)");
+      CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+    }
     const unsigned long long f = *host;
     if (f == ~0ull) return false;
     CheckCuda(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), ctx_.stream), "cudaMemset");
@@ -286,6 +291,15 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaError_t launch = cudaGetLastError();
     if (out_mirror_end_ > 0 && launch == cudaSuccess)
       launch = cudaMemcpyAsync(out_.ptr, out_mirror_, out_mirror_end_, cudaMemcpyDeviceToHost, ctx_.stream);
+    // Checked weight copies: their fault word comes back with this wait (no
+    // second synchronization in TakeCopyFault).
+    fault_read_ = false;
+    if (fault_checked_ && launch == cudaSuccess) {
+      launch = cudaMemcpyAsync(fault_host_->ptr, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                               ctx_.stream);
+      fault_read_ = launch == cudaSuccess;
+    }
+    fault_checked_ = false;
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
     // The caller's later work on its stream starts after the run (an event
     // wait on the device, queued before the host waits below).
@@ -544,6 +558,8 @@ class CudaStream final : public DeviceBackend::Stream {
   std::vector<CopyJob> by_value_jobs_;  // a launch's jobs before they go into its parameters
   std::vector<int64_t> by_value_first_;
   void* fault_ = nullptr;  // unsigned long long: the lowest (tag << 40 | index) found, or ~0
+  bool fault_checked_ = false;  // a checked copy is queued: Finish reads the fault word back
+  bool fault_read_ = false;     // the last Finish read it into fault_host_
   std::unique_ptr<PinnedBuffer> fault_host_;
   cudaEvent_t foreign_ = nullptr;  // marks a producer stream's work (WaitFor)
 };
