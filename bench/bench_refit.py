@@ -461,8 +461,8 @@ def bench_policy_cuda(name, build, min_time):
     try:
         for key, fn in (("ab_numpy", lambda: engine.refit(pick(onnx_a, onnx_b), strict=False)),
                         ("ab_cuda", lambda: sess.refit(pick(cuda_a, cuda_b)))):
-            res[key] = timeit_interleaved({v: with_legacy(e, fn) for v, e in LEGACY_VARIANTS.items()
-                                           if not (key == "ab_cuda" and v == "legacy_stage")}, min_time)
+            res[key] = timeit_interleaved({v: with_legacy(e, fn) for v, e in LEGACY_VARIANTS.items()},
+                                          min_time)
     finally:
         os.environ.pop("KAIWU_REFIT_LEGACY", None)
     # sanity: after a refit from CUDA tensors the session computes what torch computes
@@ -471,13 +471,12 @@ def bench_policy_cuda(name, build, min_time):
 
 
 # name -> KAIWU_REFIT_LEGACY value ("0": today's paths).
-LEGACY_VARIANTS = {"new": "0", "legacy_all": "all", "legacy_jobs": "jobs", "legacy_steps": "steps",
-                   "legacy_stage": "stage"}
+LEGACY_VARIANTS = {"new": "0", "legacy_all": "all", "legacy_jobs": "jobs", "legacy_steps": "steps"}
 
 
 def paths_table(results) -> str:
     rows = ["| policy | source | new ms | legacy all ms | new / legacy all | legacy jobs ms | "
-            "legacy steps ms | legacy stage ms |", "|" + "---|" * 8]
+            "legacy steps ms |", "|" + "---|" * 7]
     for r in results:
         for key, label in (("ab_numpy", "numpy"), ("ab_cuda", "torch CUDA sd")):
             ab = r.get(key)
@@ -486,8 +485,7 @@ def paths_table(results) -> str:
             m = {k: v["median_ms"] for k, v in ab.items()}
             rows.append(f"| {r['policy']} | {label} | {m['new']:.3f} | {m['legacy_all']:.3f} | "
                         f"**{m['new'] / m['legacy_all']:.2f}** | {m['legacy_jobs']:.3f} | "
-                        f"{m['legacy_steps']:.3f} | " + (f"{m['legacy_stage']:.3f} |" if "legacy_stage" in m
-                                                         else "- |"))
+                        f"{m['legacy_steps']:.3f} |")
     return "\n".join(rows)
 
 
@@ -514,8 +512,8 @@ def cuda_table(results) -> str:
     if any("ab_numpy" in r for r in results):
         rows += ["", "Refit paths A/B in the same process, interleaved call by call (KAIWU_REFIT_LEGACY: "
                  "'all' restores every earlier path; 'jobs' the job table copied before each launch, "
-                 "'steps' derived copy steps launched after the weights, 'stage' the staging's earlier "
-                 "thread policy; the variable is set inside every timed call, new included):", "",
+                 "'steps' derived copy steps launched after the weights; the variable is set inside "
+                 "every timed call, new included):", "",
                  paths_table(results)]
     return "\n".join(rows)
 

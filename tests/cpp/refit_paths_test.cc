@@ -18,22 +18,22 @@ RefitPaths With(const char* value) {
   return p;
 }
 
-void Expect(const RefitPaths& p, bool jobs, bool steps, bool stage, const char* what) {
+void Expect(const RefitPaths& p, bool jobs, bool steps, const char* what) {
   EXPECT_EQ(p.jobs_by_value, jobs) << what;
   EXPECT_EQ(p.early_steps, steps) << what;
-  EXPECT_EQ(p.wide_staging, stage) << what;
 }
 
 TEST(RefitPaths, ReadsTheLegacySwitch) {
-  Expect(With(nullptr), true, true, true, "unset");
-  Expect(With(""), true, true, true, "empty");
-  Expect(With("0"), true, true, true, "0");
-  Expect(With("1"), false, false, false, "1");
-  Expect(With("all"), false, false, false, "all");
-  Expect(With("jobs"), false, true, true, "jobs");
-  Expect(With("steps,stage"), true, false, false, "steps,stage");
-  Expect(With("stage,jobs"), false, true, false, "stage,jobs");
-  Expect(With("jobsx,xsteps,stag"), true, true, true, "no whole word");
+  Expect(With(nullptr), true, true, "unset");
+  Expect(With(""), true, true, "empty");
+  Expect(With("0"), true, true, "0");
+  Expect(With("1"), false, false, "1");
+  Expect(With("all"), false, false, "all");
+  Expect(With("jobs"), false, true, "jobs");
+  Expect(With("steps"), true, false, "steps");
+  Expect(With("steps,jobs"), false, false, "steps,jobs");
+  Expect(With("other,jobs"), false, true, "other,jobs");
+  Expect(With("jobsx,xsteps,step"), true, true, "no whole word");
 }
 
 }  // namespace

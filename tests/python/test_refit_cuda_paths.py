@@ -1,8 +1,7 @@
 """Device refit paths: copy jobs in the launch's parameters (tables of <= 24, <= 96 and
 <= 384 jobs) or in device memory (more), copy steps of derived weights (a Concat of many
 weights, a transposed matrix, LSTM/GRU gates repacked) run in the weights' own launch
-reading the given CUDA tensors, the staged host arrays or unchanged weights, and the
-staging's thread policy; each against a float64 numpy reference or a fresh GPU session, and
+reading the given CUDA tensors, the staged host arrays or unchanged weights; each against a float64 numpy reference or a fresh GPU session, and
 the earlier paths (KAIWU_REFIT_LEGACY, runtime/refit_paths.h) in the same process. Counters
 (KAIWU_REFIT_TRACE) check which path ran. Skipped unless kaiwu_infer has its CUDA backend and
 a device, and torch has CUDA.
@@ -35,9 +34,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Exporting a model to ONNX with a batch_size"),
     pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
 ]
-
-LEGACY = ["0", "all", "jobs", "steps", "stage"]
-
 
 def concat_model(n, seed=0):
     """y = x + Concat(w0..w{n-1}) and z = x2 + Transpose(m): the Concat and the Transpose

@@ -4,9 +4,7 @@
 //   jobs   each launch's job table copied to the device before it (instead of
 //          travelling in the launch's parameters);
 //   steps  copy steps of derived weights launched after the weights are
-//          written (instead of reading the refit's sources in the same launch);
-//   stage  page-locked staging on the calling thread below 128K elements,
-//          with as few helpers as a generic ParallelFor admits.
+//          written (instead of reading the refit's sources in the same launch).
 // Not switched: the finite check's fault word is read back with the refit's
 // final wait (cuda_backend.cc), one synchronization instead of two.
 #pragma once
@@ -19,7 +17,6 @@ namespace kaiwu {
 struct RefitPaths {
   bool jobs_by_value = true;
   bool early_steps = true;
-  bool wide_staging = true;
 
   static RefitPaths FromEnv() {
     RefitPaths p;
@@ -34,7 +31,6 @@ struct RefitPaths {
     };
     p.jobs_by_value = !(all || named("jobs"));
     p.early_steps = !(all || named("steps"));
-    p.wide_staging = !(all || named("stage"));
     return p;
   }
 };

@@ -9,11 +9,7 @@
 // HBM speed instead of one host-to-device copy per weight). The host copies of
 // those buffers are left stale (EnsureHost downloads them when asked for).
 // KAIWU_REFIT_PIPELINE=0 copies chunk by chunk instead (each a ParallelFor,
-// its upload queued after it), the way refits staged before. Small uploads
-// are cut into smaller pieces and staged on several threads too, and the
-// threads admitted grow with the bytes (a copy into page-locked memory pays
-// for more helpers than a generic ParallelFor's cost model admits); the
-// legacy "stage" path (refit_paths.h) keeps one thread below 128K elements.
+// its upload queued after it), the way refits staged before.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -35,13 +31,8 @@ constexpr size_t kChunkParts = 16, kMinChunk = size_t{256} << 10, kMaxChunk = si
 // KAIWU_REFIT_PIPELINE=0: a sixth each, 512 KB to 4 MB.
 constexpr size_t kStepChunkParts = 6, kStepMinChunk = size_t{512} << 10,
                  kStepMaxChunk = size_t{4} << 20;
-// Fewer elements than this are staged on the calling thread (as CopyPieces
-// does); the legacy path's threshold, then the wide one's.
-constexpr int64_t kMinParallel = 1 << 17, kMinParallelWide = 1 << 14;
-// Wide staging: pieces of a 32nd of the upload, 4K to 16K elements, each
-// costed at this many times its elements in ParallelFor's model.
-constexpr int64_t kMinPieceElements = 1 << 12;
-constexpr double kWideCostScale = 4.0;
+// Fewer elements than this are staged on the calling thread (as CopyPieces does).
+constexpr int64_t kMinParallel = 1 << 17;
 
 size_t Bytes(const CopyPiece& p, const std::vector<CopyTask>& tasks) {
   return static_cast<size_t>(p.block.size()) * DTypeSize(tasks[p.task].dtype);
@@ -78,12 +69,7 @@ bool WeightBuilder::StageHostWrites(WeightSet* next, const RefitOptions& options
   char* dev = static_cast<char*>(staging.device.get());
   for (size_t k = 0; k < stage_tasks_.size(); ++k) stage_tasks_[k].dst = host + stage_offset_[k];
 
-  const bool wide = paths_.wide_staging;
-  const int64_t piece_elements =
-      wide ? std::min<int64_t>(kPieceElements,
-                               std::max<int64_t>(kMinPieceElements, static_cast<int64_t>(total / 4 / 32)))
-           : kPieceElements;
-  SplitTasks(stage_tasks_, piece_elements, &stage_pieces_);
+  SplitTasks(stage_tasks_, kPieceElements, &stage_pieces_);
   const bool pipelined = Pipelined();
   const size_t chunk = pipelined
                            ? std::min(kMaxChunk, std::max(kMinChunk, total / kChunkParts))
@@ -162,11 +148,10 @@ bool WeightBuilder::StageHostWrites(WeightSet* next, const RefitOptions& options
         }
       }
     };
-    if (!threads_ || threads_->num_threads() < 2 || elements < (wide ? kMinParallelWide : kMinParallel))
+    if (!threads_ || threads_->num_threads() < 2 || elements < kMinParallel)
       copy(0, static_cast<int64_t>(n));
     else
-      threads_->ParallelFor(static_cast<int64_t>(n),
-                            static_cast<double>(piece_elements) * (wide ? kWideCostScale : 1.0), copy);
+      threads_->ParallelFor(static_cast<int64_t>(n), static_cast<double>(kPieceElements), copy);
     if (error) std::rethrow_exception(error);
     for (size_t i = 0; i < n; ++i)
       if (stage_failed_[i]) return fail(stage_faults_[i], stage_pieces_[i].task);
