@@ -449,9 +449,44 @@ def bench_policy_cuda(name, build, min_time):
         del os.environ["KAIWU_REFIT_PIPELINE"]
     res["numpy_pipelined_again"] = timeit(lambda: engine.refit(pick(onnx_a, onnx_b), strict=False),
                                           min_time)
+    # The device refit's paths (cpp/src/runtime/refit_paths.h) against the earlier ones
+    # (KAIWU_REFIT_LEGACY: all of them, or one at a time), interleaved call by call in
+    # this process; every variant sets the variable inside its timed call.
+    def with_legacy(value, fn):
+        def call():
+            os.environ["KAIWU_REFIT_LEGACY"] = value
+            fn()
+        return call
+
+    try:
+        for key, fn in (("ab_numpy", lambda: engine.refit(pick(onnx_a, onnx_b), strict=False)),
+                        ("ab_cuda", lambda: sess.refit(pick(cuda_a, cuda_b)))):
+            res[key] = timeit_interleaved({v: with_legacy(e, fn) for v, e in LEGACY_VARIANTS.items()},
+                                          min_time)
+    finally:
+        os.environ.pop("KAIWU_REFIT_LEGACY", None)
     # sanity: after a refit from CUDA tensors the session computes what torch computes
     res["max_abs_err_vs_torch"] = err_after_refit(sess, module, cuda_b, sd_b, args, ins, outs)
     return res
+
+
+# name -> KAIWU_REFIT_LEGACY value ("0": today's paths).
+LEGACY_VARIANTS = {"new": "0", "legacy_all": "all", "legacy_jobs": "jobs", "legacy_steps": "steps"}
+
+
+def paths_table(results) -> str:
+    rows = ["| policy | source | new ms | legacy all ms | new / legacy all | legacy jobs ms | "
+            "legacy steps ms |", "|" + "---|" * 7]
+    for r in results:
+        for key, label in (("ab_numpy", "numpy"), ("ab_cuda", "torch CUDA sd")):
+            ab = r.get(key)
+            if not ab:
+                continue
+            m = {k: v["median_ms"] for k, v in ab.items()}
+            rows.append(f"| {r['policy']} | {label} | {m['new']:.3f} | {m['legacy_all']:.3f} | "
+                        f"**{m['new'] / m['legacy_all']:.2f}** | {m['legacy_jobs']:.3f} | "
+                        f"{m['legacy_steps']:.3f} |")
+    return "\n".join(rows)
 
 
 def cuda_table(results) -> str:
@@ -474,6 +509,12 @@ def cuda_table(results) -> str:
     if len(ab) > 2:
         rows += ["", "Staging A/B in the same process (KAIWU_REFIT_PIPELINE=0: chunk by chunk, as before):",
                  ""] + ab
+    if any("ab_numpy" in r for r in results):
+        rows += ["", "Refit paths A/B in the same process, interleaved call by call (KAIWU_REFIT_LEGACY: "
+                 "'all' restores every earlier path; 'jobs' the job table copied before each launch, "
+                 "'steps' derived copy steps launched after the weights; the variable is set inside "
+                 "every timed call, new included):", "",
+                 paths_table(results)]
     return "\n".join(rows)
 
 

@@ -182,7 +182,9 @@ class DeviceBackend {
     /// Queues a copy into page-locked host memory, written when Finish returns.
     virtual void CopyOutPinned(void* pinned, const void* device_src, size_t bytes) = 0;
     /// Queues element copies within device memory, all of them in one launch.
-    virtual void CopyElements(const std::vector<DeviceCopyJob>& jobs) = 0;
+    /// The job table goes with the launch itself when it is small enough,
+    /// unless `table_in_memory` (then it is copied to the device before it).
+    virtual void CopyElements(const std::vector<DeviceCopyJob>& jobs, bool table_in_memory) = 0;
     /// After Finish: whether a job with `check` met NaN or Inf since the last
     /// call, and then the first such (by tag, then index) as its tag and the
     /// element's index in the job's source.

@@ -24,7 +24,7 @@ WeightBuilder::WeightBuilder(const Graph& graph, const StaticProgram& statics,
     b.row_stride = b.cols;
     whole_[v].push_back(b);
   }
-  if (!device) fusion_ = std::make_unique<RefitFusion>(graph, statics, weight_ids);
+  fusion_ = std::make_unique<RefitFusion>(graph, statics, weight_ids);
 }
 
 WeightBuilder::~WeightBuilder() = default;
@@ -228,6 +228,8 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
                                                       Session::RefitReport* report_out,
                                                       const WeightSet& base) {
   std::lock_guard<std::mutex> lock(mu_);
+  trace_.Start();
+  paths_ = RefitPaths::FromEnv();
   Session::RefitReport report;
   std::vector<std::string> problems;
   writes_.clear();
@@ -250,6 +252,7 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
     throw Error(StatusCode::kRefit, os.str());
   };
   if (!problems.empty()) refuse();
+  trace_.Mark(RefitTrace::kResolve);
 
   // What changes: the values written and every step downstream of them.
   const auto& steps = statics_.steps();
@@ -264,9 +267,10 @@ std::shared_ptr<const WeightSet> WeightBuilder::Build(const std::vector<RefitSou
   }
   std::shared_ptr<WeightSet> next = Assemble(base);
   next->version = base.version + 1;
+  trace_.Mark(RefitTrace::kAssemble);
 
   if (device_) {
-    BuildOnDevice(next.get(), options, &problems);
+    BuildOnDevice(next.get(), given, keys, options, &problems);
     if (!problems.empty()) refuse();
   } else {
     BuildOnHost(next.get(), base, given, keys, options, &problems);

@@ -17,6 +17,8 @@
 #include "kaiwu/session.h"
 #include "runtime/refit_fusion.h"
 #include "runtime/refit_map.h"
+#include "runtime/refit_paths.h"
+#include "runtime/refit_trace.h"
 #include "runtime/weight_set.h"
 
 namespace kaiwu {
@@ -70,7 +72,16 @@ class WeightBuilder {
   void BuildOnHost(WeightSet* next, const WeightSet& base, const std::vector<RefitSource>& given,
                    bool keys, const RefitOptions& options, std::vector<std::string>* problems);
   // weight_builder_device.cc: copies, derived values and uploads of a device session.
-  void BuildOnDevice(WeightSet* next, const RefitOptions& options, std::vector<std::string>* problems);
+  void BuildOnDevice(WeightSet* next, const std::vector<RefitSource>& given, bool keys,
+                     const RefitOptions& options, std::vector<std::string>* problems);
+  // Appends to jobs_ the dirty copy steps that can read this refit's sources
+  // (or unchanged values) directly, so they run in the weights' own launch;
+  // clears their dirty_ bits.
+  void QueueEarlyCopySteps(const WeightSet& next, const std::vector<RefitSource>& given, bool keys);
+  // Where a copy step may read value `v` in the weights' launch: a given
+  // device tensor or staged array holding all of it, or the unchanged
+  // buffer; null when only the written buffer has it.
+  const void* EarlySource(const WeightSet& next, int v) const;
   // weight_builder_staging.cc: the host arrays of a device refit through the
   // pool's staging, each chunk's upload queued by the thread that copies its
   // last piece while the others go on copying; appends to jobs_ the device
@@ -86,7 +97,9 @@ class WeightBuilder {
   const DeviceBackend* device_;
   std::shared_ptr<WeightPool> pool_;
   std::unique_ptr<RefitMap> map_;
-  std::unique_ptr<RefitFusion> fusion_;  // CPU sessions
+  std::unique_ptr<RefitFusion> fusion_;  // composed copy steps (device sessions: no skipping)
+  RefitPaths paths_;                     // read at each build
+  RefitTrace trace_;
   // Device sessions: a stream beside the runs' streams, and the static program's
   // kernel steps prepared for the device (null where the device has no kernel).
   std::unique_ptr<DeviceBackend::Stream> stream_;
@@ -124,6 +137,8 @@ class WeightBuilder {
   std::vector<CopyFault> stage_faults_;           // by staged piece
   std::vector<char> stage_failed_;                // by staged piece
   std::vector<std::pair<size_t, size_t>> stage_ranges_;  // by chunk: staging bytes [lo, hi)
+  std::vector<size_t> stage_at_;                        // by write: byte offset in staging, or SIZE_MAX
+  const char* stage_device_ = nullptr;                  // the device staging of this build
   std::unique_ptr<std::atomic<int32_t>[]> stage_left_;   // by chunk: pieces not yet copied
   size_t stage_left_capacity_ = 0;
 };

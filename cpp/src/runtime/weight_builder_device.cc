@@ -3,8 +3,12 @@
 // tensors device to device (one launch for all, the staged weights' last
 // pass included), and recomputes derived weights on the device where their
 // kernels exist, all on a stream of its own; the version is published once
-// that stream is done.
+// that stream is done. Copy steps of derived weights (LSTM/GRU gates
+// repacked, transposes) whose sources the refit gives whole, or leaves
+// unchanged, read those sources in the weights' own launch; the others run
+// after what they read.
 #include <algorithm>
+#include <cstdint>
 
 #include "plan/node_plan.h"
 #include "runtime/weight_builder.h"
@@ -79,12 +83,66 @@ void WeightBuilder::QueueCopySteps(const WeightSet& next, size_t begin, size_t e
     for (const CopyBlock& b : s.blocks)
       jobs_.push_back(CopyJob(b, dst, next.device_pointers[s.sources[b.src]], es));
     next.buffers[out]->host_current = false;
+    trace_.Add(RefitTrace::kCopySteps, 1);
   }
-  stream_->CopyElements(jobs_);
+  if (jobs_.empty()) return;
+  trace_.Add(RefitTrace::kLaunches, 1);
+  trace_.Add(RefitTrace::kJobs, static_cast<int64_t>(jobs_.size()));
+  stream_->CopyElements(jobs_, !paths_.jobs_by_value);
 }
 
-void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
-                                  std::vector<std::string>* problems) {
+const void* WeightBuilder::EarlySource(const WeightSet& next, int v) const {
+  const int wi = write_of_[v];
+  if (wi < 0) return changed_[v] ? nullptr : next.device_pointers[v];  // unchanged: the base's buffer
+  if (stage_at_[wi] != SIZE_MAX) return stage_device_ + stage_at_[wi];  // staged whole
+  const Write& w = writes_[wi];
+  if (!w.on_device || w.num_src != 1 || w.blocks->size() != 1) return nullptr;
+  const CopyBlock& b = (*w.blocks)[0];
+  const bool whole = b.src == 0 && b.src_offset == 0 && b.dst_offset == 0 && b.col_stride == 1 &&
+                     (b.rows == 1 || b.row_stride == b.cols) &&
+                     b.size() == NumElements(statics_.shape(v));
+  return whole ? srcs_[w.first_src] : nullptr;
+}
+
+void WeightBuilder::QueueEarlyCopySteps(const WeightSet& next, const std::vector<RefitSource>& given,
+                                        bool keys) {
+  const auto& steps = statics_.steps();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!dirty_[i] || !steps[i].copy) continue;
+    const StaticProgram::Step& s = steps[i];
+    const int out = s.outputs[0];
+    const int es = static_cast<int>(DTypeSize(statics_.dtype(out)));
+    char* dst = static_cast<char*>(next.buffers[out]->device.get());
+    step_srcs_.clear();
+    for (int v : s.sources) {
+      step_srcs_.push_back(EarlySource(next, v));
+      if (!step_srcs_.back()) break;
+    }
+    const std::vector<CopyBlock>* blocks = &s.blocks;
+    if (step_srcs_.size() != s.sources.size() || (!step_srcs_.empty() && !step_srcs_.back())) {
+      // Keys through the refit map (gates repacked into the weight): the step
+      // composed with the map's blocks reads the given tensors, when all of
+      // them are in device memory.
+      blocks = keys ? fusion_->map_blocks(static_cast<int>(i)) : nullptr;
+      if (!blocks) continue;
+      const std::vector<int>& map_keys = fusion_->map_keys(static_cast<int>(i));
+      step_srcs_.clear();
+      for (int k : map_keys) {
+        const int g = key_src_[k];
+        if (g < 0 || given[g].device < 0) break;
+        step_srcs_.push_back(given[g].view.data);
+      }
+      if (step_srcs_.size() != map_keys.size()) continue;
+    }
+    for (const CopyBlock& b : *blocks) jobs_.push_back(CopyJob(b, dst, step_srcs_[b.src], es));
+    next.buffers[out]->host_current = false;
+    dirty_[i] = 0;  // done in the weights' launch
+    trace_.Add(RefitTrace::kEarlySteps, 1);
+  }
+}
+
+void WeightBuilder::BuildOnDevice(WeightSet* next, const std::vector<RefitSource>& given, bool keys,
+                                  const RefitOptions& options, std::vector<std::string>* problems) {
   device_->MakeCurrent();
   PrepareDevice(*next);
   DeviceBackend::Stream& stream = *stream_;
@@ -122,8 +180,11 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
   // Staged when the derived weights are computed on the device (which reads
   // only the device copies); else each host buffer is written and uploaded.
   jobs_.clear();
+  stage_at_.assign(writes_.size(), SIZE_MAX);
+  stage_device_ = nullptr;
   const bool staged = device_steps;
   if (staged && !StageHostWrites(next, options, problems)) return;
+  trace_.Mark(RefitTrace::kStage);
   for (size_t wi = 0; wi < writes_.size(); ++wi) {
     const Write& w = writes_[wi];
     WeightBuffer* b = next->buffers[w.value];
@@ -149,9 +210,22 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
       j.check = options.check_finite && IsFloat(dt) ? es : 0;
       j.tag = static_cast<int>(w.first_src + blk.src);
       jobs_.push_back(j);
+      trace_.Add(RefitTrace::kDeviceBytes, blk.size() * es);
     }
   }
-  stream.CopyElements(jobs_);
+  // Copy steps that need no written buffer go in the same launch (read-only
+  // sources, no check: the weights' own jobs check the same elements).
+  if (device_steps && paths_.early_steps) {
+    write_of_.assign(graph_.values.size(), -1);
+    for (size_t i = 0; i < writes_.size(); ++i) write_of_[writes_[i].value] = static_cast<int>(i);
+    QueueEarlyCopySteps(*next, given, keys);
+  }
+  if (!jobs_.empty()) {
+    trace_.Add(RefitTrace::kLaunches, 1);
+    trace_.Add(RefitTrace::kJobs, static_cast<int64_t>(jobs_.size()));
+    stream.CopyElements(jobs_, !paths_.jobs_by_value);
+  }
+  trace_.Mark(RefitTrace::kWeightLaunch);
 
   // 2. Derived weights: on the device, or on the host and uploaded.
   if (device_steps) {
@@ -174,6 +248,7 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
       stream.SetStep(static_cast<int>(i));
       device_kernels_[i]->Run(KernelIO{step_srcs_.data(), step_outs_.data(), device_scratch_.get(),
                                        nullptr, stream.kernel_context()});
+      trace_.Add(RefitTrace::kKernelSteps, 1);
     }
     QueueCopySteps(*next, run_start, steps.size());
   } else {
@@ -200,13 +275,16 @@ void WeightBuilder::BuildOnDevice(WeightSet* next, const RefitOptions& options,
       }
     }
   }
+  trace_.Mark(RefitTrace::kDerived);
   drain.armed = false;
   stream.Finish(describe);
+  trace_.Mark(RefitTrace::kWait);
   int tag = 0;
   int64_t index = 0;
   if (options.check_finite && device_writes && stream.TakeCopyFault(&tag, &index))
     problems->push_back("'" + std::string(src_names_[tag]) + "' holds a non-finite value at flat index " +
                         std::to_string(index));
+  trace_.Mark(RefitTrace::kFault);
 }
 
 void WeightBuilder::EnsureHost(const WeightSet& ws, const std::vector<int>& values) const {

@@ -63,6 +63,7 @@ bool WeightBuilder::StageHostWrites(WeightSet* next, const RefitOptions& options
     total += (next->buffers[w.value]->host.bytes() + kAlign - 1) / kAlign * kAlign;
   }
   if (total == 0) return true;
+  trace_.Add(RefitTrace::kStagedBytes, static_cast<int64_t>(total));
   const WeightPool::Staging& staging = pool_->staging(total);
   char* host = static_cast<char*>(staging.host.get());
   char* dev = static_cast<char*>(staging.device.get());
@@ -157,7 +158,9 @@ bool WeightBuilder::StageHostWrites(WeightSet* next, const RefitOptions& options
   }
 
   // One device pass from staging into the version's buffers.
+  stage_device_ = dev;
   for (size_t k = 0; k < stage_tasks_.size(); ++k) {
+    stage_at_[stage_write_[k]] = stage_offset_[k];
     const Write& w = writes_[stage_write_[k]];
     WeightBuffer* b = next->buffers[w.value];
     const size_t es = DTypeSize(statics_.dtype(w.value));

@@ -97,9 +97,28 @@ class CudaStream final : public DeviceBackend::Stream {
               "copy to host (weights)");
   }
 
-  void CopyElements(const std::vector<DeviceCopyJob>& jobs) override {
+  void CopyElements(const std::vector<DeviceCopyJob>& jobs, bool table_in_memory) override {
     if (jobs.empty()) return;
     const size_t n = jobs.size();
+    EnsureCopyFault();
+    for (const DeviceCopyJob& j : jobs) fault_checked_ = fault_checked_ || j.check != 0;
+    if (!table_in_memory && n <= static_cast<size_t>(kMaxParamJobs)) {
+      // The jobs in the launch's parameters: nothing queued before the kernel.
+      by_value_jobs_.resize(n);
+      by_value_first_.resize(n + 1);
+      int64_t blocks = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const DeviceCopyJob& j = jobs[i];
+        by_value_jobs_[i] = CopyJob{j.dst, j.src, j.src_offset, j.rows, j.cols, j.row_stride,
+                                    j.col_stride, j.elem_size, j.check, j.tag, 0};
+        by_value_first_[i] = blocks;
+        blocks += (j.rows * j.cols + kCopyChunkByValue - 1) / kCopyChunkByValue;
+      }
+      by_value_first_[n] = blocks;
+      LaunchCopyJobsByValue(by_value_jobs_.data(), by_value_first_.data(), static_cast<int>(n), blocks,
+                            static_cast<unsigned long long*>(fault_), ctx_.stream);
+      return;
+    }
     const size_t job_bytes = n * sizeof(CopyJob), need = job_bytes + (n + 1) * sizeof(int64_t);
     const size_t rounded = (need + 255) / 256 * 256;
     if (job_used_ + rounded > job_capacity_) {
@@ -111,11 +130,6 @@ class CudaStream final : public DeviceBackend::Stream {
       if (job_device_) cudaFree(job_device_);
       job_device_ = nullptr;
       CheckCuda(cudaMalloc(&job_device_, job_capacity_), "cudaMalloc (weight copy jobs)");
-    }
-    if (!fault_) {
-      CheckCuda(cudaMalloc(&fault_, sizeof(unsigned long long)), "cudaMalloc (copy fault)");
-      CheckCuda(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), ctx_.stream), "cudaMemset");
-      fault_host_ = std::make_unique<PinnedBuffer>(sizeof(unsigned long long));
     }
     char* stage = static_cast<char*>(job_stage_->ptr) + job_used_;
     CopyJob* out = reinterpret_cast<CopyJob*>(stage);
@@ -138,12 +152,23 @@ class CudaStream final : public DeviceBackend::Stream {
     job_used_ += rounded;
   }
 
+  void EnsureCopyFault() {
+    if (fault_) return;
+    CheckCuda(cudaMalloc(&fault_, sizeof(unsigned long long)), "cudaMalloc (copy fault)");
+    CheckCuda(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), ctx_.stream), "cudaMemset");
+    fault_host_ = std::make_unique<PinnedBuffer>(sizeof(unsigned long long));
+  }
+
   bool TakeCopyFault(int* tag, int64_t* index) override {
     if (!fault_) return false;
     auto* host = static_cast<unsigned long long*>(fault_host_->ptr);
-    CheckCuda(cudaMemcpyAsync(host, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                              ctx_.stream), "copy to host (copy fault)");
-    CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+    if (fault_read_) {
+      fault_read_ = false;  // Finish queued the read before its event: *host is current
+    } else {
+      CheckCuda(cudaMemcpyAsync(host, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                ctx_.stream), "copy to host (copy fault)");
+      CheckCuda(cudaStreamSynchronize(ctx_.stream), "weight copies");
+    }
     const unsigned long long f = *host;
     if (f == ~0ull) return false;
     CheckCuda(cudaMemsetAsync(fault_, 0xff, sizeof(unsigned long long), ctx_.stream), "cudaMemset");
@@ -266,6 +291,15 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaError_t launch = cudaGetLastError();
     if (out_mirror_end_ > 0 && launch == cudaSuccess)
       launch = cudaMemcpyAsync(out_.ptr, out_mirror_, out_mirror_end_, cudaMemcpyDeviceToHost, ctx_.stream);
+    // Checked weight copies: their fault word comes back with this wait (no
+    // second synchronization in TakeCopyFault).
+    fault_read_ = false;
+    if (fault_checked_ && launch == cudaSuccess) {
+      launch = cudaMemcpyAsync(fault_host_->ptr, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                               ctx_.stream);
+      fault_read_ = launch == cudaSuccess;
+    }
+    fault_checked_ = false;
     cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
     // The caller's later work on its stream starts after the run (an event
     // wait on the device, queued before the host waits below).
@@ -521,7 +555,11 @@ class CudaStream final : public DeviceBackend::Stream {
   std::unique_ptr<PinnedBuffer> job_stage_;
   void* job_device_ = nullptr;
   size_t job_capacity_ = 0, job_used_ = 0;
+  std::vector<CopyJob> by_value_jobs_;  // a launch's jobs before they go into its parameters
+  std::vector<int64_t> by_value_first_;
   void* fault_ = nullptr;  // unsigned long long: the lowest (tag << 40 | index) found, or ~0
+  bool fault_checked_ = false;  // a checked copy is queued: Finish reads the fault word back
+  bool fault_read_ = false;     // the last Finish read it into fault_host_
   std::unique_ptr<PinnedBuffer> fault_host_;
   cudaEvent_t foreign_ = nullptr;  // marks a producer stream's work (WaitFor)
 };
