@@ -535,7 +535,7 @@ class NhwcConvKernel : public CudaKernel {
     shape_.dil_h = win_.dil_h;
     shape_.dil_w = win_.dil_w;
     direct_ = DirectConvPlan{};
-    if constexpr (!std::is_same_v<T, float>) direct_ = PlanDirectConv(shape_, std::is_same_v<T, __nv_bfloat16>);
+    if constexpr (!std::is_same_v<T, float>) direct_ = PlanDirectConv(shape_, std::is_same_v<T, __nv_bfloat16>, has_sum_ || input_relu_);
 #if KAIWU_WITH_CUDNN
     dnn_.reset();
     fused_.reset();

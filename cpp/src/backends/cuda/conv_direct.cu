@@ -235,9 +235,13 @@ KernelFn<T> Pick(int cp, int nt) {
   return nt == 2 ? &DirectConvKernel<T, 32, 2> : &DirectConvKernel<T, 32, 4>;
 }
 
-bool Disabled() {
+// KAIWU_CONV_DIRECT: "0" never; "fused" only convs with a fused residual or
+// input ReLU; "all" (or unset) every conv the kernel takes.
+bool Disabled(bool fused) {
   const char* env = std::getenv("KAIWU_CONV_DIRECT");
-  return env && std::strcmp(env, "0") == 0;
+  if (!env) return false;
+  if (std::strcmp(env, "0") == 0) return true;
+  return std::strcmp(env, "fused") == 0 && !fused;
 }
 
 size_t SmemBytes(const DirectConvShape& s, int cp, int nt, int th, int tw, int* in_rows, int* in_cols) {
@@ -251,9 +255,9 @@ size_t SmemBytes(const DirectConvShape& s, int cp, int nt, int th, int tw, int* 
 
 }  // namespace
 
-DirectConvPlan PlanDirectConv(const DirectConvShape& s, bool bfloat16) {
+DirectConvPlan PlanDirectConv(const DirectConvShape& s, bool bfloat16, bool fused) {
   DirectConvPlan plan;
-  if (Disabled()) return plan;
+  if (Disabled(fused)) return plan;
   // Up to 32 channels each way: wider convs (Atari's 64) keep large weights
   // and few output pixels per block, where cuDNN measured faster.
   if (s.dil_h != 1 || s.dil_w != 1 || s.c < 1 || s.c > 32 || s.m < 8 || s.m > 32 || s.m % 8 != 0) return plan;

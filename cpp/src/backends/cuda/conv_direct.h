@@ -42,9 +42,10 @@ struct DirectConvPlan {
   bool valid() const { return cp > 0; }
 };
 
-/// The plan for `s` with elements of `elem_bytes` (2), or an invalid plan.
-/// KAIWU_CONV_DIRECT=0 makes every plan invalid (cuDNN / im2col run instead).
-DirectConvPlan PlanDirectConv(const DirectConvShape& s, bool bfloat16);
+/// The plan for `s` (bfloat16 or float16 elements), or an invalid plan; `fused`:
+/// the conv has a fused residual input or input ReLU. KAIWU_CONV_DIRECT=0 makes
+/// every plan invalid (cuDNN / im2col run instead), =fused every unfused one.
+DirectConvPlan PlanDirectConv(const DirectConvShape& s, bool bfloat16, bool fused);
 
 /// What one launch reads and writes; sum (Y's shape) and bias may be null.
 struct DirectConvIO {
