@@ -258,7 +258,8 @@ class TorchrlServer:
             self.threads = torch.get_num_threads()
             torch.set_num_threads(server_cpus(a))
             transport, self.clients = warm_ray_transport(workers, shape)
-            self.server = tis.InferenceServer(torch_factory(policy, server_cpus(a))(), transport, **kw)
+            self.timed = TimedModel(torch_factory(policy, server_cpus(a))())
+            self.server = tis.InferenceServer(self.timed, transport, **kw)
         self.server.start()
         self.td_module = TensorDictModule(Folded(net, len(shape)), in_keys=["obs"], out_keys=["logits", "value"])
 
@@ -275,7 +276,14 @@ class TorchrlServer:
             import contextlib
 
             with getattr(self.server, "_model_lock", contextlib.nullcontext()):
-                self.server.model.load_state_dict(self.td_module.state_dict())
+                self.timed.module.load_state_dict(self.td_module.state_dict())
+
+    def stats(self):
+        """< 0.14 (the server runs here): its batches, their env rows and run time."""
+        if self.actor_backend:
+            return None
+        t = self.timed
+        return {"batches": t.batches, "rows": t.rows, "run_mean_us": 1e6 * t.s / max(1, t.batches)}
 
     def close(self, clean=True):
         """Stops the server; ``clean=False`` (workers stuck in a call) also drops the
@@ -285,6 +293,21 @@ class TorchrlServer:
             torch.set_num_threads(self.threads)
             if not clean:
                 drop_ray_transport()
+
+
+class TimedModel:
+    """The torchrl server's model, counting its batches, env rows and run time."""
+
+    def __init__(self, module):
+        self.module, self.batches, self.rows, self.s = module, 0, 0, 0.0
+
+    def __call__(self, td):
+        t0 = time.perf_counter()
+        out = self.module(td)
+        self.s += time.perf_counter() - t0
+        self.batches += 1
+        self.rows += td.batch_size.numel()
+        return out
 
 
 _RAY_TRANSPORT = {}
@@ -406,7 +429,7 @@ def _run_config(policy, mode, ws, a, net, model, server):
         bcast.append(time.perf_counter() - t0)
         t_next = time.perf_counter() + a.update_s
     res = ray.get(refs)
-    stats = server.stats() if mode.startswith("kaiwu") else None
+    stats = server.stats() if mode.startswith("kaiwu") or mode == "torchrl" else None
     ray.get([w.setup.remote(None) for w in ws])   # drop clients and sessions
     steps = sum(r["steps"] for r in res)
     span = max(r["s"] for r in res)
