@@ -340,11 +340,17 @@ def warm_ray_transport(n, shape):
     td = TensorDict({"obs": torch.zeros((1,) + tuple(shape))}, batch_size=[1])
 
     def warm(q):
-        q.put((-1, td))
-        q.get(timeout=120)
+        q.put((-1, td), timeout=60)
+        q.get(timeout=60)
 
-    with ThreadPoolExecutor(max(1, min(len(cold), 64))) as ex:
-        list(ex.map(warm, cold))
+    ex = ThreadPoolExecutor(max(1, min(len(cold), 64)))
+    try:
+        list(ex.map(warm, cold, timeout=90))
+    except Exception:
+        ex.shutdown(wait=False, cancel_futures=True)
+        drop_ray_transport()
+        raise
+    ex.shutdown()
     return st["transport"], st["clients"][:n]
 
 
@@ -400,9 +406,13 @@ def _run_config(policy, mode, ws, a, net, model, server):
     if mode.startswith("kaiwu"):
         client = server.client(transport="ray" if mode == "kaiwu_ray" else "auto")
     ids = balanced_ids(client, workers, server.num_servers) if client is not None else [None] * workers
-    ray.get([w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
+    setup = [w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
                             client if mode != "torchrl" else server.client(i), aid, POLICIES[policy][1])
-             for i, (w, aid) in enumerate(zip(ws, ids))])
+             for i, (w, aid) in enumerate(zip(ws, ids))]
+    ready, _ = ray.wait(setup, num_returns=len(setup), timeout=a.config_timeout_s)
+    if len(ready) < len(setup):
+        raise ConfigTimeout(f"worker setup not done in {a.config_timeout_s:g} s ({len(ready)} of {len(setup)})")
+    ray.get(setup)
     refs = [w.run.remote(a.seconds) for w in ws]
     bcast = []
     t_next = time.perf_counter() + a.update_s
@@ -702,8 +712,11 @@ def main(argv=None):
                                     ray.kill(x)
                                 ws = make_workers(w, a)
                     runs.append(r)
-                    print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
+                    print(f"[{time.monotonic() - t_start:.0f} s]",
+                          json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
                           flush=True)
+                    # the rows so far on disk: a run killed from outside still leaves them
+                    write(a, runs, costs, [], load0, os.getloadavg(), a.argv, quiet=True)
             for x in ws:
                 ray.kill(x)
         bc = broadcast(a)
@@ -724,7 +737,7 @@ def servers_line(a):
             f"{max(1, servers * threads)} torch thread(s); workers share the remaining CPUs")
 
 
-def write(a, runs, costs, bc, load0, load1, argv):
+def write(a, runs, costs, bc, load0, load1, argv, quiet=False):
     os.makedirs(a.out_dir, exist_ok=True)
     if not getattr(a, "date", None):
         a.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -813,7 +826,8 @@ def write(a, runs, costs, bc, load0, load1, argv):
     with open(path + ".json", "w") as f:
         json.dump({"runs": runs, "costs": costs, "broadcast": bc, "args": vars(a),
                    "load": [load0[0], load1[0]]}, f, indent=1)
-    print(f"wrote {path}.md and .json")
+    if not quiet:
+        print(f"wrote {path}.md and .json")
 
 
 if __name__ == "__main__":
