@@ -137,6 +137,9 @@ class BenchWorker:
             so = ort.SessionOptions()
             so.intra_op_num_threads = so.inter_op_num_threads = 1
             self.sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        elif mode == "torchrl":   # its imports (seconds of CPU a process) before the timed calls
+            import tensordict  # noqa: F401
+            import torch  # noqa: F401
 
     def set_weights(self, weights) -> None:
         """RLlib-style broadcast target (``weights`` arrives resolved from the ObjectRef)."""
@@ -409,9 +412,9 @@ def _run_config(policy, mode, ws, a, net, model, server):
     setup = [w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
                             client if mode != "torchrl" else server.client(i), aid, POLICIES[policy][1])
              for i, (w, aid) in enumerate(zip(ws, ids))]
-    ready, _ = ray.wait(setup, num_returns=len(setup), timeout=a.config_timeout_s)
+    ready, _ = ray.wait(setup, num_returns=len(setup), timeout=2 * a.config_timeout_s)
     if len(ready) < len(setup):
-        raise ConfigTimeout(f"worker setup not done in {a.config_timeout_s:g} s ({len(ready)} of {len(setup)})")
+        raise ConfigTimeout(f"worker setup not done in {2 * a.config_timeout_s:g} s ({len(ready)} of {len(setup)})")
     ray.get(setup)
     refs = [w.run.remote(a.seconds) for w in ws]
     bcast = []

@@ -27,5 +27,5 @@ PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/python timeout -s TERM $LEFT python
   --out-dir $OUT --name ${NAME:-ray} --budget-s $((LEFT - ${RESERVE:-90})) --config-timeout-s 30 --workers 8,32,64 \
   --envs 16 --policies conv,mlp --modes ${MODES:-local_ort,local,kaiwu_gpu,torchrl,kaiwu} --gpu-workers 2 \
   --servers 2 --server-threads 7 --max-batch 1024 --seconds 1.5 --update-s 0.6 --cost-s 0.4 --broadcast-reps 3 2>&1 |
-  grep --line-buffered -v -E "WARNING|core_worker|INFO" | cut -c1-400 | tee $OUT/bench.log
+  grep --line-buffered -v -E "WARNING|core_worker|INFO" | tee $OUT/bench.log
 echo "bench rc=$? at $(( $(date +%s) - T0 )) s"
