@@ -10,9 +10,10 @@ set -uo pipefail
 T0=$(date +%s)
 LIMIT=${LIMIT:-540}
 RAY=${RAY_DIR:-../devsrc_ray}
-mkdir -p /tmp/site
-( python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $RAY/whl/*.whl &&
-  tar -xJf $RAY/ray.tar.xz -C /tmp/site && chmod -R u+x /tmp/site/ray/core ) > $OUT/install.log 2>&1 &
+SITE=${SITE:-/tmp/site}
+mkdir -p $SITE
+( python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE $RAY/whl/*.whl &&
+  tar -xJf $RAY/ray.tar.xz -C $SITE && chmod -R u+x $SITE/ray/core ) > $OUT/install.log 2>&1 &
 INSTALL=$!
 if [ ! -f python/kaiwu_infer/_core$(python3 -c "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))") ]; then
   timeout 150 bash -c 'cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAIWU_CUDA=ON -DKAIWU_BUILD_TESTS=OFF \
@@ -23,9 +24,9 @@ wait $INSTALL || { echo "install failed"; cat $OUT/install.log; exit 4; }
 LEFT=$((LIMIT - ($(date +%s) - T0)))
 echo "build and install done at $(( $(date +%s) - T0 )) s; ${LEFT} s left"
 # --budget-s: no new config after it; the rest of LEFT covers the last config and the broadcast
-PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/python timeout -s TERM $LEFT python3 -W ignore bench/bench_ray.py \
-  --out-dir $OUT --name ${NAME:-ray} --budget-s $((LEFT - ${RESERVE:-90})) --config-timeout-s 30 --workers 8,32,64 \
-  --envs 16 --policies conv,mlp --modes ${MODES:-local_ort,local,kaiwu_gpu,torchrl,kaiwu} --gpu-workers 2 \
-  --servers 2 --server-threads 7 --max-batch 1024 --seconds 1.5 --update-s 0.6 --cost-s 0.4 --broadcast-reps 3 2>&1 |
+PYTHONUNBUFFERED=1 PYTHONPATH=$SITE:$PWD/python timeout -s TERM $LEFT python3 -W ignore bench/bench_ray.py \
+  --out-dir $OUT --name ${NAME:-ray} --budget-s $((LEFT - ${RESERVE:-90})) --config-timeout-s 30 --workers ${WORKERS:-8,32,64} \
+  --envs 16 --policies ${POLICIES:-conv,mlp} --modes ${MODES:-local_ort,local,kaiwu_gpu,torchrl,kaiwu} --gpu-workers 2 \
+  --servers 2 --server-threads 7 --max-batch 1024 --seconds 1.5 --update-s 0.6 --cost-s 0.4 --broadcast-reps 3 ${EXTRA:-} 2>&1 |
   grep --line-buffered -v -E "WARNING|core_worker|INFO" | tee $OUT/bench.log
 echo "bench rc=$? at $(( $(date +%s) - T0 )) s"
