@@ -112,16 +112,19 @@ def export(name):
 class BenchWorker:
     """Steps ``n_envs`` synthetic envs; actions from the mode's inference path."""
 
-    def __init__(self, wid, n_envs, shape, env_us):
+    def __init__(self, wid, n_envs, env_us):
+        self.wid, self.n, self.env_us, self.shape = wid, n_envs, env_us, None
+
+    def setup(self, mode, model_bytes=None, client=None, actor_id=None, shape=None) -> None:
+        """Switches the inference path and, given ``shape``, the policy's observations (the
+        process is reused across modes and policies: a Ray worker's start-up costs seconds
+        of CPU, and 64 of them start in each worker count)."""
         import numpy as np
 
-        self.wid, self.n, self.env_us = wid, n_envs, env_us
-        rng = np.random.default_rng(wid)
-        self.pool = [rng.standard_normal((n_envs,) + tuple(shape)).astype(np.float32) for _ in range(4)]
-
-    def setup(self, mode, model_bytes=None, client=None, actor_id=None) -> None:
-        """Switches the inference path (the process is reused across modes: Ray worker
-        start-up is seconds per process on a loaded 2-core machine)."""
+        if shape is not None and tuple(shape) != self.shape:
+            self.shape = tuple(shape)
+            rng = np.random.default_rng(self.wid)
+            self.pool = [rng.standard_normal((self.n,) + self.shape).astype(np.float32) for _ in range(4)]
         self.mode, self.client, self.sess, self.refits = mode, client, None, 0
         self.aid = self.wid if actor_id is None else actor_id
         if mode == "local":
@@ -134,6 +137,9 @@ class BenchWorker:
             so = ort.SessionOptions()
             so.intra_op_num_threads = so.inter_op_num_threads = 1
             self.sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        elif mode == "torchrl":   # its imports (seconds of CPU a process) before the timed calls
+            import tensordict  # noqa: F401
+            import torch  # noqa: F401
 
     def set_weights(self, weights) -> None:
         """RLlib-style broadcast target (``weights`` arrives resolved from the ObjectRef)."""
@@ -216,11 +222,9 @@ def server_cpus(a):
     return max(1, a.servers * a.server_threads)
 
 
-def make_workers(policy, workers, a):
-    shape = POLICIES[policy][1]
+def make_workers(workers, a):
     W = ray.remote(num_cpus=max(0.01, (a.cpus - server_cpus(a)) / workers), max_concurrency=2)(BenchWorker)
-    ws = [W.remote(i, a.envs, shape, a.env_us) for i in range(workers)]
-    return ws
+    return [W.remote(i, a.envs, a.env_us) for i in range(workers)]
 
 
 def kaiwu_servers(mode, model, workers, a):
@@ -256,12 +260,15 @@ class TorchrlServer:
         else:
             self.threads = torch.get_num_threads()
             torch.set_num_threads(server_cpus(a))
-            self.server = tis.InferenceServer(torch_factory(policy, server_cpus(a))(), tis.RayTransport(), **kw)
+            transport, self.clients = warm_ray_transport(workers, shape)
+            self.timed = TimedModel(torch_factory(policy, server_cpus(a))())
+            self.server = tis.InferenceServer(self.timed, transport, **kw)
         self.server.start()
         self.td_module = TensorDictModule(Folded(net, len(shape)), in_keys=["obs"], out_keys=["logits", "value"])
 
-    def client(self):
-        return self.server.client() if self.actor_backend else self.server.transport.client()
+    def client(self, i):
+        """Worker i's client (< 0.14: the i-th of the warm transport's)."""
+        return self.server.client() if self.actor_backend else self.clients[i]
 
     def update(self):
         """The learner's weights into the server: its own weight update (>= 0.14), or a
@@ -272,12 +279,90 @@ class TorchrlServer:
             import contextlib
 
             with getattr(self.server, "_model_lock", contextlib.nullcontext()):
-                self.server.model.load_state_dict(self.td_module.state_dict())
+                self.timed.module.load_state_dict(self.td_module.state_dict())
 
-    def close(self):
+    def stats(self):
+        """< 0.14 (the server runs here): its batches, their env rows and run time."""
+        if self.actor_backend:
+            return None
+        t = self.timed
+        return {"batches": t.batches, "rows": t.rows, "run_mean_us": 1e6 * t.s / max(1, t.batches)}
+
+    def close(self, clean=True):
+        """Stops the server; ``clean=False`` (workers stuck in a call) also drops the
+        shared transport, whose queues may hold stale requests or results."""
         self.server.shutdown()
         if not self.actor_backend:
             torch.set_num_threads(self.threads)
+            if not clean:
+                drop_ray_transport()
+
+
+class TimedModel:
+    """The torchrl server's model, counting its batches, env rows and run time."""
+
+    def __init__(self, module):
+        self.module, self.batches, self.rows, self.s = module, 0, 0, 0.0
+
+    def __call__(self, td):
+        t0 = time.perf_counter()
+        out = self.module(td)
+        self.s += time.perf_counter() - t0
+        self.batches += 1
+        self.rows += td.batch_size.numel()
+        return out
+
+
+_RAY_TRANSPORT = {}
+
+
+def warm_ray_transport(n, shape):
+    """torchrl < 0.14: the run's one ``RayTransport`` with at least ``n`` clients, whose Ray
+    queue actors have each unpickled a TensorDict once.
+
+    Each queue is an actor process, and its first TensorDict makes it import torch and
+    tensordict (5-7 s on the 2-core machine). The server thread resolves a batch one
+    blocking put per response queue, so cold queues cost the first batch that many imports
+    in a row: 8 workers took ~50 s before their first results, past the config timeout at
+    every worker count. Here they warm side by side, before the server starts (the request
+    queue too), and are kept across configs (one per worker index; a config leaves every
+    queue empty, each call having been answered)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tensordict import TensorDict
+    from torchrl.modules import inference_server as tis
+
+    st = _RAY_TRANSPORT
+    cold = []
+    if not st:
+        st["transport"], st["clients"] = tis.RayTransport(), []
+        cold.append(st["transport"]._request_queue)
+    while len(st["clients"]) < n:
+        st["clients"].append(st["transport"].client())
+        cold.append(st["clients"][-1]._response_queue)
+    td = TensorDict({"obs": torch.zeros((1,) + tuple(shape))}, batch_size=[1])
+
+    def warm(q):
+        q.put((-1, td), timeout=60)
+        q.get(timeout=60)
+
+    ex = ThreadPoolExecutor(max(1, min(len(cold), 64)))
+    try:
+        list(ex.map(warm, cold, timeout=90))
+    except Exception:
+        ex.shutdown(wait=False, cancel_futures=True)
+        drop_ray_transport()
+        raise
+    ex.shutdown()
+    return st["transport"], st["clients"][:n]
+
+
+def drop_ray_transport():
+    for c in _RAY_TRANSPORT.get("clients", []):
+        c._response_queue.shutdown()
+    if _RAY_TRANSPORT:
+        _RAY_TRANSPORT["transport"]._request_queue.shutdown()
+    _RAY_TRANSPORT.clear()
 
 
 def balanced_ids(client, workers, servers):
@@ -303,10 +388,14 @@ def run_config(policy, mode, ws, a, net, model):
         server = kaiwu_servers(mode, model, len(ws), a)
     elif mode == "torchrl":
         server = TorchrlServer(policy, len(ws), a, net)
+    clean = False
     try:
         out = _run_config(policy, mode, ws, a, net, model, server)
+        clean = True
     finally:   # also on a timeout or a kill: torchrl's server thread would outlive Ray
-        if server is not None:
+        if isinstance(server, TorchrlServer):
+            server.close(clean)
+        elif server is not None:
             server.close()
     out["config_s"] = time.perf_counter() - t_cfg
     return out
@@ -320,9 +409,13 @@ def _run_config(policy, mode, ws, a, net, model, server):
     if mode.startswith("kaiwu"):
         client = server.client(transport="ray" if mode == "kaiwu_ray" else "auto")
     ids = balanced_ids(client, workers, server.num_servers) if client is not None else [None] * workers
-    ray.get([w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
-                            client if mode != "torchrl" else server.client(), aid)
-             for w, aid in zip(ws, ids)])
+    setup = [w.setup.remote(mode, model_bytes if mode.startswith("local") else None,
+                            client if mode != "torchrl" else server.client(i), aid, POLICIES[policy][1])
+             for i, (w, aid) in enumerate(zip(ws, ids))]
+    ready, _ = ray.wait(setup, num_returns=len(setup), timeout=2 * a.config_timeout_s)
+    if len(ready) < len(setup):
+        raise ConfigTimeout(f"worker setup not done in {2 * a.config_timeout_s:g} s ({len(ready)} of {len(setup)})")
+    ray.get(setup)
     refs = [w.run.remote(a.seconds) for w in ws]
     bcast = []
     t_next = time.perf_counter() + a.update_s
@@ -349,7 +442,7 @@ def _run_config(policy, mode, ws, a, net, model, server):
         bcast.append(time.perf_counter() - t0)
         t_next = time.perf_counter() + a.update_s
     res = ray.get(refs)
-    stats = server.stats() if mode.startswith("kaiwu") else None
+    stats = server.stats() if mode.startswith("kaiwu") or mode == "torchrl" else None
     ray.get([w.setup.remote(None) for w in ws])   # drop clients and sessions
     steps = sum(r["steps"] for r in res)
     span = max(r["s"] for r in res)
@@ -596,13 +689,17 @@ def main(argv=None):
     t_start = time.monotonic()
     runs, costs, bc = [], {}, []
     try:
+        nets = {}
         for pol in a.policies.split(","):
-            net, model, _ = export(pol)
+            net, model, _ = nets[pol] = export(pol)
             costs[pol] = call_costs(pol, a, model)
             print(pol, "costs", {k: round(v) for k, v in costs[pol].items()}, flush=True)
-            for w in worker_counts:
-                over = a.budget_s and time.monotonic() - t_start > a.budget_s
-                ws = [] if over else make_workers(pol, w, a)
+        # the worker count outermost: one set of worker processes serves every policy
+        for w in worker_counts:
+            over = a.budget_s and time.monotonic() - t_start > a.budget_s
+            ws = [] if over else make_workers(w, a)
+            for pol in a.policies.split(","):
+                net, model, _ = nets[pol]
                 for mode in modes:
                     if a.budget_s and time.monotonic() - t_start > a.budget_s:
                         r = {"policy": pol, "mode": mode, "workers": w, "envs": a.envs,
@@ -616,12 +713,15 @@ def main(argv=None):
                             if isinstance(e, ConfigTimeout):   # workers stuck in a call: new ones
                                 for x in ws:
                                     ray.kill(x)
-                                ws = make_workers(pol, w, a)
+                                ws = make_workers(w, a)
                     runs.append(r)
-                    print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
+                    print(f"[{time.monotonic() - t_start:.0f} s]",
+                          json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}),
                           flush=True)
-                for x in ws:
-                    ray.kill(x)
+                    # the rows so far on disk: a run killed from outside still leaves them
+                    write(a, runs, costs, [], load0, os.getloadavg(), a.argv, quiet=True)
+            for x in ws:
+                ray.kill(x)
         bc = broadcast(a)
     finally:
         load1 = os.getloadavg()
@@ -640,7 +740,7 @@ def servers_line(a):
             f"{max(1, servers * threads)} torch thread(s); workers share the remaining CPUs")
 
 
-def write(a, runs, costs, bc, load0, load1, argv):
+def write(a, runs, costs, bc, load0, load1, argv, quiet=False):
     os.makedirs(a.out_dir, exist_ok=True)
     if not getattr(a, "date", None):
         a.date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -729,7 +829,8 @@ def write(a, runs, costs, bc, load0, load1, argv):
     with open(path + ".json", "w") as f:
         json.dump({"runs": runs, "costs": costs, "broadcast": bc, "args": vars(a),
                    "load": [load0[0], load1[0]]}, f, indent=1)
-    print(f"wrote {path}.md and .json")
+    if not quiet:
+        print(f"wrote {path}.md and .json")
 
 
 if __name__ == "__main__":
