@@ -19,6 +19,7 @@ engine exists.  Never use it to claim engine results.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import zlib
@@ -314,3 +315,23 @@ def check_against_ort(engine, model: onnx.ModelProto, feeds: Mapping[str, np.nda
         assert_outputs_close(got, ref, rtol=rtol, atol=atol,
                              context=f"{context} optimize={opt}")
     return ref
+
+
+@contextlib.contextmanager
+def env_vars(**kv):
+    """Environment variables set for the block (a None value unsets one), then restored:
+    the engine reads its KAIWU_* switches when a session or a run's plan is made."""
+    saved = {k: os.environ.get(k) for k in kv}
+    for k, v in kv.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -14,35 +14,19 @@ half sessions against each other the same.
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import kaiwu_infer as ki
+from helpers import env_vars as env
 from helpers import run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
                                 reason="kaiwu_infer built without CUDA, or no CUDA device")
 
 TOL = {"fp16": 5e-3, "bf16": 3e-2}
-
-
-@contextlib.contextmanager
-def env(**kv):
-    saved = {k: os.environ.get(k) for k in kv}
-    os.environ.update(kv)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
 
 
 class Builder:

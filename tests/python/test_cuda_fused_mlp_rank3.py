@@ -15,9 +15,7 @@ rtol 1e-4 (atol 1e-4 * scale).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 
 import numpy as np
 import onnx
@@ -26,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kaiwu_infer as ki
 import policies
-from helpers import run_ort
+from helpers import env_vars, run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
                                 reason="kaiwu_infer built without CUDA, or no CUDA device")
@@ -34,20 +32,9 @@ pytestmark = pytest.mark.skipif(not ki.cuda_available(),
 KEYS = ("KAIWU_FUSED_MLP_RANK3", "KAIWU_FUSED_MLP_ROWS")
 
 
-@contextlib.contextmanager
 def env(**kw):
-    saved = {k: os.environ.get(k) for k in KEYS}
-    for k in KEYS:
-        os.environ.pop(k, None)
-    os.environ.update({k: v for k, v in kw.items() if v is not None})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """Every switch in KEYS unset but those given."""
+    return env_vars(**{**{k: None for k in KEYS}, **kw})
 
 
 class Sess:

@@ -12,8 +12,6 @@ C++ kernel tests of those products.
 
 from __future__ import annotations
 
-import contextlib
-import os
 
 import numpy as np
 import onnx
@@ -22,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kaiwu_infer as ki
 import policies
-from helpers import run_ort
+from helpers import env_vars, run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
                                 reason="kaiwu_infer built without CUDA, or no CUDA device")
@@ -93,20 +91,10 @@ def nodes_per_run(sess, feeds):
     return st["graph_nodes"] // st["graph_launches"]
 
 
-@contextlib.contextmanager
 def folds_off():
     """Both folds switched off: the batch-first rule (read when a session is made)
     and the state folds (read when a run's plan is made)."""
-    saved = {k: os.environ.get(k) for k in ("KAIWU_RNN_BATCH_FIRST", "KAIWU_RNN_FOLD_STATES")}
-    os.environ.update({k: "0" for k in saved})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
+    return env_vars(KAIWU_RNN_BATCH_FIRST="0", KAIWU_RNN_FOLD_STATES="0")
 
 
 class Off:
