@@ -49,20 +49,6 @@ struct alignas(16) Chunk8 {
   uint16_t v[8];
 };
 
-template <typename T>
-__device__ __forceinline__ float Bits2Float(uint16_t b) {
-  T t;
-  memcpy(&t, &b, 2);
-  return Load(t);
-}
-template <typename T>
-__device__ __forceinline__ uint16_t Float2Bits(float f) {
-  const T t = Store<T>(f);
-  uint16_t b;
-  memcpy(&b, &t, 2);
-  return b;
-}
-
 // Copies 8 channels from `src` (n valid of them, 16-byte aligned when n == 8 and
 // vec) into `dst` (16-byte aligned), zeros after n, max(v, 0) when relu.
 template <typename T>
@@ -77,7 +63,7 @@ __device__ __forceinline__ void StageChunk(const T* src, int n, bool vec, bool r
   }
   if (relu) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) ch.v[i] = Bits2Float<T>(ch.v[i]) > 0.f ? ch.v[i] : uint16_t{0};
+    for (int i = 0; i < 8; ++i) ch.v[i] = Load(FromBits<T>(ch.v[i])) > 0.f ? ch.v[i] : uint16_t{0};
   }
   *reinterpret_cast<Chunk8*>(dst) = ch;
 }
@@ -213,11 +199,11 @@ __global__ void __launch_bounds__(128) DirectConvKernel(Geometry g, const T* __r
       if (sum) {
         const Chunk8 r = *reinterpret_cast<const Chunk8*>(sum + at);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] += Bits2Float<T>(r.v[e]);
+        for (int e = 0; e < 8; ++e) v[e] += Load(FromBits<T>(r.v[e]));
       }
       Chunk8 o;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o.v[e] = Float2Bits<T>(act(v[e]));
+      for (int e = 0; e < 8; ++e) o.v[e] = Bits<T>(act(v[e]));
       *reinterpret_cast<Chunk8*>(y + at) = o;
     }
     // The next tile overwrites the window and the float tile only after every

@@ -134,22 +134,6 @@ __device__ __forceinline__ int LayerOfTile(const MlpArgs& a, int p, int g) {
 __device__ __forceinline__ void ClusterArrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
-template <typename T>
-__device__ __forceinline__ T FromBits(uint32_t v) {
-  const uint16_t b = static_cast<uint16_t>(v);
-  T h;
-  memcpy(&h, &b, 2);
-  return h;
-}
-
-template <typename T>
-__device__ __forceinline__ uint16_t Bits(float v) {
-  const T h = Store<T>(v);
-  uint16_t b;
-  memcpy(&b, &h, 2);
-  return b;
-}
-
 // Bench only (a.stamps): thread 0's clock64() at step 0 start, 17 X and bias
 // loads issued, 18 weight copies issued, 19 rows zeroed, 20 X stored and
 // arrived, 1 bias stored, 2 the first phase's weights in, 3 + 2p phase p

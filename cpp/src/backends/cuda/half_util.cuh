@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -67,6 +68,22 @@ struct Widened2 {
   F f;
   __device__ T operator()(T a, T b) const { return Store<T>(f(Load(a), Load(b))); }
 };
+
+/// The 16-bit float whose bits are v's low 16, and the bits of Store<T>(v).
+template <typename T>
+__device__ __forceinline__ T FromBits(uint32_t v) {
+  const uint16_t b = static_cast<uint16_t>(v);
+  T h;
+  memcpy(&h, &b, 2);
+  return h;
+}
+template <typename T>
+__device__ __forceinline__ uint16_t Bits(float v) {
+  const T h = Store<T>(v);
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
 
 /// c (16 x 8, float) += a (16 x 16) x b (16 x 8) on tensor cores, T = __half or
 /// __nv_bfloat16, fragments as mma.sync m16n8k16 (row.col) lays them out.
