@@ -1,9 +1,9 @@
 // Conv (1-D and 2-D, float32, and float16 / bfloat16 on tensor cores with
 // float accumulation; groups, dilations, pads/auto_pad, bias, fused
-// "_kaiwu_act"); NhwcConv, the channels-last form of half sessions, below. With cuDNN (built in, and KAIWU_CUDNN=1), convs with
-// symmetric pads run cudnnConvolutionForward with the algorithm cuDNN's
-// heuristics rank first among those without TF32 (FMA math) and within the
-// workspace bound. Otherwise: im2col into device scratch, then one
+// "_kaiwu_act"); NhwcConv, the channels-last form of half sessions, below.
+// With cuDNN (built in, and KAIWU_CUDNN=1), convs with symmetric pads run
+// cudnnConvolutionForward with the algorithm cuDNN's heuristics rank first
+// among those without TF32 (FMA math) and within the workspace bound. Otherwise: im2col into device scratch, then one
 // strided-batched cuBLAS GEMM per group over a chunk of images. Pointwise convs
 // (1x1, stride 1, unpadded) skip im2col: the input already is the column
 // matrix. Both paths end with one epilogue kernel for the bias and the
@@ -387,8 +387,8 @@ class ConvKernel : public CudaKernel {
 // NhwcConv (passes/layout_nhwc.cc): X [N, H, W, C], W [M, KH, KW, C] -> Y
 // [N, OH, OW, M], group 1, with an optional residual input 4 (added before the
 // activation) and "_kaiwu_input_relu" (the conv reads max(X, 0)). 16-bit
-// floats with C and M up to 64: the direct tensor-core kernel
-// (conv_direct.h), everything fused. Otherwise cuDNN's channels-last kernels
+// floats with C and M up to 32 and enough output tiles: the direct
+// tensor-core kernel (conv_direct.h), everything fused. Otherwise cuDNN's channels-last kernels
 // when cuDNN is built and the pads are symmetric, else a channels-last im2col
 // and one GEMM per chunk of images (Y[pixels, M] = col[pixels, K] x W[M, K]^T);
 // then the bias / residual / activation epilogue (a fused input ReLU: a ReLU'd
