@@ -407,15 +407,8 @@ class NhwcConvKernel : public CudaKernel {
     if (total == 0) return;
     if constexpr (!std::is_same_v<T, float>) {
       if (direct_.valid()) {
-        DirectConvIO d;
-        d.x = x;
-        d.w = w;
-        d.bias = bias;
-        d.sum = sum;
-        d.y = y;
-        d.act = act_;
-        d.input_relu = input_relu_;
-        LaunchDirectConv(shape_, direct_, d, std::is_same_v<T, __nv_bfloat16>, dev.stream);
+        LaunchDirectConv(shape_, direct_, DirectConvIO{x, w, bias, sum, y, act_, input_relu_},
+                         std::is_same_v<T, __nv_bfloat16>, dev.stream);
         return;
       }
     }
@@ -519,21 +512,10 @@ class NhwcConvKernel : public CudaKernel {
     if (p_ > INT_MAX || k_ > INT_MAX || m_ > INT_MAX)
       Fail(StatusCode::kUnsupported, ctx.node.Describe(),
            ": Conv GEMM dimensions beyond 32-bit are not supported by the CUDA backend");
-    shape_.n = n_;
-    shape_.h = win_.h;
-    shape_.w = win_.w;
-    shape_.c = win_.c;
-    shape_.m = m_;
-    shape_.oh = win_.oh;
-    shape_.ow = win_.ow;
-    shape_.kh = win_.kh;
-    shape_.kw = win_.kw;
-    shape_.stride_h = win_.stride_h;
-    shape_.stride_w = win_.stride_w;
-    shape_.pad_h = win_.pad_h;
-    shape_.pad_w = win_.pad_w;
-    shape_.dil_h = win_.dil_h;
-    shape_.dil_w = win_.dil_w;
+    // The same window in the direct kernel's terms (field order of DirectConvShape).
+    shape_ = DirectConvShape{n_,       win_.h,        win_.w,        win_.c,     m_,
+                             win_.oh,  win_.ow,       win_.kh,       win_.kw,    win_.stride_h,
+                             win_.stride_w, win_.pad_h, win_.pad_w,  win_.dil_h, win_.dil_w};
     direct_ = DirectConvPlan{};
     if constexpr (!std::is_same_v<T, float>) direct_ = PlanDirectConv(shape_, std::is_same_v<T, __nv_bfloat16>, has_sum_ || input_relu_);
 #if KAIWU_WITH_CUDNN
