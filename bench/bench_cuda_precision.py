@@ -58,7 +58,7 @@ def pcie_bandwidth():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--policies", default="mlp,atari_cnn,impala_lstm,gru_seq,multi_input")
+    ap.add_argument("--policies", default="mlp,atari_cnn,impala_lstm,gru_seq,multi_input,unit_transformer")
     ap.add_argument("--batch", default="1,32,256,1024")
     ap.add_argument("--seconds", type=float, default=0.6)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "h100"))

@@ -21,7 +21,7 @@ os.environ.setdefault("KAIWU_CUDA_GRAPHS", "0")
 
 
 def kernel_times(fn, runs):
-    """{kernel name: device µs per run} over `runs` calls of fn."""
+    """{kernel name: (device µs per run, launches per run)} over `runs` calls of fn."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -38,7 +38,8 @@ def kernel_times(fn, runs):
         if t is None:
             t = getattr(e, "self_cuda_time_total", 0.0)
         if t > 0:
-            out[e.key] = out.get(e.key, 0.0) + t / runs
+            t0, c0 = out.get(e.key, (0.0, 0.0))
+            out[e.key] = (t0 + t / runs, c0 + e.count / runs)
     return out
 
 
@@ -87,17 +88,26 @@ def main():
             rows = {"kaiwu": kernel_times(lambda: sess.run(dfeeds, output_device="cuda"), args.runs)}
             try:
                 rows["torch"] = kernel_times(torch_run, args.runs)
-            except Exception as e:  # a module autocast cannot run
+            except Exception as e:  # a module autocast cannot run (e.g. a -1e9 mask fill in fp16)
+                print(f"{name} b{b}: torch {'autocast ' if half else ''}failed: {e!r}"[:300])
                 rows["torch"] = {}
-                print(f"{name} b{b}: torch failed: {e!r}"[:300])
-            tot = {k: sum(v.values()) for k, v in rows.items()}
-            ratio = tot["torch"] / tot["kaiwu"] if tot["kaiwu"] and tot["torch"] else float("nan")
-            lines += [f"## {name} batch {b}: kaiwu {tot['kaiwu']:.1f} us, torch {tot['torch']:.1f} us "
-                      f"(torch / kaiwu {ratio:.2f})", ""]
+                if half:  # then PyTorch in float32
+                    half = False
+                    try:
+                        del rows["torch"]
+                        rows["torch (fp32: autocast failed)"] = kernel_times(torch_run, args.runs)
+                    finally:
+                        half = True
+            tot = {k: sum(t for t, _ in v.values()) for k, v in rows.items()}
+            launches = {k: sum(c for _, c in v.values()) for k, v in rows.items()}
+            tk = [k for k in rows if k.startswith("torch")][0]
+            ratio = tot[tk] / tot["kaiwu"] if tot["kaiwu"] and tot[tk] else float("nan")
+            lines += [f"## {name} batch {b}: kaiwu {tot['kaiwu']:.1f} us in {launches['kaiwu']:.0f} kernels, "
+                      f"{tk} {tot[tk]:.1f} us in {launches[tk]:.0f} kernels ({tk} / kaiwu {ratio:.2f})", ""]
             for eng, ks in rows.items():
-                lines += [f"{eng}:", "", "| us/run | kernel |", "|---:|---|"]
-                for k, t in sorted(ks.items(), key=lambda kv: -kv[1])[: args.top]:
-                    lines.append(f"| {t:.1f} | `{short(k)}` |")
+                lines += [f"{eng}:", "", "| us/run | launches/run | kernel |", "|---:|---:|---|"]
+                for k, (t, c) in sorted(ks.items(), key=lambda kv: -kv[1][0])[: args.top]:
+                    lines.append(f"| {t:.1f} | {c:.0f} | `{short(k)}` |")
                 lines.append("")
             print("\n".join(lines[-(2 * args.top + 12):]), flush=True)
     text = "\n".join(lines) + "\n"

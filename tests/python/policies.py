@@ -12,7 +12,8 @@ dynamic_axes)``:
 ``export_onnx(name, path, opset=17)`` exports with the TorchScript exporter
 (``torch.onnx.export(..., dynamo=False)``) and returns ``path``.
 
-Names: mlp, atari_cnn, impala_lstm, gru_seq, multi_input.
+Names: mlp, atari_cnn, impala_lstm, gru_seq, multi_input (``NAMES``: every suite runs them),
+and unit_transformer (``EXTRA_NAMES``: its own tests and the GPU benchmarks).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 NAMES = ("mlp", "atari_cnn", "impala_lstm", "gru_seq", "multi_input")
+EXTRA_NAMES = ("unit_transformer",)
+ALL_NAMES = NAMES + EXTRA_NAMES
 OPSET = 17
 
 
@@ -223,12 +226,53 @@ def build_multi_input():
     return m, ex, ins, outs, dyn
 
 
+# --------------------------------------------------------------------------------
+# (f) unit transformer: self-attention over a padded set of units (torch's own
+#     nn.TransformerEncoder, post-norm, GELU, key padding mask), masked mean pool,
+#     global features, policy / value heads and one logit per unit
+# --------------------------------------------------------------------------------
+class UnitTransformerPolicy(nn.Module):
+    def __init__(self, unit_dim=16, glob_dim=24, d=64, heads=4, layers=2, ff=128, n_actions=12):
+        super().__init__()
+        self.embed = nn.Linear(unit_dim, d)
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=ff, dropout=0.0, activation="gelu",
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.glob = nn.Sequential(nn.Linear(glob_dim, d), nn.ReLU())
+        self.core = nn.Sequential(nn.Linear(2 * d, 256), nn.ReLU())
+        self.pi = nn.Linear(256, n_actions)
+        self.v = nn.Linear(256, 1)
+        self.target = nn.Linear(d, 1)
+
+    def forward(self, units, unit_pad, glob):
+        x = self.encoder(self.embed(units), src_key_padding_mask=unit_pad)   # [B, N, d]
+        keep = (~unit_pad).unsqueeze(-1).to(x.dtype)                          # [B, N, 1]
+        pooled = (x * keep).sum(1) / keep.sum(1).clamp(min=1.0)              # [B, d]
+        h = self.core(torch.cat([pooled, self.glob(glob)], dim=-1))
+        unit_logits = self.target(x).squeeze(-1).masked_fill(unit_pad, -1e9)  # [B, N]
+        return self.pi(h), self.v(h), unit_logits
+
+
+def build_unit_transformer():
+    torch.manual_seed(5)
+    m = UnitTransformerPolicy().eval()
+    pad = torch.zeros(2, 32, dtype=torch.bool)
+    pad[0, 20:] = True
+    pad[1, 7:] = True
+    ex = {"units": torch.randn(2, 32, 16), "unit_pad": pad, "glob": torch.randn(2, 24)}
+    ins = ["units", "unit_pad", "glob"]
+    outs = ["logits", "value", "unit_logits"]
+    dyn = {n: {0: "batch"} for n in ins + outs}
+    return m, ex, ins, outs, dyn
+
+
 BUILDERS = {
     "mlp": build_mlp,
     "atari_cnn": build_atari_cnn,
     "impala_lstm": build_impala_lstm,
     "gru_seq": build_gru_seq,
     "multi_input": build_multi_input,
+    "unit_transformer": build_unit_transformer,
 }
 
 
@@ -263,6 +307,11 @@ def make_inputs(name: str, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
                 "unit_pad": pad,
                 "h0": (0.5 * rng.standard_normal((1, batch, 256))).astype(f32),
                 "c0": (0.5 * rng.standard_normal((1, batch, 256))).astype(f32)}
+    if name == "unit_transformer":
+        n_valid = rng.integers(1, 33, size=batch)             # >= 1 valid unit per row
+        return {"units": rng.standard_normal((batch, 32, 16)).astype(f32),
+                "unit_pad": np.arange(32)[None, :] >= n_valid[:, None],
+                "glob": rng.standard_normal((batch, 24)).astype(f32)}
     raise KeyError(name)
 
 

@@ -66,7 +66,7 @@ def _compare(got, ref, outs, context):
 
 
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("name", policies.NAMES)
+@pytest.mark.parametrize("name", policies.ALL_NAMES)
 def test_onnxruntime_matches_torch(name, batch):
     """Validates the export itself (no engine needed)."""
     _, _, outs, _, _ = _export(name)
@@ -76,7 +76,7 @@ def test_onnxruntime_matches_torch(name, batch):
 
 @pytest.mark.parametrize("optimize", [True, False], ids=["opt", "noopt"])
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("name", policies.NAMES)
+@pytest.mark.parametrize("name", policies.ALL_NAMES)
 def test_policy(engine, name, batch, optimize):
     module, ins, outs, data, model = _export(name)
     key = (name, optimize)
@@ -92,7 +92,7 @@ def test_policy(engine, name, batch, optimize):
     _compare(got, torch_out, outs, f"{name} B={batch} optimize={optimize} kaiwu vs torch")
 
 
-@pytest.mark.parametrize("name", policies.NAMES)
+@pytest.mark.parametrize("name", policies.ALL_NAMES)
 def test_policy_io_metadata(engine, name):
     """Session.inputs/outputs: names in graph order, numpy dtypes, symbolic batch dim."""
     module, ins, outs, data, model = _export(name)

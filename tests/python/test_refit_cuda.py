@@ -59,7 +59,7 @@ def fresh_outputs(module, sd, name, ins, outs):
     return outputs(kt.load(model, device="cuda"), name, outs)
 
 
-@pytest.mark.parametrize("name", policies.NAMES)
+@pytest.mark.parametrize("name", policies.ALL_NAMES)
 def test_refit_from_cuda_tensors_equals_fresh_session(name):
     module, model, ins, outs = case(name)
     sess = kt.load(model, device="cuda")

@@ -78,7 +78,7 @@ class Case:
             assert np.array_equal(weights[k], v), f"{self.name} {what}: get_weights()['{k}']"
 
 
-@pytest.fixture(scope="module", params=policies.NAMES)
+@pytest.fixture(scope="module", params=policies.ALL_NAMES)
 def case(request):
     return Case(request.param)
 
