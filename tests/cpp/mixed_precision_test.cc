@@ -249,5 +249,125 @@ TEST(MixedPrecision, IntegerValuesAreNeverCast) {
   EXPECT_EQ(ProducerOf(g, y)->op_type, "Cast");
 }
 
+// Attention's scale as torch exports it: Shape(q) -> Slice -> Cast(float) -> Sqrt ->
+// Div(1, .) -> Mul(q, .). The plan computes the scale on the host (float32 kernels)
+// once per input shape, so those nodes stay float32; the Mul over q runs in half.
+TEST(MixedPrecision, NodesOverShapesOnlyStayFloat32) {
+  Graph g;
+  const int x = Val(g, "x", ValueKind::kInput, DType::kFloat32);
+  const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
+  const int one = Val(g, "one", ValueKind::kConstant, DType::kFloat32);
+  const int starts = Val(g, "starts", ValueKind::kConstant, DType::kInt64);
+  const int ends = Val(g, "ends", ValueKind::kConstant, DType::kInt64);
+  const int q = Val(g, "q", ValueKind::kRuntime), shape = Val(g, "shape", ValueKind::kRuntime, DType::kInt64);
+  const int dim = Val(g, "dim", ValueKind::kRuntime, DType::kInt64);
+  const int dimf = Val(g, "dimf", ValueKind::kRuntime, DType::kFloat32);
+  const int root = Val(g, "root", ValueKind::kRuntime, DType::kFloat32);
+  const int scale = Val(g, "scale", ValueKind::kRuntime, DType::kFloat32);
+  const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
+  g.inputs = {x};
+  g.AddNode(Op("MatMul", "q_proj", {x, w}, {q}));
+  g.AddNode(Op("Shape", "shape", {q}, {shape}));
+  g.AddNode(Op("Slice", "last_dim", {shape, starts, ends}, {dim}));
+  Node cast = Op("Cast", "to_float", {dim}, {dimf});
+  cast.attrs["to"] = IntAttr(1);
+  g.AddNode(cast);
+  Node sqrt = Op("FusedElementwise", "sqrt_fused", {dimf}, {root});
+  sqrt.domain = "kaiwu";
+  g.AddNode(sqrt);
+  g.AddNode(Op("Div", "inverse", {one, root}, {scale}));
+  g.AddNode(Op("Mul", "scale_q", {q, scale}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  MixedPrecisionReport r = ApplyMixedPrecision(&g, Options());
+  for (const char* name : {"sqrt_fused", "inverse"}) {
+    ASSERT_NE(Find(r, name), nullptr) << name;
+    EXPECT_FALSE(Find(r, name)->half) << name;
+    EXPECT_EQ(Find(r, name)->reason, "computed from shapes when planned") << name;
+  }
+  EXPECT_EQ(g.values[NodeNamed(g, "sqrt_fused")->inputs[0]].dtype, DType::kFloat32);
+  EXPECT_TRUE(Find(r, "q_proj")->half);
+  EXPECT_TRUE(Find(r, "scale_q")->half);
+  EXPECT_EQ(g.values[NodeNamed(g, "scale_q")->inputs[0]].dtype, DType::kFloat16);
+}
+
+// x -> LayerNormalization(ln_in) -> MatMul -> LayerNormalization(ln_mid) -> Softmax(attn)
+// -> MatMul -> y, and Softmax(probs) on it as a graph output. ln_in reads float32 (the
+// graph input) and stays float32; ln_mid and attn read half and keep half storage
+// (their kernels compute in float32), so the half chain has no casts inside it;
+// probs is a result the user reads: float32.
+TEST(MixedPrecision, BoundedFloatMathKeepsHalfStorageInsideHalfChains) {
+  Graph g;
+  const int x = Val(g, "x", ValueKind::kInput, DType::kFloat32);
+  const int s1 = Val(g, "s1", ValueKind::kWeight, DType::kFloat32);
+  const int s2 = Val(g, "s2", ValueKind::kWeight, DType::kFloat32);
+  const int w1 = Val(g, "W1", ValueKind::kWeight, DType::kFloat32);
+  const int w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
+  int v[7];
+  for (int k = 0; k < 7; ++k) v[k] = Val(g, "v" + std::to_string(k), ValueKind::kRuntime, DType::kFloat32);
+  g.inputs = {x};
+  g.AddNode(Op("LayerNormalization", "ln_in", {x, s1}, {v[0]}));
+  g.AddNode(Op("MatMul", "mm1", {v[0], w1}, {v[1]}));
+  g.AddNode(Op("LayerNormalization", "ln_mid", {v[1], s2}, {v[2]}));
+  g.AddNode(Op("Softmax", "attn", {v[2]}, {v[3]}));
+  g.AddNode(Op("MatMul", "mm2", {v[3], w2}, {v[4]}));
+  g.AddNode(Op("Softmax", "probs", {v[4]}, {v[5]}));
+  g.outputs = {v[5]};
+  g.Verify();
+  MixedPrecisionReport r = ApplyMixedPrecision(&g, Options());
+  EXPECT_FALSE(Find(r, "ln_in")->half);
+  for (const char* n : {"mm1", "ln_mid", "attn", "mm2"}) {
+    EXPECT_TRUE(Find(r, n)->half) << n;
+    EXPECT_EQ(g.values[NodeNamed(g, n)->inputs[0]].dtype, DType::kFloat16) << n;
+    EXPECT_EQ(g.values[NodeNamed(g, n)->outputs[0]].dtype, DType::kFloat16) << n;
+  }
+  // The norm's scale stays float32 (the kernel reads float parameters with half rows).
+  EXPECT_EQ(NodeNamed(g, "ln_mid")->inputs[1], s2);
+  EXPECT_FALSE(Find(r, "probs")->half);
+  EXPECT_EQ(Find(r, "probs")->reason, "float32 by rule");
+  EXPECT_EQ(ProducerOf(g, v[5])->name, "probs");
+  // ln_in -> mm1 (x in float32: one cast), W1, W2, and mm2 -> probs (one cast back).
+  EXPECT_EQ(r.casts, 4);
+}
+
+// torch's key_padding_mask: Where(pad, -inf, zeros) -> scores + mask -> Softmax. Where
+// keeps float32 (no half rule) but its result is float32 whatever the graph declared,
+// so the Add over the half scores runs in half (the mask cast once) and Softmax keeps
+// the chain in half.
+TEST(MixedPrecision, WhereMaskOfFloatConstantsLetsTheScoresStayHalf) {
+  Graph g;
+  const int x = Val(g, "x", ValueKind::kInput, DType::kFloat32);
+  const int pad = Val(g, "pad", ValueKind::kInput, DType::kBool);
+  const int ninf = Val(g, "ninf", ValueKind::kConstant, DType::kFloat32);
+  const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
+  const int w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
+  const int zeros = Val(g, "zeros", ValueKind::kRuntime);  // ConstantOfShape: dtype not declared
+  const int shape = Val(g, "shape", ValueKind::kRuntime, DType::kInt64);
+  const int mask = Val(g, "mask", ValueKind::kRuntime), scores = Val(g, "scores", ValueKind::kRuntime);
+  const int masked = Val(g, "masked", ValueKind::kRuntime), probs = Val(g, "probs", ValueKind::kRuntime);
+  const int y = Val(g, "y", ValueKind::kRuntime);
+  g.inputs = {x, pad};
+  g.AddNode(Op("Shape", "shape", {pad}, {shape}));
+  g.AddNode(Op("ConstantOfShape", "zeros", {shape}, {zeros}));
+  g.AddNode(Op("Where", "mask", {pad, ninf, zeros}, {mask}));
+  g.AddNode(Op("MatMul", "qk", {x, w}, {scores}));
+  g.AddNode(Op("Add", "add_mask", {scores, mask}, {masked}));
+  g.AddNode(Op("Softmax", "softmax", {masked}, {probs}));
+  g.AddNode(Op("MatMul", "av", {probs, w2}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  MixedPrecisionReport r = ApplyMixedPrecision(&g, Options());
+  for (const char* n : {"qk", "add_mask", "softmax", "av"}) {
+    ASSERT_NE(Find(r, n), nullptr) << n;
+    EXPECT_TRUE(Find(r, n)->half) << n;
+  }
+  const Node* add = NodeNamed(g, "add_mask");
+  const Node* cast = ProducerOf(g, add->inputs[1]);
+  ASSERT_NE(cast, nullptr);
+  EXPECT_EQ(cast->op_type, "Cast");
+  EXPECT_EQ(cast->inputs[0], mask);
+  EXPECT_EQ(NodeNamed(g, "mask")->outputs[0], mask);  // Where itself unchanged
+}
+
 }  // namespace
 }  // namespace kaiwu

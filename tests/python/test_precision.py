@@ -25,7 +25,7 @@ from helpers import run_ort
 gpu = pytest.mark.skipif(not ki.cuda_available(),
                          reason="kaiwu_infer built without CUDA, or no CUDA device")
 
-POLICIES = ("mlp", "atari_cnn", "impala_lstm", "gru_seq", "multi_input")
+POLICIES = ("mlp", "atari_cnn", "impala_lstm", "gru_seq", "multi_input", "unit_transformer")
 RTOL = {"fp16": 1e-2, "bf16": 3e-2}
 _CACHE: dict = {}
 
@@ -66,6 +66,14 @@ def _rel(got, ref):
     return float(np.linalg.norm((got - ref).ravel()) / max(np.linalg.norm(ref.ravel()), 1e-30))
 
 
+def _rel_floor(got, ref, floor=0.05):
+    """_rel with the norm of ref floored at `floor` per element (RMS): an output of one
+    value that happens to be near zero (a value head at batch 1: 0.002) is judged
+    against the magnitude such outputs have, not against its own."""
+    scale = max(float(np.linalg.norm(ref.ravel())), floor * np.sqrt(ref.size), 1e-30)
+    return float(np.linalg.norm((got - ref).ravel()) / scale)
+
+
 @gpu
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("batch", [1, 7, 256])
@@ -79,7 +87,7 @@ def test_policy_in_half_precision_matches_fp32_onnxruntime(name, batch, precisio
     for k, ref in want.items():
         assert got[k].dtype == ref.dtype, k
         assert got[k].shape == ref.shape, k
-        err = _rel(got[k].astype(np.float64), ref.astype(np.float64))
+        err = _rel_floor(got[k].astype(np.float64), ref.astype(np.float64))
         assert err <= RTOL[precision], f"{name} b{batch} {precision} {k}: rel err {err:.2e}"
         if batch == 256 and ref.ndim >= 2 and ref.shape[-1] > 1 and np.issubdtype(ref.dtype, np.floating):
             agree = np.mean(np.argmax(got[k], -1) == np.argmax(ref, -1))

@@ -19,6 +19,9 @@ enum class Role {
   kCompute,   // half whenever eligible
   kMovement,  // half when an input already is
   kFloat32,   // keeps float32 on purpose; outputs have the type input's dtype
+  kHalfIo,    // float32 math in the kernel, 16-bit storage when an input already is
+              // half (bounded results: normalised rows, probabilities, erf, sqrt,
+              // means and extrema), so a half chain needs no casts around it
 };
 
 struct OpRule {
@@ -43,13 +46,17 @@ const std::unordered_map<std::string, OpRule>& Rules() {
     r["Concat"] = {Role::kMovement, {}, false};
     r["Pad"] = {Role::kMovement, {0, 2}, false};
     r["Split"] = {Role::kMovement, {0}, true};
-    for (const char* op : {"Softmax", "LogSoftmax", "Hardmax", "BatchNormalization",
-                           "LayerNormalization", "InstanceNormalization", "GroupNormalization",
-                           "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
-                           "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "Exp",
-                           "Log", "Pow", "Sqrt", "Reciprocal", "Erf", "Einsum", "CumSum",
-                           "Resize", "Dropout"})
+    for (const char* op : {"LogSoftmax", "Hardmax", "BatchNormalization", "InstanceNormalization",
+                           "GroupNormalization", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2",
+                           "ReduceLogSumExp", "ReduceSumSquare", "Exp", "Log", "Pow", "Reciprocal",
+                           "Einsum", "CumSum", "Resize", "Dropout"})
       r[op] = {Role::kFloat32, {0}, false};
+    // Their CUDA kernels load 16-bit values as float, compute in float and round
+    // the result once; the results stay within the inputs' range (or [0, 1],
+    // [-1, 1]), so 16-bit storage cannot overflow where the input did not.
+    for (const char* op : {"Softmax", "LayerNormalization", "ReduceMean", "ReduceMax", "ReduceMin",
+                           "Sqrt", "Erf"})
+      r[op] = {Role::kHalfIo, {0}, false};
     for (const char* op : {"LSTM", "GRU", "RNN"}) r[op] = {Role::kFloat32, {0}, true};
     return r;
   }();
@@ -77,6 +84,7 @@ class Rewriter {
     half_of_.assign(n, -1);
     pending_.assign(n, false);
     static_ = StaticValues(g_);
+    planned_ = PlanTimeValues();
     keep_.insert(o_.keep_fp32.begin(), o_.keep_fp32.end());
   }
 
@@ -93,6 +101,38 @@ class Rewriter {
   }
 
  private:
+  // Values the plan computes once per input shape on the host (execution_plan's
+  // FoldsAtPlanTime with the host's kernels, which are float32): what Shape and
+  // Size make, and what nodes make from those, constants and weights only. A
+  // half node there would have no host kernel (e.g. attention's 1 / sqrt(head
+  // dim) from the query's shape).
+  std::vector<bool> PlanTimeValues() const {
+    std::vector<bool> planned(g_.values.size(), false);
+    for (const Node& n : g_.nodes) {  // topologically sorted
+      bool all = n.op_type == "Shape" || n.op_type == "Size";
+      if (!all) {
+        bool any = false;
+        all = true;
+        for (int in : n.inputs) {
+          if (in < 0) continue;
+          all = all && (planned[in] || static_[in]);
+          any = any || planned[in];
+        }
+        all = all && any;  // all-static nodes are static_ already
+      }
+      if (all)
+        for (int o : n.outputs)
+          if (o >= 0) planned[o] = true;
+    }
+    return planned;
+  }
+
+  bool WritesGraphOutput(const Node& n) const {
+    for (int v : n.outputs)
+      if (v >= 0 && IsGraphOutput(g_, v)) return true;
+    return false;
+  }
+
   bool IsFp32(int v) const { return v >= 0 && v < static_cast<int>(fp32_.size()) && fp32_[v]; }
 
   std::vector<int> TInputs(const Node& n, const OpRule& rule) const {
@@ -123,7 +163,7 @@ class Rewriter {
 
     std::string reason;
     bool half = false;
-    if (rule.role == Role::kCompute || rule.role == Role::kMovement) {
+    if (rule.role == Role::kCompute || rule.role == Role::kMovement || rule.role == Role::kHalfIo) {
       const std::vector<int> t_in = TInputs(snapshot, rule);
       bool all_fp32 = !t_in.empty(), any_half = false, all_static = true;
       for (int k : t_in) {
@@ -133,13 +173,20 @@ class Rewriter {
         any_half = any_half || pending_[v] || (half_of_[v] >= 0 && produced_half_.count(v));
         all_static = all_static && static_[v];
       }
-      for (int v : snapshot.inputs) all_static = all_static && (v < 0 || static_[v]);
+      bool all_planned = true;
+      for (int v : snapshot.inputs) {
+        all_static = all_static && (v < 0 || static_[v]);
+        all_planned = all_planned && (v < 0 || static_[v] || planned_[v]);
+      }
       if (!all_fp32) reason = "inputs are not float32";
       else if (all_static) reason = "computed from weights at load";
+      else if (all_planned) reason = "computed from shapes when planned";
       else if (keep_.count(snapshot.name) || keep_.count(snapshot.op_type)) reason = "keep_fp32";
       else if (!o_.has_kernel(NodeOp(snapshot), o_.half))
         reason = std::string("no ") + DTypeName(o_.half) + " kernel";
       else if (rule.role == Role::kMovement && !any_half) reason = "moves float32 data";
+      else if (rule.role == Role::kHalfIo && (!any_half || WritesGraphOutput(snapshot)))
+        reason = "float32 by rule";  // a result the user reads is computed and kept in float32
       else half = true;
     } else if (rule.role == Role::kFloat32) {
       const bool kept = keep_.count(snapshot.name) || keep_.count(snapshot.op_type);
@@ -179,6 +226,11 @@ class Rewriter {
           for (int j : TOutputs(snapshot, rule)) Mark(snapshot.outputs[j]);
       } else if (snapshot.op_type == "Cast" && snapshot.GetInt("to", 0) == 1) {
         Mark(snapshot.outputs[0]);
+      } else if (snapshot.op_type == "Where" && snapshot.domain.empty() && snapshot.num_inputs() == 3 &&
+                 (IsFp32(snapshot.inputs[1]) || IsFp32(snapshot.inputs[2]))) {
+        // X and Y share Where's output type: an attention mask made of 0 and -inf
+        // (torch's key_padding_mask) is float32, so the scores' Add can run in half.
+        Mark(snapshot.outputs[0]);
       }
     }
     if (any_fp32_input)
@@ -203,6 +255,7 @@ class Rewriter {
   void Grow() {
     const size_t n = g_.values.size();
     fp32_.resize(n, false);
+    planned_.resize(n, false);
     half_of_.resize(n, -1);
     pending_.resize(n, false);
     static_.resize(n, false);
@@ -261,6 +314,7 @@ class Rewriter {
   Graph& g_;
   const MixedPrecisionOptions& o_;
   std::vector<bool> fp32_, pending_, static_;
+  std::vector<bool> planned_;  // PlanTimeValues
   std::vector<int> half_of_;
   std::set<int> produced_half_;
   std::set<std::string> keep_;

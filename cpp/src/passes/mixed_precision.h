@@ -7,9 +7,12 @@
 //   are float32 tensors and the backend has a (op, half dtype) kernel.
 // - Data-movement ops (Reshape, Transpose, Concat, Slice, ...) go to half only
 //   when one of their inputs already is half, so the graph casts once.
-// - Softmax, normalisations, reductions, LSTM/GRU/RNN, Exp/Log/Pow, nodes
-//   computed from weights alone, and every node or op type named in
-//   keep_fp32 stay float32.
+// - Softmax, LayerNormalization, ReduceMean/Max/Min, Sqrt and Erf compute in
+//   float32 inside their kernels; they read and write half only when an input
+//   already is half (results bounded by their inputs, so no new overflow).
+// - Other normalisations and reductions, LogSoftmax, LSTM/GRU/RNN, Exp/Log/Pow,
+//   nodes computed from weights alone or from shapes when planned, and every
+//   node or op type named in keep_fp32 stay float32.
 // - A Cast node is added where a float32 value enters a half node and where a
 //   half value leaves for a float32 node or a graph output. Casts of weights
 //   belong to the static weight program: weights are converted at load and at
