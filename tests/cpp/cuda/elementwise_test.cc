@@ -87,7 +87,14 @@ std::vector<std::pair<Shape, Shape>> MoreBroadcastCases() {
           {{2, 3, 1, 4, 5}, {3, 2, 1, 5}},
           {{2, 1, 3, 1, 5}, {1, 1, 4, 5}},
           {{3, 1000}, {1000}},
-          {{7, 1, 300}, {1, 5, 1}}};
+          {{7, 1, 300}, {1, 5, 1}},
+          // Packed broadcast reads (the output's inner dim a multiple of the pack): a
+          // mask over attention scores, a column repeated along the inner dim, both
+          // inputs broadcast, a trailing block of 8.
+          {{6, 5, 16}, {6, 1, 16}},
+          {{4, 3, 8}, {4, 3, 1}},
+          {{2, 1, 24}, {1, 3, 24}},
+          {{5, 8}, {8}}};
 }
 
 std::vector<std::pair<Shape, Shape>> AllBroadcastCases() {
@@ -497,9 +504,12 @@ TEST(CudaElementwise, SoftmaxFamilyLegacyFlattensFromAxis) {
 TEST(CudaElementwise, SoftmaxFamilyLongManyAndStridedRows) {
   KAIWU_REQUIRE_CUDA();
   std::mt19937 rng(43);
-  // [2, 3000]: a block per row; [600, 37]: many warps; [2, 300, 3] axis 1: columns.
+  // [2, 3000]: a block per row; [600, 37], [129, 32], [70, 100], [5, 1]: short rows
+  // (8, 16 or 32 lanes a row, row counts that leave a warp part-empty); [300, 200]: a
+  // warp a row; [2, 300, 3] axis 1: columns.
   const std::vector<std::pair<Shape, int64_t>> cases = {
-      {{2, 3000}, -1}, {{600, 37}, -1}, {{1, 1}, 0}, {{2, 300, 3}, 1}, {{4, 33, 260}, 1}};
+      {{2, 3000}, -1}, {{600, 37}, -1}, {{129, 32}, -1}, {{70, 100}, -1}, {{5, 1}, -1},
+      {{300, 200}, -1}, {{1, 1}, 0}, {{2, 300, 3}, 1}, {{4, 33, 260}, 1}};
   for (const auto& [shape, axis] : cases) {
     Tensor x = RandomTensor(shape, rng, -5.f, 5.f);
     Tensor ties = Halves(RandomTensor(shape, rng, -2.f, 2.f));
@@ -509,6 +519,10 @@ TEST(CudaElementwise, SoftmaxFamilyLongManyAndStridedRows) {
     Check(MakeNode("Hardmax", 1, 1, attrs), {x}, 0.f, 0.f);
     Check(MakeNode("Hardmax", 1, 1, attrs), {ties}, 0.f, 0.f);
   }
+  // Attention rows with masked (-inf) entries: exact zeros there, the rest normalised.
+  Tensor masked = RandomTensor({37, 24}, rng, -4.f, 4.f);
+  for (int64_t i = 0; i < masked.size(); i += 3) masked.As<float>()[i] = -INFINITY;
+  Check(MakeNode("Softmax", 1, 1), {masked}, kMathRtol, kMathAtol);
 }
 
 // ---- FusedElementwise ---------------------------------------------------------------

@@ -100,6 +100,12 @@ TEST(CudaHalf, ArithmeticBroadcasts) {
   std::vector<std::pair<Shape, Shape>> cases = BroadcastCases();
   cases.push_back({{3, 1, 7}, {5, 1}});
   cases.push_back({{2, 3, 1, 4, 5}, {3, 2, 1, 5}});
+  // Packs of 8 halves over broadcasts: attention scores + mask, a repeated column,
+  // both inputs broadcast, a trailing block.
+  cases.push_back({{6, 5, 16}, {6, 1, 16}});
+  cases.push_back({{4, 3, 8}, {4, 3, 1}});
+  cases.push_back({{2, 1, 24}, {1, 3, 24}});
+  cases.push_back({{5, 16}, {16}});
   for (DType dt : kHalves) {
     for (const auto& [sa, sb] : cases) {
       Tensor a = RandomTensor(sa, rng, -4.f, 4.f), b = RandomTensor(sb, rng, 0.5f, 2.f);

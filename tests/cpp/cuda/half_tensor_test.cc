@@ -30,9 +30,11 @@ TEST(CudaHalf, SoftmaxFamily) {
     Shape shape;
     int64_t axis;
   };
-  // Warp rows, block rows (> 1024), strided columns, one-element rows.
-  const std::vector<Case> cases = {{{5, 37}, -1}, {{3, 1500}, 1}, {{2, 7, 5}, 1},
-                                   {{4, 1}, -1},  {{1, 9}, 0},    {{33, 6}, 1}};
+  // Short rows (8 / 16 / 32 lanes a row), warp rows, block rows (> 1024), strided
+  // columns, one-element rows.
+  const std::vector<Case> cases = {{{5, 37}, -1}, {{3, 1500}, 1}, {{2, 7, 5}, 1}, {{4, 1}, -1},
+                                   {{1, 9}, 0},   {{33, 6}, 1},   {{67, 32}, -1}, {{9, 120}, -1},
+                                   {{6, 300}, -1}};
   for (DType dt : kHalves) {
     for (const Case& c : cases) {
       Tensor x = RandomTensor(c.shape, rng, -6.f, 6.f);

@@ -279,6 +279,19 @@ TEST(CudaTensorGather, Gather) {
   ExpectExact(MakeNode("Gather", 2, 1),
               {RandomOf(DType::kFloat32, {11}, rng), RandomIndices(DType::kInt64, {20}, -11, 10, rng)},
               {}, "rank 1");
+  // Rows of a multiple of 16 bytes take the 16-byte vector path: float rows of 8 and
+  // 12, int64 rows of 2, on axis 0 (attention's q / k / v) and a middle axis, with
+  // negative, repeated and scalar indices.
+  for (DType it : {DType::kInt64, DType::kInt32}) {
+    ExpectExact(MakeNode("Gather", 2, 1), {RandomOf(DType::kFloat32, {3, 5, 8}, rng), RandomIndices(it, {}, -3, 2, rng)},
+                {}, "16-byte rows, scalar index");
+    ExpectExact(MakeNode("Gather", 2, 1, {{"axis", IntAttr(1)}}),
+                {RandomOf(DType::kFloat32, {4, 9, 12}, rng), RandomIndices(it, {3, 5}, -9, 8, rng)}, {},
+                "48-byte rows, middle axis");
+    ExpectExact(MakeNode("Gather", 2, 1, {{"axis", IntAttr(-2)}}),
+                {RandomOf(DType::kInt64, {2, 7, 2}, rng), RandomIndices(it, {6}, -7, 6, rng)}, {},
+                "int64 pairs");
+  }
 }
 
 TEST(CudaTensorGather, GatherOutOfRangeIsRuntimeError) {
@@ -290,6 +303,9 @@ TEST(CudaTensorGather, GatherOutOfRangeIsRuntimeError) {
   ExpectError([&] { RunNodeCuda(MakeNode("Gather", 2, 1, {{"axis", IntAttr(1)}}),
                                 {x, Ints32({-7})}); },
               StatusCode::kRuntime, "index -7 on an axis of 6");
+  Tensor rows = RandomOf(DType::kFloat32, {5, 8}, rng);  // 32-byte rows: the vector path
+  ExpectError([&] { RunNodeCuda(MakeNode("Gather", 2, 1), {rows, Ints({1, -6})}); },
+              StatusCode::kRuntime, "index -6 on an axis of 5");
   ExpectError([&] { RunNodeCuda(MakeNode("GatherElements", 2, 1),
                                 {x, MakeTensor<int64_t>({1, 2}, {0, 9})}); },
               StatusCode::kRuntime, "GatherElements index 9");

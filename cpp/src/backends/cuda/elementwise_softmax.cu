@@ -105,6 +105,56 @@ __global__ void SoftmaxRowsKernel(SoftmaxKind kind, int64_t rows, int64_t n, con
   }
 }
 
+// Short contiguous rows (n <= kLanes * kPer: attention over a few dozen units or
+// tokens), kLanes threads a row, each row's elements read once into registers
+// (element lane + kLanes * i in slot i), max and sum by shuffles within the
+// row's lanes; 32 / kLanes rows a warp. Softmax and LogSoftmax.
+template <int kLanes, int kPer, typename T>
+__global__ void SoftmaxShortRowsKernel(SoftmaxKind kind, int64_t rows, int n, const T* x, T* y) {
+  constexpr int kRowsPerWarp = 32 / kLanes;
+  const int lane = static_cast<int>(threadIdx.x) % kLanes;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  // Every lane of a warp runs the same iterations (the shuffles need them all).
+  for (int64_t base = warp * kRowsPerWarp; base < rows; base += warps * kRowsPerWarp) {
+    const int64_t row = base + static_cast<int>(threadIdx.x % 32) / kLanes;
+    const bool live = row < rows;
+    const T* xr = x + row * n;
+    float v[kPer];
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int j = lane + kLanes * i;
+      v[i] = live && j < n ? Load(xr[j]) : -INFINITY;
+      m = fmaxf(m, v[i]);
+    }
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s += lane + kLanes * i < n ? expf(v[i] - m) : 0.f;
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (!live) continue;
+    T* yr = y + row * n;
+    if (kind == SoftmaxKind::kSoftmax) {
+      const float inv = 1.f / s;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int j = lane + kLanes * i;
+        if (j < n) yr[j] = Store<T>(expf(v[i] - m) * inv);
+      }
+    } else {
+      const float lse = logf(s);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int j = lane + kLanes * i;
+        if (j < n) yr[j] = Store<T>((v[i] - m) - lse);  // as the CPU rounds
+      }
+    }
+  }
+}
+
 // One thread per (outer, inner) column of n elements `inner` apart.
 template <typename T>
 __global__ void SoftmaxColumnsKernel(SoftmaxKind kind, int64_t outer, int64_t n, int64_t inner,
@@ -161,6 +211,15 @@ class SoftmaxKernel : public CudaKernel {
     if (inner_ > 1) {
       SoftmaxColumnsKernel<<<GridFor(outer_ * inner_), kBlock, 0, s>>>(kind_, outer_, n_, inner_,
                                                                         x, y);
+    } else if (kind_ != SoftmaxKind::kHardmax && n_ <= 128) {
+      const int n = static_cast<int>(n_);
+      if (n_ <= 32) {
+        SoftmaxShortRowsKernel<8, 4, T><<<RowBlocks(kBlock / 8), kBlock, 0, s>>>(kind_, outer_, n, x, y);
+      } else if (n_ <= 64) {
+        SoftmaxShortRowsKernel<16, 4, T><<<RowBlocks(kBlock / 16), kBlock, 0, s>>>(kind_, outer_, n, x, y);
+      } else {
+        SoftmaxShortRowsKernel<32, 4, T><<<RowBlocks(kBlock / 32), kBlock, 0, s>>>(kind_, outer_, n, x, y);
+      }
     } else if (n_ <= kWarpRowMax) {
       constexpr int64_t kRowsPerBlock = kBlock / 32;
       SoftmaxRowsKernel<32, T><<<RowBlocks(kRowsPerBlock), kBlock, 0, s>>>(kind_, outer_, n_, x, y);

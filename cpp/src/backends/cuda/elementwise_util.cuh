@@ -229,6 +229,68 @@ __global__ void BinaryPackKernel(int64_t n_packs, bool a_full, bool b_full, cons
   }
 }
 
+/// BinaryKernel over packs of V output elements (the output's innermost merged
+/// dim a multiple of V): an input whose V elements there are consecutive
+/// (`*_vec`: full, a trailing block, or a general input not broadcast on that
+/// dim) is read as one aligned pack, one broadcast on it (or a scalar) as one
+/// element; one index computation per pack. Attention's scores + mask
+/// [B*h, N, N] + [B*h, 1, N].
+template <int V, typename A, typename B, typename O, typename F>
+__global__ void BinaryBroadcastPackKernel(ElementIndexer<2> ix, int64_t n_packs, bool a_vec, bool b_vec,
+                                          const A* a, const B* b, O* o, F f) {
+  KAIWU_CUDA_LOOP(p, n_packs) {
+    int64_t off[2];
+    ix.Offsets(p * V, off);
+    Pack<A, V> pa;
+    Pack<B, V> pb;
+    if (a_vec) {
+      pa = *reinterpret_cast<const Pack<A, V>*>(a + off[0]);
+    } else {
+      const A a0 = a[off[0]];
+#pragma unroll
+      for (int j = 0; j < V; ++j) pa.v[j] = a0;
+    }
+    if (b_vec) {
+      pb = *reinterpret_cast<const Pack<B, V>*>(b + off[1]);
+    } else {
+      const B b0 = b[off[1]];
+#pragma unroll
+      for (int j = 0; j < V; ++j) pb.v[j] = b0;
+    }
+    Pack<O, V> po;
+#pragma unroll
+    for (int j = 0; j < V; ++j) po.v[j] = f(pa.v[j], pb.v[j]);
+    reinterpret_cast<Pack<O, V>*>(o)[p] = po;
+  }
+}
+
+/// Whether input k of `ix` can be read in packs of V output elements, and how:
+/// *vec = V consecutive elements (else one element repeated). The output's
+/// innermost merged dim must be a multiple of V (checked by the caller).
+template <int N>
+bool PackableInput(const ElementIndexer<N>& ix, int k, int V, const void* data, size_t elem, bool* vec) {
+  switch (ix.access[k]) {
+    case Access::kScalar: *vec = false; return true;
+    case Access::kFull: *vec = true; break;
+    case Access::kTail:
+      *vec = true;
+      if (ix.tail[k] % V != 0) return false;
+      break;
+    default: {
+      const int64_t inner = ix.strides[k][ix.rank - 1];
+      if (inner == 0) {
+        *vec = false;
+        return true;
+      }
+      if (inner != 1) return false;
+      *vec = true;
+      for (int d = 0; d < ix.rank - 1; ++d)
+        if (ix.strides[k][d] % V != 0) return false;
+    }
+  }
+  return PackAligned(data, elem * V);
+}
+
 /// o[i] = f(a[..], b[..]) under broadcasting. o may be a (in-place folds).
 template <typename A, typename B, typename O, typename F>
 __global__ void BinaryKernel(ElementIndexer<2> ix, int64_t n, const A* a, const B* b, O* o, F f) {
@@ -261,8 +323,13 @@ void LaunchBinary(const ElementIndexer<2>& ix, int64_t n, const A* a, const B* b
                         (b_full || ix.access[1] == Access::kScalar) && V > 1 && n % V == 0 &&
                         (!a_full || PackAligned(a, sizeof(A) * V)) &&
                         (!b_full || PackAligned(b, sizeof(B) * V)) && PackAligned(o, sizeof(O) * V);
+  bool a_vec = false, b_vec = false;
   if (packable) {
     BinaryPackKernel<V><<<GridFor(n / V), kBlock, 0, stream>>>(n / V, a_full, b_full, a, b, o, f);
+  } else if (V > 1 && n % V == 0 && ((ix.rank == 1 && ix.dims[0] == 1) || ix.dims[ix.rank - 1] % V == 0) &&
+             PackAligned(o, sizeof(O) * V) &&
+             PackableInput(ix, 0, V, a, sizeof(A), &a_vec) && PackableInput(ix, 1, V, b, sizeof(B), &b_vec)) {
+    BinaryBroadcastPackKernel<V><<<GridFor(n / V), kBlock, 0, stream>>>(ix, n / V, a_vec, b_vec, a, b, o, f);
   } else {
     BinaryKernel<<<GridFor(n), kBlock, 0, stream>>>(ix, n, a, b, o, f);
   }

@@ -7,6 +7,8 @@ namespace kaiwu {
 namespace cuda {
 namespace {
 
+constexpr int kRunCopyUnroll = 4;
+
 __global__ void RunCopyKernel(const RunCopyTable* __restrict__ table) {
   __shared__ FlatCopy job;
   if (threadIdx.x == 0) job = table->jobs[blockIdx.y];  // one read over PCIe per block
@@ -19,7 +21,17 @@ __global__ void RunCopyKernel(const RunCopyTable* __restrict__ table) {
     const int64_t vecs = job.bytes / 16;
     uint4* dv = static_cast<uint4*>(job.dst);
     const uint4* sv = static_cast<const uint4*>(job.src);
-    for (int64_t i = start; i < vecs; i += step) dv[i] = sv[i];
+    // kRunCopyUnroll loads in flight per thread before any store: one memory
+    // latency per kRunCopyUnroll vectors, not one each.
+    int64_t i = start;
+    for (; i + (kRunCopyUnroll - 1) * step < vecs; i += kRunCopyUnroll * step) {
+      uint4 v[kRunCopyUnroll];
+#pragma unroll
+      for (int u = 0; u < kRunCopyUnroll; ++u) v[u] = __ldg(sv + i + u * step);
+#pragma unroll
+      for (int u = 0; u < kRunCopyUnroll; ++u) dv[i + u * step] = v[u];
+    }
+    for (; i < vecs; i += step) dv[i] = sv[i];
     char* db = static_cast<char*>(job.dst);
     const char* sb = static_cast<const char*>(job.src);
     for (int64_t i = vecs * 16 + start; i < job.bytes; i += step) db[i] = sb[i];
@@ -33,7 +45,7 @@ __global__ void RunCopyKernel(const RunCopyTable* __restrict__ table) {
 }  // namespace
 
 unsigned RunCopyBlocks(int64_t max_bytes) {
-  const int64_t per_block = int64_t{kBlock} * 16 * 4;  // 4 steps of 16 bytes per thread
+  const int64_t per_block = int64_t{kBlock} * 16 * kRunCopyUnroll;  // one unrolled step a thread
   const int64_t b = (max_bytes + per_block - 1) / per_block;
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1024 ? 1024 : b));
 }

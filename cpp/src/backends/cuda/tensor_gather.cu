@@ -37,7 +37,7 @@ __global__ void GatherGpu(const U* __restrict__ src, const I* __restrict__ idx,
     const int64_t k = WrapIndex(static_cast<int64_t>(idx[j]), dim);
     if (k < 0) {
       ReportError(error_flag, step);
-      dst[item] = U(0);
+      dst[item] = U{};
       continue;
     }
     dst[item] = src[(o * dim + k) * inner + i];
@@ -106,6 +106,24 @@ class GatherKernel : public CudaKernel {
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
     const DeviceContext& dev = Dev(io);
+    // Rows of a multiple of 16 bytes (attention's q / k / v picked from one
+    // projection, embedding rows) move as 16-byte vectors.
+    const int64_t row_bytes = inner_ * static_cast<int64_t>(elem_);
+    if (row_bytes % 16 == 0 &&
+        ((reinterpret_cast<uintptr_t>(io.inputs[0]) | reinterpret_cast<uintptr_t>(io.outputs[0])) & 15) == 0) {
+      const int64_t vecs = total_ / inner_ * (row_bytes / 16);
+      if (index64_) {
+        GatherGpu<uint4, int64_t><<<GridFor(vecs), kBlock, 0, dev.stream>>>(
+            static_cast<const uint4*>(io.inputs[0]), static_cast<const int64_t*>(io.inputs[1]),
+            static_cast<uint4*>(io.outputs[0]), count_, row_bytes / 16, dim_, vecs, dev.error_flag, dev.step);
+      } else {
+        GatherGpu<uint4, int32_t><<<GridFor(vecs), kBlock, 0, dev.stream>>>(
+            static_cast<const uint4*>(io.inputs[0]), static_cast<const int32_t*>(io.inputs[1]),
+            static_cast<uint4*>(io.outputs[0]), count_, row_bytes / 16, dim_, vecs, dev.error_flag, dev.step);
+      }
+      CheckLaunch("Gather kernel");
+      return;
+    }
     KAIWU_GATHER_BY_ELEM_INDEX(elem_, index64_,
         GatherGpu<U, I><<<GridFor(total_), kBlock, 0, dev.stream>>>(
             static_cast<const U*>(io.inputs[0]), static_cast<const I*>(io.inputs[1]),
