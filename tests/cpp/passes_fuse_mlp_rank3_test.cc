@@ -103,6 +103,35 @@ TEST(FuseMlpRank3, EncoderOverASequenceBecomesOneNodeWithReshapesAndCastsFolded)
   EXPECT_EQ(e.g.values[f->inputs[3]].dims[1].value, 7);
 }
 
+// One wide layer alone (an attention projection): still one node, with the lower
+// row limit of one-layer groups (past it: one GEMM and its bias epilogue).
+TEST(FuseMlpRank3, OneWideLayerGetsTheOneLayerRowLimit) {
+  Graph g;
+  g.opset = 17;
+  const int x = Val(g, "x", ValueKind::kInput, {-1, 5, 37});
+  const int w = Val(g, "W", ValueKind::kWeight, {37, 19});
+  const int b = Val(g, "B", ValueKind::kWeight, {19});
+  const int m = Val(g, "m", ValueKind::kRuntime, {}, false), y = Val(g, "y", ValueKind::kRuntime, {}, false);
+  g.inputs = {x};
+  g.outputs = {y};
+  g.AddNode(GraphOp("MatMul", {x, w}, {m}));
+  g.AddNode(GraphOp("Add", {m, b}, {y}));
+  g.Verify();
+  PassStats stats;
+  Optimize(&g, &stats);
+  MixedPrecisionOptions o;
+  o.has_kernel = AllKernels();
+  ApplyMixedPrecision(&g, o);
+  g.RemoveDeadNodes();
+  ASSERT_EQ(FuseMlp(&g, AllKernels()), 1);
+  g.Verify();
+  const Node* f = Find(g, "FusedMlp");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->GetInts("layer_inputs"), std::vector<int64_t>{-1});
+  EXPECT_EQ(f->GetInt("max_rows", -1), kFusedMlpWideSingleMaxRows);
+  EXPECT_LT(kFusedMlpWideSingleMaxRows, kFusedMlpWideMaxRows);
+}
+
 TEST(FuseMlpRank3, UnknownRankMatMulAddIsALayerAndTheSwitchKeepsTheOldGraph) {
   {
     Encoder e(/*shaped_x=*/false, /*relu=*/false);  // fuse_matmul_add leaves both MatMul + Add

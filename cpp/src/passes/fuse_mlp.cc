@@ -336,7 +336,8 @@ class Fuser {
     f.attrs["layer_act_params"] = pa;
     f.attrs["output_layers"] = IntsAttr(out_layers);
     f.attrs["output_dtypes"] = IntsAttr(out_dtypes);
-    if (grp.wide) f.attrs["max_rows"] = IntAttr(kFusedMlpWideMaxRows);
+    if (grp.wide)
+      f.attrs["max_rows"] = IntAttr(grp.layers.size() == 1 ? kFusedMlpWideSingleMaxRows : kFusedMlpWideMaxRows);
     for (const Layer& L : grp.layers) {
       MarkRemoved(&g_.nodes[L.d.node]);
       for (int e : L.d.extra) MarkRemoved(&g_.nodes[e]);

@@ -38,6 +38,11 @@ constexpr int64_t kFusedMlpMaxRowElems = 1920;
 /// Rows up to which the wide groups run the fused kernel: gru_seq at 256 rows ran 430k rows/s
 /// fused against 372k on GEMMs, at 2048 rows 2.65M against 3.06M (bench/notes/cuda.md).
 constexpr int64_t kFusedMlpWideMaxRows = 256;
+/// The same for a group of one wide layer: the fused kernel's fixed cost (weights staged
+/// before the first product, ~7 us a launch) is more than one cuBLAS GEMM with its bias
+/// epilogue past a few rows: unit_transformer's eight single layers (32 rows at batch 1)
+/// ran 0.76x PyTorch fused and 0.98x as GEMMs (bench/notes/cuda.md).
+constexpr int64_t kFusedMlpWideSingleMaxRows = 16;
 
 /// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
 /// whether the backend runs FusedMlp. Returns the FusedMlp nodes made.

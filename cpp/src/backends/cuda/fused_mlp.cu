@@ -7,7 +7,8 @@
 // (pre-Hopper device, slices past shared memory, no cluster fits).
 // KAIWU_FUSED_MLP_CLUSTER=0 keeps the one-block kernel, =C (2, 4, 8, 16) or
 // C:MT forces that cluster (A/B and tests). Past the node's max_rows the layers
-// run as cuBLAS GEMMs instead (fused_mlp_gemms.h); KAIWU_FUSED_MLP_ROWS=R sets
+// run as cuBLAS GEMMs instead (fused_mlp_gemms.h); KAIWU_FUSED_MLP_SINGLE_ROWS=R sets
+// it for the one-layer nodes that have one (the wide groups); KAIWU_FUSED_MLP_ROWS=R sets
 // that limit for every node (0: none), for A/B and tests.
 #include <algorithm>
 #include <cstdint>
@@ -268,6 +269,9 @@ class FusedMlpCudaKernel : public CudaKernel {
       y_float_[output_layers_[o]] = ctx.outputs[o].dtype == DType::kFloat32;
     int64_t max_rows = p.max_rows;
     if (const char* env = std::getenv("KAIWU_FUSED_MLP_ROWS")) max_rows = std::atoll(env);
+    // A/B of the one-layer groups' limit (passes/fuse_mlp.h) alone.
+    if (const char* env = std::getenv("KAIWU_FUSED_MLP_SINGLE_ROWS"); env && layers == 1 && p.max_rows > 0)
+      max_rows = std::atoll(env);
     gemms_ = max_rows > 0 && p.m > max_rows;
     if (gemms_) {
       CheckBlasInt(ctx, p.m, "M");
