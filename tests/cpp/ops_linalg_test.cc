@@ -3,6 +3,8 @@
 // dtypes of the CPU kernel table.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -147,6 +149,177 @@ TEST(OpsNorm, LayerNormParams) {
   EXPECT_EQ(ShapeToString(p.scale_shape), ShapeToString({4, 5}));  // leading 1s dropped
   EXPECT_TRUE(p.has_bias);
   EXPECT_EQ(ShapeToString(p.bias_shape), ShapeToString({5}));
+}
+
+// ---- FusedAttention: the params' strides against the four ops' own semantics
+
+// Offset of `full` (an index over `out`, right-aligned) in a contiguous tensor of
+// `shape` broadcast to `out`.
+int64_t BroadcastOffset(const Shape& shape, const Shape& out, const std::vector<int64_t>& full) {
+  int64_t off = 0, stride = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    const size_t s = shape.size() - 1 - k, o = out.size() - 1 - k;
+    if (shape[s] != 1) off += full[o] * stride;
+    stride *= shape[s];
+  }
+  return off;
+}
+
+std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t k = shape.size(); k-- > 0;) {
+    idx[k] = flat % shape[k];
+    flat /= shape[k];
+  }
+  return idx;
+}
+
+struct AttentionCase {
+  Shape q, k, v, mask;  // mask empty: none
+  bool k_trans;
+  Shape y;
+};
+
+TEST(OpsLinalg, FusedAttentionStridesMatchMatMulSoftmaxMatMul) {
+  std::mt19937 rng(77);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const std::vector<AttentionCase> cases = {
+      // heads, a key padding mask [B, 1, 1, M] over every head and query row
+      {{2, 4, 5, 8}, {2, 4, 8, 5}, {2, 4, 5, 6}, {2, 1, 1, 5}, false, {2, 4, 5, 6}},
+      // the key transpose folded into the MatMul (K as [.., M, D])
+      {{2, 4, 5, 8}, {2, 4, 5, 8}, {2, 4, 5, 6}, {2, 1, 1, 5}, true, {2, 4, 5, 6}},
+      // batch broadcast: Q of rank 2 against K [3, D, M]; V of rank 2
+      {{4, 8}, {3, 8, 6}, {6, 5}, {}, false, {3, 4, 5}},
+      // one query row repeated by a mask of 3 rows; 40 keys (two chunks of 32)
+      {{2, 1, 8}, {2, 8, 40}, {2, 40, 4}, {2, 3, 40}, false, {2, 3, 4}},
+      // a per-element mask and V broadcast over the batch
+      {{3, 2, 7}, {3, 7, 9}, {1, 9, 33}, {3, 2, 9}, false, {3, 2, 33}},
+  };
+  for (const AttentionCase& c : cases) {
+    const bool has_mask = !c.mask.empty();
+    Node node = MakeNode("FusedAttention", has_mask ? 4 : 3, 1, {{"k_trans", IntAttr(c.k_trans ? 1 : 0)}});
+    node.domain = "kaiwu";
+    OpContext ctx(node);
+    std::vector<std::pair<DType, Shape>> ins = {{kF32, c.q}, {kF32, c.k}, {kF32, c.v}};
+    if (has_mask) ins.push_back({kF32, c.mask});
+    Infer(ctx, ins);
+    const std::string what = ShapeToString(c.q) + " " + ShapeToString(c.k) + " " + ShapeToString(c.v);
+    ASSERT_EQ(ShapeToString(ctx.outputs[0].shape), ShapeToString(c.y)) << what;
+    const FusedAttentionParams& p = ctx.Params<FusedAttentionParams>();
+
+    auto random = [&](const Shape& s) {
+      std::vector<double> x(static_cast<size_t>(NumElements(s)));
+      for (double& e : x) e = normal(rng);
+      return x;
+    };
+    const std::vector<double> q = random(c.q), k = random(c.k), v = random(c.v);
+    const std::vector<double> mask = has_mask ? random(c.mask) : std::vector<double>{};
+
+    // Reference: the ops one by one, numpy broadcasting by index.
+    Shape kl = c.k;  // K's logical [.., D, M]
+    if (c.k_trans) std::swap(kl[kl.size() - 2], kl[kl.size() - 1]);
+    const int64_t d = c.q.back(), mk = kl.back(), nq = c.q[c.q.size() - 2];
+    Shape sb;  // scores' batch: broadcast of Q's and K's
+    {
+      const Shape qb(c.q.begin(), c.q.end() - 2), kb(kl.begin(), kl.end() - 2);
+      sb = qb.size() > kb.size() ? qb : kb;
+      for (size_t j = 0; j < std::min(qb.size(), kb.size()); ++j) {
+        int64_t& o = sb[sb.size() - 1 - j];
+        o = std::max(qb[qb.size() - 1 - j], kb[kb.size() - 1 - j]);
+      }
+    }
+    Shape scores = sb;
+    scores.push_back(nq);
+    scores.push_back(mk);
+    Shape probs = scores;  // broadcast with the mask
+    if (has_mask) {
+      if (c.mask.size() > probs.size()) probs.insert(probs.begin(), c.mask.size() - probs.size(), 1);
+      for (size_t j = 0; j < c.mask.size(); ++j) {
+        int64_t& o = probs[probs.size() - 1 - j];
+        o = std::max(o, c.mask[c.mask.size() - 1 - j]);
+      }
+    }
+    const int64_t n = probs[probs.size() - 2], m = probs.back(), dv = c.v.back();
+    Shape yb(c.y.begin(), c.y.end() - 2);
+    for (int64_t row = 0; row < NumElements(yb) * n; ++row) {
+      const std::vector<int64_t> yi = Unflatten(row / n, yb);
+      const int64_t i = row % n;
+      std::vector<int64_t> pi(yi.end() - (probs.size() - 2), yi.end());  // P's batch index
+      pi.push_back(i);
+      std::vector<double> pr(m);
+      double mx = -1e300;
+      for (int64_t j = 0; j < m; ++j) {
+        std::vector<int64_t> full = pi;
+        full.push_back(j);
+        // scores at P's index (broadcast into the scores' shape)
+        std::vector<int64_t> si(full.end() - scores.size(), full.end());
+        for (size_t a = 0; a < si.size(); ++a)
+          if (scores[a] == 1) si[a] = 0;
+        double sc = 0;
+        for (int64_t t = 0; t < d; ++t) {
+          std::vector<int64_t> qfull(si.begin(), si.end() - 2);  // Q [.., row, t]
+          qfull.push_back(si[si.size() - 2]);
+          qfull.push_back(t);
+          Shape qshape_out = scores;
+          qshape_out.back() = d;
+          const double qv = q[BroadcastOffset(c.q, qshape_out, qfull)];
+          std::vector<int64_t> kfull(si.begin(), si.end() - 2);
+          Shape kshape_out(scores.begin(), scores.end() - 2);
+          if (c.k_trans) {
+            kfull.push_back(si.back());
+            kfull.push_back(t);
+            kshape_out.push_back(mk);
+            kshape_out.push_back(d);
+          } else {
+            kfull.push_back(t);
+            kfull.push_back(si.back());
+            kshape_out.push_back(d);
+            kshape_out.push_back(mk);
+          }
+          sc += qv * k[BroadcastOffset(c.k, kshape_out, kfull)];
+        }
+        if (has_mask) sc += mask[BroadcastOffset(c.mask, probs, full)];
+        pr[j] = sc;
+        mx = std::max(mx, sc);
+      }
+      double sum = 0;
+      for (double& e : pr) sum += (e = std::exp(e - mx));
+      for (int64_t col = 0; col < dv; ++col) {
+        double want = 0;
+        for (int64_t j = 0; j < m; ++j) {
+          std::vector<int64_t> vfull = yi;
+          vfull.push_back(j);
+          vfull.push_back(col);
+          Shape vout = yb;
+          vout.push_back(m);
+          vout.push_back(dv);
+          want += pr[j] / sum * v[BroadcastOffset(c.v, vout, vfull)];
+        }
+        // The kernel's reads, through the params alone.
+        int64_t qo = 0, ko = 0, vo = 0, mo = 0;
+        for (size_t b = 0; b < yi.size(); ++b) {
+          qo += yi[b] * p.q_batch[b];
+          ko += yi[b] * p.k_batch[b];
+          vo += yi[b] * p.v_batch[b];
+          mo += yi[b] * p.mask_batch[b];
+        }
+        std::vector<double> s2(m);
+        double mx2 = -1e300;
+        for (int64_t j = 0; j < m; ++j) {
+          double sc = 0;
+          for (int64_t t = 0; t < p.d; ++t)
+            sc += q[qo + i * p.q_row + t * p.q_inner] * k[ko + j * p.k_key + t * p.k_inner];
+          if (has_mask) sc += mask[mo + i * p.mask_row + j * p.mask_key];
+          s2[j] = sc;
+          mx2 = std::max(mx2, sc);
+        }
+        double sum2 = 0, got = 0;
+        for (double e : s2) sum2 += std::exp(e - mx2);
+        for (int64_t j = 0; j < m; ++j) got += std::exp(s2[j] - mx2) / sum2 * v[vo + j * p.v_key + col];
+        ASSERT_NEAR(got, want, 1e-9) << what << " row " << row << " col " << col;
+      }
+    }
+  }
 }
 
 TEST(OpsLinalg, ModelErrorsComeFromTheOpLayer) {

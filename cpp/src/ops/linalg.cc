@@ -1,4 +1,4 @@
-// Shape inference of Gemm MatMul Einsum, and of the kaiwu ops PackedGemm and FusedMlp.
+// Shape inference of Gemm MatMul Einsum, and of the kaiwu ops PackedGemm, FusedMlp and FusedAttention.
 #include "ops/linalg.h"
 
 #include <algorithm>
@@ -235,6 +235,87 @@ void InferFusedMlp(OpContext& ctx) {
   }
 }
 
+// Strides of a tensor of `shape` (contiguous) over the last `batch.size()`
+// dims of `out_batch` it broadcasts to: `own` of its leading dims, 0 where it
+// has 1 (or lacks the dim), with `matrix` elements per batch item.
+std::vector<int64_t> BatchStrides(const Shape& own, const Shape& out_batch, int64_t matrix) {
+  std::vector<int64_t> strides(out_batch.size(), 0);
+  int64_t stride = matrix;
+  for (size_t k = 0; k < own.size(); ++k) {
+    const size_t src = own.size() - 1 - k, dst = out_batch.size() - 1 - k;
+    strides[dst] = own[src] == 1 ? 0 : stride;
+    stride *= own[src];
+  }
+  return strides;
+}
+
+// FusedAttention: see FusedAttentionParams.
+void InferFusedAttention(OpContext& ctx) {
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  const DType t = ctx.in(0).dtype;
+  ctx.ExpectDType(1, {t});
+  ctx.ExpectDType(2, {t});
+  const bool has_mask = ctx.HasInput(3);
+  if (has_mask) ctx.ExpectDType(3, {t});
+  const Shape& q = ctx.in(0).shape;
+  Shape k = ctx.in(1).shape;
+  const Shape& v = ctx.in(2).shape;
+  if (q.size() < 2 || k.size() < 2 || v.size() < 2)
+    ctx.Error("Q, K and V must have rank >= 2, got ", ShapeToString(q), ", ", ShapeToString(ctx.in(1).shape),
+              ", ", ShapeToString(v));
+  const bool k_trans = ctx.node.GetInt("k_trans", 0) != 0;
+  if (k_trans) std::swap(k[k.size() - 2], k[k.size() - 1]);
+  FusedAttentionParams& p = ctx.SetParams<FusedAttentionParams>();
+  const int64_t nq = q[q.size() - 2], d = q.back(), mk = k.back();
+  if (k[k.size() - 2] != d)
+    ctx.Error("Q x K: inner dimensions differ: ", ShapeToString(q), " x ", ShapeToString(ctx.in(1).shape));
+  const Shape qb(q.begin(), q.end() - 2), kb(k.begin(), k.end() - 2);
+  Shape scores = BroadcastShapes(ctx, qb, kb);
+  scores.push_back(nq);
+  scores.push_back(mk);
+  Shape probs = scores;
+  if (has_mask) probs = BroadcastShapes(ctx, scores, ctx.in(3).shape);
+  if (probs.size() < 2) ctx.Error("the scores must have rank >= 2");
+  const int64_t n = probs[probs.size() - 2], m = probs.back();
+  if (v[v.size() - 2] != m)
+    ctx.Error("softmax(Q x K) x V: inner dimensions differ: ", ShapeToString(probs), " x ", ShapeToString(v));
+  const Shape pb(probs.begin(), probs.end() - 2), vb(v.begin(), v.end() - 2);
+  p.batch = BroadcastShapes(ctx, pb, vb);
+  if (p.batch.size() > static_cast<size_t>(FusedAttentionParams::kMaxBatchDims))
+    ctx.Error("at most ", FusedAttentionParams::kMaxBatchDims, " batch dims, got ", ShapeToString(p.batch));
+  p.n = n;
+  p.m = m;
+  p.d = d;
+  p.dv = v.back();
+  p.has_mask = has_mask;
+  p.scale = ctx.node.GetFloat("scale", 1.f);
+  // Q [qb, nq, d]: its rows repeat when nq is 1 and the mask made n rows.
+  p.q_batch = BatchStrides(qb, p.batch, nq * d);
+  p.q_row = nq == 1 ? 0 : d;
+  p.q_inner = 1;
+  // K stored [kb, d, mk] (or [kb, mk, d] with k_trans); its one key repeats when mk is 1.
+  p.k_batch = BatchStrides(kb, p.batch, d * mk);
+  p.k_inner = k_trans ? 1 : mk;
+  p.k_key = mk == 1 ? 0 : (k_trans ? d : 1);
+  p.v_batch = BatchStrides(vb, p.batch, m * p.dv);
+  p.v_key = p.dv;
+  if (has_mask) {
+    const Shape& mask = ctx.in(3).shape;
+    const size_t r = mask.size();
+    const int64_t mr = r >= 2 ? mask[r - 2] : 1, mc = r >= 1 ? mask[r - 1] : 1;
+    const Shape mb(mask.begin(), mask.end() - std::min<size_t>(r, 2));
+    p.mask_batch = BatchStrides(mb, p.batch, mr * mc);
+    p.mask_row = mr == 1 ? 0 : mc;
+    p.mask_key = mc == 1 ? 0 : 1;
+  } else {
+    p.mask_batch.assign(p.batch.size(), 0);
+  }
+  Shape y = p.batch;
+  y.push_back(n);
+  y.push_back(p.dv);
+  ctx.SetOutput(0, t, y);
+}
+
 }  // namespace
 
 void RegisterLinalgOps(OpRegistry& r) {
@@ -243,6 +324,7 @@ void RegisterLinalgOps(OpRegistry& r) {
   r.Define(OpId::kMatMul, &InferMatMul);
   r.Define(OpId::kEinsum, &InferEinsum);
   r.Define(OpId::kFusedMlp, &InferFusedMlp, /*type_input=*/1);
+  r.Define(OpId::kFusedAttention, &InferFusedAttention);
 }
 
 }  // namespace kaiwu

@@ -60,6 +60,28 @@ struct FusedMlpParams : OpParams {
   int64_t max_rows = 0;
 };
 
+/// FusedAttention (domain "kaiwu", made by passes/fuse_attention.cc for device
+/// sessions): Y = MatMul(Softmax(scale * MatMul(Q, K) [+ Mask], axis -1), V), the ONNX
+/// ops' semantics (batch dims broadcast, the mask broadcast to the scores) for
+/// Q, K and V of rank >= 2. Inputs: Q [.., N, D], K [.., D, M] (or [.., M, D]
+/// with k_trans = 1, a MatMul's _kaiwu_trans_b), V [.., M, DV], optional Mask;
+/// one type T for all; attribute scale (float, default 1). The params give, for each input, its element strides
+/// over Y's batch dims (0 where it is broadcast) and over the query row, key
+/// and inner dims, so a kernel reads every input in place.
+struct FusedAttentionParams : OpParams {
+  static constexpr int kMaxBatchDims = 6;
+  Shape batch;                 // Y's batch dims (at most kMaxBatchDims)
+  int64_t n = 0, m = 0, d = 0, dv = 0;
+  bool has_mask = false;
+  float scale = 1.f;
+  // Strides in elements; [k] for batch dim k.
+  std::vector<int64_t> q_batch, k_batch, v_batch, mask_batch;
+  int64_t q_row = 0, q_inner = 1;     // Q[.., i, t]
+  int64_t k_key = 0, k_inner = 0;     // K's element (t, j)
+  int64_t v_key = 0;                  // V[.., j, c] = v_key * j + c
+  int64_t mask_row = 0, mask_key = 0; // Mask's element (i, j)
+};
+
 /// PackedGemm (domain "kaiwu", made by passes/prepack_gemm.cc for CPU
 /// sessions): Y[.., n] = act(A[.., k] * B + bias) with B packed in column
 /// panels [ceil(n / 16), k, 16]; m is the product of A's leading dims.

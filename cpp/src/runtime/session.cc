@@ -12,6 +12,7 @@
 #include "core/memory_budget.h"
 #include "core/thread_pool.h"
 #include "onnx/loader.h"
+#include "passes/fuse_attention.h"
 #include "passes/fuse_mlp.h"
 #include "passes/layout_nhwc.h"
 #include "passes/mixed_precision.h"
@@ -319,6 +320,14 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
     const bool wide = !(rank3_env && std::string(rank3_env) == "0");
     if (int n = FuseMlp(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }, wide))
       impl->pass_stats.fired["fuse_mlp"] += n;
+  }
+  // Attention (MatMul [+ mask] -> Softmax -> MatMul) as one launch; KAIWU_FUSED_ATTENTION=0
+  // keeps the four ops (bench/notes/cuda.md has the A/B).
+  const char* attention_env = std::getenv("KAIWU_FUSED_ATTENTION");
+  if (options.optimize && impl->device && !(attention_env && std::string(attention_env) == "0")) {
+    const KernelRegistry& kernels = impl->device->kernels();
+    if (int n = FuseAttention(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
+      impl->pass_stats.fired["fuse_attention"] += n;
   }
   impl->ops_after = CountOps(g);
   int threads = options.threads > 0 ? options.threads : ThreadPool::PhysicalCores();

@@ -174,6 +174,7 @@ void RegisterLinalgKernels(KernelRegistry& r) {
   RegisterRnnKernels(r);
   RegisterEinsumKernel(r);
   RegisterFusedMlpKernel(r);
+  RegisterAttentionKernel(r);
 }
 
 }  // namespace cuda

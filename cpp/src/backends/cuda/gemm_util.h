@@ -55,6 +55,7 @@ void CheckBlasInt(const PrepareContext& ctx, int64_t value, const char* what);
 void RegisterRnnKernels(KernelRegistry& r);    // rnn.cu
 void RegisterEinsumKernel(KernelRegistry& r);  // einsum.cu
 void RegisterFusedMlpKernel(KernelRegistry& r);  // fused_mlp.cu
+void RegisterAttentionKernel(KernelRegistry& r);  // attention.cu
 
 }  // namespace cuda
 }  // namespace kaiwu

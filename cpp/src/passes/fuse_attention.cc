@@ -1,0 +1,208 @@
+#include "passes/fuse_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "passes/rewrite_util.h"
+
+namespace kaiwu {
+namespace {
+
+bool Is(const Node& n, const char* op) { return n.op_type == op && n.domain.empty(); }
+
+class AttentionFuser {
+ public:
+  AttentionFuser(Graph* g, const std::function<bool(OpId, DType)>& has_kernel)
+      : g_(*g), has_kernel_(has_kernel), uses_(UseCounts(*g)) {}
+
+  int Run() {
+    if (!has_kernel_(OpId::kFusedAttention, DType::kFloat32) &&
+        !has_kernel_(OpId::kFusedAttention, DType::kFloat16))
+      return 0;
+    int made = 0;
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (Is(g_.nodes[i], "Softmax") && TryFuse(static_cast<int>(i))) ++made;
+    if (made) RemoveMarkedNodes(&g_);
+    return made;
+  }
+
+ private:
+  // The only reader of v (no graph output), or -1.
+  int SoleReader(int v) const {
+    if (v < 0 || uses_[v] != 1 || IsGraphOutput(g_, v)) return -1;
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (int in : g_.nodes[i].inputs)
+        if (in == v) return static_cast<int>(i);
+    return -1;
+  }
+
+  int Producer(int v) const { return v >= 0 ? g_.values[v].producer : -1; }
+
+  // A float32 constant of one element (not a weight: a refit could change it).
+  bool ConstScalar(int v, float* out) const {
+    if (v < 0 || g_.values[v].kind != ValueKind::kConstant || !g_.values[v].data) return false;
+    const Tensor& t = *g_.values[v].data;
+    if (t.dtype() != DType::kFloat32 || t.size() != 1) return false;
+    *out = t.As<float>()[0];
+    return std::isfinite(*out);
+  }
+
+  // The MatMul making v, directly or through a Mul / Div by a constant scalar
+  // (the scores' 1 / sqrt(d)), each read only by the next; -1 if none.
+  int ScoresMatMul(int v, int reader, float* scale, int* scale_node) const {
+    *scale = 1.f;
+    *scale_node = -1;
+    int p = Producer(v);
+    if (p < 0 || SoleReader(v) != reader) return -1;
+    if (Is(g_.nodes[p], "Mul") || Is(g_.nodes[p], "Div")) {
+      const Node& n = g_.nodes[p];
+      if (n.num_inputs() != 2) return -1;
+      float c = 0.f;
+      int from = -1;
+      if (ConstScalar(n.inputs[1], &c)) {
+        from = n.inputs[0];
+      } else if (n.op_type == "Mul" && ConstScalar(n.inputs[0], &c)) {
+        from = n.inputs[1];
+      } else {
+        return -1;
+      }
+      if (n.op_type == "Div") {
+        if (c == 0.f) return -1;
+        c = 1.f / c;
+      }
+      *scale = c;
+      *scale_node = p;
+      const int mm = Producer(from);
+      if (mm < 0 || SoleReader(from) != p) return -1;
+      p = mm;
+    }
+    return Is(g_.nodes[p], "MatMul") ? p : -1;
+  }
+
+  bool TryFuse(int sm) {
+    const Node& softmax = g_.nodes[sm];
+    const bool legacy = softmax.opset > 0 && softmax.opset < 13;
+    if (softmax.GetInt("axis", legacy ? 1 : -1) != -1 || softmax.num_inputs() != 1) return false;
+    // Scores: [scale *] MatMul(Q, K), or Add(that, mask) in either order.
+    float scale = 1.f;
+    int scale_node = -1, add = -1, mask = -1;
+    int scores = ScoresMatMul(softmax.inputs[0], sm, &scale, &scale_node);
+    const int p = Producer(softmax.inputs[0]);
+    if (scores < 0 && p >= 0 && Is(g_.nodes[p], "Add") && g_.nodes[p].num_inputs() == 2 &&
+        SoleReader(softmax.inputs[0]) == sm) {
+      add = p;
+      const Node& a = g_.nodes[add];
+      for (int side = 0; side < 2 && scores < 0; ++side) {
+        scores = ScoresMatMul(a.inputs[side], add, &scale, &scale_node);
+        if (scores >= 0) mask = a.inputs[1 - side];
+      }
+    }
+    if (scores < 0) return false;
+    const Node& qk = g_.nodes[scores];
+    const int out_mm = SoleReader(softmax.outputs[0]);
+    if (qk.num_inputs() != 2 || out_mm < 0 || !Is(g_.nodes[out_mm], "MatMul")) return false;
+    const Node& pv = g_.nodes[out_mm];
+    if (pv.num_inputs() != 2 || pv.inputs[0] != softmax.outputs[0] || pv.Has("_kaiwu_trans_b")) return false;
+    const int q = qk.inputs[0], k = qk.inputs[1], v = pv.inputs[1];
+    for (int x : {q, k, v})
+      if (Rank(x, 0) < 2) return false;
+
+    Node f;
+    f.op_type = "FusedAttention";
+    f.domain = "kaiwu";
+    f.opset = 1;
+    f.name = softmax.name + "_attention";
+    f.inputs = {q, k, v};
+    if (mask >= 0) f.inputs.push_back(mask);
+    f.outputs = {pv.outputs[0]};
+    if (qk.GetInt("_kaiwu_trans_b", 0) != 0) f.attrs["k_trans"] = IntAttr(1);
+    if (scale != 1.f) {
+      Attribute a;
+      a.kind = Attribute::Kind::kFloat;
+      a.f = scale;
+      f.attrs["scale"] = a;
+    }
+    // In the place of the last MatMul: every input is made before it.
+    MarkRemoved(&g_.nodes[scores]);
+    if (scale_node >= 0) MarkRemoved(&g_.nodes[scale_node]);
+    if (add >= 0) MarkRemoved(&g_.nodes[add]);
+    MarkRemoved(&g_.nodes[sm]);
+    g_.nodes[out_mm] = std::move(f);
+    return true;
+  }
+
+  // The rank of v where its producers say it, else -1.
+  int Rank(int v, int depth) {
+    if (v < 0) return -1;
+    if (auto it = rank_.find(v); it != rank_.end()) return it->second;
+    int r = -1;
+    const Value& val = g_.values[v];
+    if (val.data) r = static_cast<int>(val.data->shape().size());
+    else if (val.has_shape) r = static_cast<int>(val.dims.size());
+    else if (val.producer >= 0 && depth < 64) r = ProducedRank(g_.nodes[val.producer], depth + 1);
+    rank_[v] = r;
+    return r;
+  }
+
+  // A 1-D constant's element count (a Reshape's shape, Unsqueeze's axes), else -1.
+  int ConstLength(int v) const {
+    if (v < 0 || !g_.values[v].data) return -1;
+    const Shape& s = g_.values[v].data->shape();
+    return s.size() == 1 ? static_cast<int>(s[0]) : -1;
+  }
+
+  int ProducedRank(const Node& n, int depth) {
+    if (!n.domain.empty() && n.op_type != "FusedElementwise") return -1;
+    const std::string& op = n.op_type;
+    if (op == "Shape") return 1;
+    if (op == "Transpose") {
+      if (n.Has("perm")) return static_cast<int>(n.GetInts("perm").size());
+      return Rank(n.inputs[0], depth);
+    }
+    if (op == "Reshape") return n.num_inputs() >= 2 ? ConstLength(n.inputs[1]) : -1;
+    if (op == "Unsqueeze" || op == "Squeeze") {
+      const int in = Rank(n.inputs[0], depth);
+      const int axes = n.Has("axes") ? static_cast<int>(n.GetInts("axes").size())
+                                      : (n.num_inputs() >= 2 ? ConstLength(n.inputs[1]) : -1);
+      if (in < 0 || axes < 0) return -1;
+      return op == "Unsqueeze" ? in + axes : in - axes;
+    }
+    if (op == "MatMul") {
+      const int a = Rank(n.inputs[0], depth), b = Rank(n.inputs[1], depth);
+      return a >= 2 && b >= 2 ? std::max(a, b) : -1;
+    }
+    static const char* kSameRank[] = {"Cast", "Relu", "Sigmoid", "Tanh", "Softmax", "LayerNormalization",
+                                      "Identity", "Slice", "Concat", "Neg", "Sqrt", "Erf", "Gelu"};
+    for (const char* s : kSameRank)
+      if (op == s) return Rank(n.inputs[0], depth);
+    static const char* kBroadcast[] = {"Add", "Sub", "Mul", "Div", "Where", "FusedElementwise"};
+    for (const char* s : kBroadcast) {
+      if (op != s) continue;
+      int r = 0;
+      for (int in : n.inputs) {
+        if (in < 0) continue;
+        const int ri = Rank(in, depth);
+        if (ri < 0) return -1;
+        r = std::max(r, ri);
+      }
+      return r;
+    }
+    return -1;
+  }
+
+  Graph& g_;
+  const std::function<bool(OpId, DType)>& has_kernel_;
+  std::vector<int> uses_;
+  std::map<int, int> rank_;
+};
+
+}  // namespace
+
+int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel) {
+  const int made = AttentionFuser(g, has_kernel).Run();
+  if (made) g->Verify();
+  return made;
+}
+
+}  // namespace kaiwu

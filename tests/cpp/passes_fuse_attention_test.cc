@@ -1,0 +1,152 @@
+// FuseAttention (passes/fuse_attention.h) on graphs shaped as torch's attention
+// export: what becomes one FusedAttention node (inputs, k_trans, the place in
+// the graph), and what stays apart (scores read elsewhere, a softmax over
+// another axis, operands of unknown rank, no kernel). Numerics:
+// tests/python/test_cuda_attention.py on a GPU; the strides: ops_linalg_test.cc.
+#include <gtest/gtest.h>
+
+#include "graph_test_util.h"
+#include "passes/fuse_attention.h"
+#include "passes/rewrite_util.h"
+
+namespace kaiwu {
+namespace {
+
+using testing::CountOps;
+using testing::GraphOp;
+
+int Val(Graph& g, const std::string& name, ValueKind kind, int rank = -1) {
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.dtype = DType::kFloat32;
+  if (rank >= 0) {
+    v.has_shape = true;
+    for (int d = 0; d < rank; ++d) v.dims.push_back(Dim{-1, "d" + std::to_string(d)});
+  }
+  return g.AddValue(v);
+}
+
+// x [B, N, 3, h, d] -> Transpose(q/k/v) -> q * scale, K = Transpose(k), scores = q K
+// (+ mask) -> Softmax(axis) -> MatMul(., v) -> y
+struct Attention {
+  Graph g;
+  int x, mask, q, k, v, scores, masked, probs, y, softmax_node = -1;
+  // scale_kind: kInput for none, else Div(scores, 8) by a kConstant or a kWeight.
+  Attention(bool with_mask = true, int64_t axis = -1, bool shaped = true, bool k_trans = false,
+            ValueKind scale_kind = ValueKind::kInput) {
+    g.opset = 17;
+    x = Val(g, "x", ValueKind::kInput, shaped ? 4 : -1);
+    mask = Val(g, "mask", ValueKind::kInput, 4);
+    const int scale = Val(g, "scale", ValueKind::kConstant);
+    g.values[scale].data = std::make_shared<Tensor>(DType::kFloat32, Shape{1});
+    auto rt = [&](const std::string& n) { return Val(g, n, ValueKind::kRuntime); };
+    const int qt = rt("qt"), kt = rt("kt");
+    q = rt("q");
+    k = rt("k");
+    v = rt("v");
+    scores = rt("scores");
+    masked = rt("masked");
+    probs = rt("probs");
+    y = rt("y");
+    g.inputs = {x, mask};
+    g.outputs = {y};
+    Node tq = GraphOp(shaped ? "Transpose" : "Identity", {x}, {qt});
+    if (shaped) tq.attrs["perm"] = IntsAttr({0, 2, 1, 3});
+    g.AddNode(tq);
+    g.AddNode(GraphOp("Mul", {qt, scale}, {q}));
+    Node tk = GraphOp("Transpose", {x}, {kt});
+    tk.attrs["perm"] = IntsAttr(k_trans ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{0, 2, 3, 1});
+    g.AddNode(tk);
+    g.AddNode(GraphOp("Mul", {kt, scale}, {k}));
+    Node tv = GraphOp("Transpose", {x}, {v});
+    tv.attrs["perm"] = IntsAttr({0, 2, 1, 3});
+    g.AddNode(tv);
+    const bool scaled = scale_kind != ValueKind::kInput;
+    const int raw = scaled ? rt("raw") : scores;
+    Node mm = GraphOp("MatMul", {q, k}, {raw});
+    if (k_trans) mm.attrs["_kaiwu_trans_b"] = IntAttr(1);
+    g.AddNode(mm);
+    if (scaled) {
+      const int eight = Val(g, "eight", scale_kind);
+      g.values[eight].data = std::make_shared<Tensor>(DType::kFloat32, Shape{});
+      g.values[eight].data->As<float>()[0] = 8.f;
+      g.AddNode(GraphOp("Div", {raw, eight}, {scores}));
+    }
+    if (with_mask) g.AddNode(GraphOp("Add", {mask, scores}, {masked}));
+    Node sm = GraphOp("Softmax", {with_mask ? masked : scores}, {probs});
+    sm.opset = 17;
+    if (axis != -1) sm.attrs["axis"] = IntAttr(axis);
+    softmax_node = g.AddNode(sm);
+    g.AddNode(GraphOp("MatMul", {probs, v}, {y}));
+    g.Verify();
+  }
+};
+
+auto AllKernels() {
+  return [](OpId, DType) { return true; };
+}
+
+const Node* Find(const Graph& g, const std::string& op) {
+  for (const Node& n : g.nodes)
+    if (n.op_type == op) return &n;
+  return nullptr;
+}
+
+TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
+  for (bool k_trans : {false, true}) {
+    Attention a(/*with_mask=*/true, -1, true, k_trans);
+    ASSERT_EQ(FuseAttention(&a.g, AllKernels()), 1);
+    for (const char* op : {"MatMul", "Add", "Softmax"}) EXPECT_EQ(CountOps(a.g, op), 0) << op;
+    const Node* f = Find(a.g, "FusedAttention");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->domain, "kaiwu");
+    EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.k, a.v, a.mask}));  // the mask found on either side
+    EXPECT_EQ(f->outputs, std::vector<int>{a.y});
+    EXPECT_EQ(f->GetInt("k_trans", 0), k_trans ? 1 : 0);
+    EXPECT_EQ(a.g.values[a.y].producer, static_cast<int>(f - a.g.nodes.data()));
+  }
+  Attention scaled(true, -1, true, false, ValueKind::kConstant);  // (Q K) / 8 + mask
+  ASSERT_EQ(FuseAttention(&scaled.g, AllKernels()), 1);
+  EXPECT_EQ(CountOps(scaled.g, "Div"), 0);
+  EXPECT_FLOAT_EQ(Find(scaled.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
+  Attention plain(/*with_mask=*/false);
+  ASSERT_EQ(FuseAttention(&plain.g, AllKernels()), 1);
+  EXPECT_EQ(Find(plain.g, "FusedAttention")->inputs, (std::vector<int>{plain.q, plain.k, plain.v}));
+}
+
+TEST(FuseAttention, LeavesAloneWhatIsNotThePattern) {
+  {
+    Attention a(true, /*axis=*/1);  // softmax over another axis
+    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+  }
+  {
+    Attention a(true, -1, /*shaped=*/false);  // x's rank unknown, and Q is x * scale
+    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+    EXPECT_EQ(CountOps(a.g, "MatMul"), 2);
+  }
+  {
+    Attention a;  // the probabilities are also a graph output
+    a.g.outputs.push_back(a.probs);
+    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+  }
+  {
+    Attention a;  // the scores have a second reader
+    const int other = a.g.AddValue(Value{"other"});
+    a.g.AddNode(GraphOp("Relu", {a.scores}, {other}));
+    a.g.outputs.push_back(other);
+    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+  }
+  {
+    Attention a(true, -1, true, false, ValueKind::kWeight);  // a scale a refit may change
+    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+  }
+  {
+    Attention a;  // no kernel on this backend
+    EXPECT_EQ(FuseAttention(&a.g, [](OpId, DType) { return false; }), 0);
+    EXPECT_EQ(CountOps(a.g, "Softmax"), 1);
+  }
+}
+
+}  // namespace
+}  // namespace kaiwu

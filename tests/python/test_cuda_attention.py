@@ -1,0 +1,167 @@
+"""Attention as one FusedAttention node on device sessions (passes/fuse_attention.cc,
+backends/cuda/attention.cu): MatMul(Q, K) [+ mask] -> Softmax -> MatMul(., V) in one
+launch. Against onnxruntime (float32 CPU) and against the same session with the pass off
+(KAIWU_FUSED_ATTENTION=0, read when a session is made), in fp32, fp16 and bf16:
+
+- hand-made attention models (torch export): heads with a key padding mask of -inf
+  entries [B, 1, 1, M] (every row keeps a key) and q scaled before the product, 40 keys
+  (two 32-key chunks of the kernel), head dims 24 and 80 (one and three accumulator
+  passes), a rank-3 model without heads or mask whose scores are divided by sqrt(d)
+  (the node's scale), odd batches;
+- the policies with attention: unit_transformer (2 layers fused) and multi_input;
+- fewer graph nodes a run than with the pass off; a NaN in one row stays in that row.
+
+Tolerances: float32 rtol 1e-4 (atol 1e-5 * scale), fp16 rtol 2e-2 (atol 3e-3 * scale),
+bf16 rtol 6e-2 (atol 2e-2 * scale), scale = max(1, max |ref|); the policies by relative
+L2 error per output (1e-4 / 1e-2 / 3e-2; unit_logits holds -1e9 at padded units).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import kaiwu_infer as ki
+import policies
+from helpers import env_vars, run_ort
+
+pytestmark = pytest.mark.skipif(not ki.cuda_available(),
+                                reason="kaiwu_infer built without CUDA, or no CUDA device")
+
+TOL = {"fp32": (1e-4, 1e-5), "fp16": (2e-2, 3e-3), "bf16": (6e-2, 2e-2)}
+REL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-2}
+
+
+def session(data, precision, fused=True):
+    with env_vars(KAIWU_FUSED_ATTENTION=None if fused else "0"):
+        return ki.Session(data, device="cuda", precision=precision)
+
+
+@functools.lru_cache(maxsize=None)
+def attention_model(heads: int, head_dim: int, masked: bool) -> bytes:
+    import torch
+    import torch.nn as nn
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            e = heads * head_dim
+            self.qkv = nn.Linear(12, 3 * e)
+            self.out = nn.Linear(e, 10)
+
+        def forward(self, x, mask):
+            b, n = x.shape[0], x.shape[1]
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            if heads > 1:
+                q, k, v = (t.reshape(b, n, heads, head_dim).transpose(1, 2) for t in (q, k, v))
+            if masked:  # q scaled first, as nn.MultiheadAttention's export does
+                s = torch.matmul(q * (1.0 / math.sqrt(head_dim)), k.transpose(-1, -2)) + mask
+            else:  # the scores scaled: a Div between the MatMul and the Softmax
+                s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
+            a = torch.matmul(torch.softmax(s, dim=-1), v)
+            if heads > 1:
+                a = a.transpose(1, 2).reshape(b, n, heads * head_dim)
+            return self.out(a)
+
+    torch.manual_seed(heads * 100 + head_dim)
+    m = Attn().eval()
+    x = torch.randn(2, 40, 12)
+    mask = torch.zeros(2, 1, 1, 40) if heads > 1 else torch.zeros(2, 1, 40)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (x, mask), f, dynamo=False, opset_version=17, input_names=["x", "mask"],
+                          output_names=["y"], dynamic_axes={"x": {0: "b"}, "mask": {0: "b"}, "y": {0: "b"}})
+    return f.getvalue()
+
+
+def feeds_for(heads, batch, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, 40, 12)).astype(np.float32)
+    mask = np.zeros((batch, 1, 1, 40) if heads > 1 else (batch, 1, 40), np.float32)
+    for b in range(batch):  # a padding mask: the last keys of each item, never all of them
+        mask[b, ..., 40 - int(rng.integers(0, 30)):] = -np.inf
+    return {"x": x, "mask": mask}
+
+
+def check(got, want, precision, what):
+    rtol, atol = TOL[precision]
+    for k, w in want.items():
+        assert got[k].shape == w.shape, (what, k)
+        scale = max(1.0, float(np.nanmax(np.abs(w))))
+        np.testing.assert_allclose(got[k], w, rtol=rtol, atol=atol * scale, err_msg=f"{what} {k}")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("heads,head_dim,masked", [(4, 24, True), (2, 80, True), (1, 16, False)])
+def test_attention_models_match_onnxruntime_fused_and_not(heads, head_dim, masked, precision):
+    data = attention_model(heads, head_dim, masked)
+    import onnx
+
+    model = onnx.load_from_string(data)
+    fused, plain = session(data, precision), session(data, precision, fused=False)
+    assert "fuse_attention: 1" in fused.describe()
+    assert "fuse_attention" not in plain.describe()
+    for batch in (1, 3, 37):
+        feeds = feeds_for(heads, batch, seed=batch)
+        if not masked:
+            feeds["mask"][...] = 0.0
+        want = run_ort(model, feeds)
+        check(fused.run(feeds), want, precision, f"fused b{batch}")
+        check(plain.run(feeds), want, precision, f"unfused b{batch}")
+
+
+def rel_l2(got, ref):
+    ok = ref > -1e8  # unit_logits: padded units hold -1e9 in both
+    g, r = got[ok].astype(np.float64), ref[ok].astype(np.float64)
+    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-30))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name,count", [("unit_transformer", 2), ("multi_input", None)])
+def test_policies_with_attention_match_onnxruntime(name, count, precision):
+    """multi_input masks its scores with Where (masked_fill), which the pass leaves."""
+    import onnx
+
+    data = policies.export_bytes(name)
+    model = onnx.load_from_string(data)
+    fused, plain = session(data, precision), session(data, precision, fused=False)
+    if count:
+        assert f"fuse_attention: {count}" in fused.describe()
+    for batch in (1, 9, 64):
+        feeds = policies.make_inputs(name, batch, seed=batch + 5)
+        want = run_ort(model, feeds)
+        got = fused.run(feeds)
+        for k, w in want.items():
+            assert rel_l2(got[k], w) <= REL[precision], (name, batch, k, rel_l2(got[k], w))
+        # fused and unfused agree as closely as each agrees with onnxruntime
+        other = plain.run(feeds)
+        for k in want:
+            assert rel_l2(got[k], other[k]) <= REL[precision], (name, batch, k)
+
+
+def test_fused_attention_runs_fewer_nodes_and_keeps_a_nan_in_its_row():
+    data = attention_model(4, 24, True)
+    fused, plain = session(data, "fp16"), session(data, "fp16", fused=False)
+    feeds = feeds_for(4, 5, seed=3)
+
+    def nodes(s):
+        s.io_stats(reset=True)
+        s.run(feeds)
+        s.run(feeds)
+        st = s.io_stats()
+        return st["graph_nodes"] // max(st["graph_launches"], 1)
+
+    assert nodes(fused) < nodes(plain)
+    bad = {k: v.copy() for k, v in feeds.items()}
+    bad["x"][2, 7, 3] = np.nan
+    got = fused.run(bad)["y"]
+    assert np.isnan(got[2]).any()
+    good = np.delete(np.arange(5), 2)
+    want = plain.run(bad)["y"]
+    np.testing.assert_allclose(got[good], want[good], rtol=2e-2, atol=3e-3)
