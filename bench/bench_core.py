@@ -303,9 +303,10 @@ def run(args) -> dict:
     budget_s = args.budget_s if args.budget_s else preset["budget_s"]
 
     policies = load_policies(args.policies_file)
-    known = list(getattr(policies, "NAMES", POLICY_ORDER))
+    default = list(getattr(policies, "NAMES", POLICY_ORDER))
+    known = list(getattr(policies, "ALL_NAMES", default))  # more policies by name (unit_transformer)
     names = []
-    for p in parse_list(args.policies) if args.policies else known:
+    for p in parse_list(args.policies) if args.policies else default:
         p = ALIASES.get(p, p)
         if p not in known:
             sys.exit(f"unknown policy {p!r}; known: {', '.join(known)}")
@@ -675,7 +676,7 @@ def write_outputs(result: dict, args, final: bool):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", default="", help="comma list (default all five): "
-                    + ",".join(POLICY_ORDER) + " (gru = gru_seq)")
+                    + ",".join(POLICY_ORDER) + " (gru = gru_seq); also unit_transformer by name")
     ap.add_argument("--batch", "--batches", dest="batch", default="",
                     help="comma list of batch sizes (default 1,32,256,1024; --quick: 1,32)")
     ap.add_argument("--threads", default="1,2,all", help="comma list; 'all' = every logical CPU (default 1,2,all)")

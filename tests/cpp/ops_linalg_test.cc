@@ -180,6 +180,8 @@ struct AttentionCase {
   Shape y;
 };
 
+// The params' strides, and the CPU kernel that reads through them, against the
+// four ops computed one by one.
 TEST(OpsLinalg, FusedAttentionStridesMatchMatMulSoftmaxMatMul) {
   std::mt19937 rng(77);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -194,6 +196,9 @@ TEST(OpsLinalg, FusedAttentionStridesMatchMatMulSoftmaxMatMul) {
       {{2, 1, 8}, {2, 8, 40}, {2, 40, 4}, {2, 3, 40}, false, {2, 3, 4}},
       // a per-element mask and V broadcast over the batch
       {{3, 2, 7}, {3, 7, 9}, {1, 9, 33}, {3, 2, 9}, false, {3, 2, 33}},
+      // one key broadcast to 4 by the mask, a scalar-per-row mask
+      {{2, 3, 5}, {2, 5, 1}, {2, 4, 6}, {2, 3, 4}, false, {2, 3, 6}},
+      {{2, 3, 5}, {2, 5, 4}, {2, 4, 6}, {3, 1}, false, {2, 3, 6}},
   };
   for (const AttentionCase& c : cases) {
     const bool has_mask = !c.mask.empty();
@@ -214,6 +219,12 @@ TEST(OpsLinalg, FusedAttentionStridesMatchMatMulSoftmaxMatMul) {
     };
     const std::vector<double> q = random(c.q), k = random(c.k), v = random(c.v);
     const std::vector<double> mask = has_mask ? random(c.mask) : std::vector<double>{};
+    // The CPU kernel (float64) on the same inputs.
+    std::vector<Tensor> tensors = {MakeTensor<double>(c.q, q), MakeTensor<double>(c.k, k), MakeTensor<double>(c.v, v)};
+    if (has_mask) tensors.push_back(MakeTensor<double>(c.mask, mask));
+    const std::vector<Tensor> cpu = RunNode(node, tensors);
+    ASSERT_EQ(cpu.size(), 1u);
+    ASSERT_EQ(ShapeToString(cpu[0].shape()), ShapeToString(c.y)) << what;
 
     // Reference: the ops one by one, numpy broadcasting by index.
     Shape kl = c.k;  // K's logical [.., D, M]
@@ -317,6 +328,7 @@ TEST(OpsLinalg, FusedAttentionStridesMatchMatMulSoftmaxMatMul) {
         for (double e : s2) sum2 += std::exp(e - mx2);
         for (int64_t j = 0; j < m; ++j) got += std::exp(s2[j] - mx2) / sum2 * v[vo + j * p.v_key + col];
         ASSERT_NEAR(got, want, 1e-9) << what << " row " << row << " col " << col;
+        ASSERT_NEAR(cpu[0].As<double>()[row * dv + col], want, 1e-9) << what << " CPU kernel, row " << row;
       }
     }
   }

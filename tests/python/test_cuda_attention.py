@@ -18,16 +18,12 @@ L2 error per output (1e-4 / 1e-2 / 3e-2; unit_logits holds -1e9 at padded units)
 
 from __future__ import annotations
 
-import functools
-import io
-import math
-import warnings
-
 import numpy as np
 import pytest
 
 import kaiwu_infer as ki
 import policies
+from attention_models import attention_model, model_feeds
 from helpers import env_vars, run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
@@ -40,53 +36,6 @@ REL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-2}
 def session(data, precision, fused=True):
     with env_vars(KAIWU_FUSED_ATTENTION=None if fused else "0"):
         return ki.Session(data, device="cuda", precision=precision)
-
-
-@functools.lru_cache(maxsize=None)
-def attention_model(heads: int, head_dim: int, masked: bool) -> bytes:
-    import torch
-    import torch.nn as nn
-
-    class Attn(nn.Module):
-        def __init__(self):
-            super().__init__()
-            e = heads * head_dim
-            self.qkv = nn.Linear(12, 3 * e)
-            self.out = nn.Linear(e, 10)
-
-        def forward(self, x, mask):
-            b, n = x.shape[0], x.shape[1]
-            q, k, v = self.qkv(x).chunk(3, dim=-1)
-            if heads > 1:
-                q, k, v = (t.reshape(b, n, heads, head_dim).transpose(1, 2) for t in (q, k, v))
-            if masked:  # q scaled first, as nn.MultiheadAttention's export does
-                s = torch.matmul(q * (1.0 / math.sqrt(head_dim)), k.transpose(-1, -2)) + mask
-            else:  # the scores scaled: a Div between the MatMul and the Softmax
-                s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
-            a = torch.matmul(torch.softmax(s, dim=-1), v)
-            if heads > 1:
-                a = a.transpose(1, 2).reshape(b, n, heads * head_dim)
-            return self.out(a)
-
-    torch.manual_seed(heads * 100 + head_dim)
-    m = Attn().eval()
-    x = torch.randn(2, 40, 12)
-    mask = torch.zeros(2, 1, 1, 40) if heads > 1 else torch.zeros(2, 1, 40)
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(m, (x, mask), f, dynamo=False, opset_version=17, input_names=["x", "mask"],
-                          output_names=["y"], dynamic_axes={"x": {0: "b"}, "mask": {0: "b"}, "y": {0: "b"}})
-    return f.getvalue()
-
-
-def feeds_for(heads, batch, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch, 40, 12)).astype(np.float32)
-    mask = np.zeros((batch, 1, 1, 40) if heads > 1 else (batch, 1, 40), np.float32)
-    for b in range(batch):  # a padding mask: the last keys of each item, never all of them
-        mask[b, ..., 40 - int(rng.integers(0, 30)):] = -np.inf
-    return {"x": x, "mask": mask}
 
 
 def check(got, want, precision, what):
@@ -108,9 +57,7 @@ def test_attention_models_match_onnxruntime_fused_and_not(heads, head_dim, maske
     assert "fuse_attention: 1" in fused.describe()
     assert "fuse_attention" not in plain.describe()
     for batch in (1, 3, 37):
-        feeds = feeds_for(heads, batch, seed=batch)
-        if not masked:
-            feeds["mask"][...] = 0.0
+        feeds = model_feeds(data, heads, batch, seed=batch)
         want = run_ort(model, feeds)
         check(fused.run(feeds), want, precision, f"fused b{batch}")
         check(plain.run(feeds), want, precision, f"unfused b{batch}")
@@ -148,7 +95,7 @@ def test_policies_with_attention_match_onnxruntime(name, count, precision):
 def test_fused_attention_runs_fewer_nodes_and_keeps_a_nan_in_its_row():
     data = attention_model(4, 24, True)
     fused, plain = session(data, "fp16"), session(data, "fp16", fused=False)
-    feeds = feeds_for(4, 5, seed=3)
+    feeds = model_feeds(data, 4, 5, seed=3)
 
     def nodes(s):
         s.io_stats(reset=True)

@@ -251,7 +251,7 @@ std::vector<int64_t> BatchStrides(const Shape& own, const Shape& out_batch, int6
 
 // FusedAttention: see FusedAttentionParams.
 void InferFusedAttention(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
   const DType t = ctx.in(0).dtype;
   ctx.ExpectDType(1, {t});
   ctx.ExpectDType(2, {t});

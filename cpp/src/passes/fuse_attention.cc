@@ -145,26 +145,101 @@ class AttentionFuser {
     return r;
   }
 
-  // A 1-D constant's element count (a Reshape's shape, Unsqueeze's axes), else -1.
-  int ConstLength(int v) const {
-    if (v < 0 || !g_.values[v].data) return -1;
-    const Shape& s = g_.values[v].data->shape();
-    return s.size() == 1 ? static_cast<int>(s[0]) : -1;
+  // The element count of a 1-D integer value (a shape, Unsqueeze's axes) where
+  // its producers say it, else -1: a constant, Shape(x) (x's rank), a Concat of
+  // such, a scalar unsqueezed, a Cast of one.
+  int Length(int v, int depth) {
+    if (v < 0 || depth > 64) return -1;
+    if (auto it = length_.find(v); it != length_.end()) return it->second;
+    int len = -1;
+    const Value& val = g_.values[v];
+    if (val.data) {
+      const Shape& s = val.data->shape();
+      if (s.size() == 1) len = static_cast<int>(s[0]);
+    } else if (val.producer >= 0) {
+      const Node& n = g_.nodes[val.producer];
+      if (!n.domain.empty()) {
+        len = -1;
+      } else if (n.op_type == "Shape" && !n.Has("start") && !n.Has("end")) {
+        len = Rank(n.inputs[0], depth + 1);
+      } else if (n.op_type == "Concat") {
+        len = 0;
+        for (int in : n.inputs) {
+          const int l = Length(in, depth + 1);
+          if (l < 0) {
+            len = -1;
+            break;
+          }
+          len += l;
+        }
+      } else if (n.op_type == "Unsqueeze") {
+        const int r = Rank(n.inputs[0], depth + 1);
+        if (r == 0) len = 1;
+      } else if (n.op_type == "Cast" || n.op_type == "Identity") {
+        len = Length(n.inputs[0], depth + 1);
+      } else if (n.op_type == "Slice" && n.num_inputs() >= 3 && n.num_inputs() <= 5) {
+        len = SliceLength(n, depth + 1);
+      }
+    }
+    length_[v] = len;
+    return len;
+  }
+
+  // A 1-D Slice with constant starts / ends (steps 1): fuse_matmul_add's
+  // Shape(x)[:-1] for the Reshape back to x's leading dims.
+  int SliceLength(const Node& n, int depth) {
+    const int total = Length(n.inputs[0], depth);
+    int64_t start = 0, end = 0;
+    if (total < 0 || !ConstInt(n.inputs[1], &start) || !ConstInt(n.inputs[2], &end)) return -1;
+    int64_t step = 1, axis = 0;
+    if (n.num_inputs() >= 4 && n.inputs[3] >= 0 && (!ConstInt(n.inputs[3], &axis) || (axis != 0 && axis != -1)))
+      return -1;
+    if (n.num_inputs() >= 5 && n.inputs[4] >= 0 && (!ConstInt(n.inputs[4], &step) || step != 1)) return -1;
+    const int64_t len = total;
+    auto clamp = [len](int64_t x) { return std::min(std::max(x < 0 ? x + len : x, int64_t{0}), len); };
+    return static_cast<int>(std::max(int64_t{0}, clamp(end) - clamp(start)));
+  }
+
+  // A constant integer of one element.
+  bool ConstInt(int v, int64_t* out) const {
+    if (v < 0 || !g_.values[v].data) return false;
+    const Tensor& t = *g_.values[v].data;
+    if (t.size() != 1) return false;
+    if (t.dtype() == DType::kInt64) *out = t.As<int64_t>()[0];
+    else if (t.dtype() == DType::kInt32) *out = t.As<int32_t>()[0];
+    else return false;
+    return true;
   }
 
   int ProducedRank(const Node& n, int depth) {
-    if (!n.domain.empty() && n.op_type != "FusedElementwise") return -1;
     const std::string& op = n.op_type;
+    if (n.domain == "kaiwu") {
+      // Dense layers keep their input's leading dims.
+      if (op == "PackedGemm" || op == "FusedMlp") return Rank(n.inputs[0], depth);
+      if (op != "FusedElementwise") return -1;
+    } else if (!n.domain.empty()) {
+      return -1;
+    }
     if (op == "Shape") return 1;
+    if (op == "Gemm") return 2;
     if (op == "Transpose") {
       if (n.Has("perm")) return static_cast<int>(n.GetInts("perm").size());
       return Rank(n.inputs[0], depth);
     }
-    if (op == "Reshape") return n.num_inputs() >= 2 ? ConstLength(n.inputs[1]) : -1;
+    if (op == "Reshape") return n.num_inputs() >= 2 ? Length(n.inputs[1], depth) : -1;
+    if (op == "ConstantOfShape") return Length(n.inputs[0], depth);
+    if (op == "Expand") {
+      const int a = Rank(n.inputs[0], depth), b = n.num_inputs() >= 2 ? Length(n.inputs[1], depth) : -1;
+      return a >= 0 && b >= 0 ? std::max(a, b) : -1;
+    }
+    if (op == "Gather") {
+      const int a = Rank(n.inputs[0], depth), b = n.num_inputs() >= 2 ? Rank(n.inputs[1], depth) : -1;
+      return a >= 1 && b >= 0 ? a - 1 + b : -1;
+    }
     if (op == "Unsqueeze" || op == "Squeeze") {
       const int in = Rank(n.inputs[0], depth);
       const int axes = n.Has("axes") ? static_cast<int>(n.GetInts("axes").size())
-                                      : (n.num_inputs() >= 2 ? ConstLength(n.inputs[1]) : -1);
+                                      : (n.num_inputs() >= 2 ? Length(n.inputs[1], depth) : -1);
       if (in < 0 || axes < 0) return -1;
       return op == "Unsqueeze" ? in + axes : in - axes;
     }
@@ -194,7 +269,7 @@ class AttentionFuser {
   Graph& g_;
   const std::function<bool(OpId, DType)>& has_kernel_;
   std::vector<int> uses_;
-  std::map<int, int> rank_;
+  std::map<int, int> rank_, length_;
 };
 
 }  // namespace

@@ -1,12 +1,13 @@
-// Attention as one node, for device sessions: MatMul(Q, K) -> [Mul / Div by a
-// constant scalar] -> [Add(mask)] -> Softmax(axis -1) -> MatMul(., V), each
-// intermediate read by the next node only, becomes FusedAttention (ops/linalg.h), which the CUDA backend runs in
-// one launch with the scores and probabilities kept in registers (torch's
-// nn.MultiheadAttention export; a policy's attention over units). It fires only
-// where Q, K and V are known to have rank >= 2 (FusedAttention's contract; the
-// export carries no shapes, so ranks are read from their producers: a
-// Transpose's perm, a Reshape to a constant shape, elementwise ops over known
-// ranks) and the backend has the kernel. KAIWU_FUSED_ATTENTION=0 keeps the ops.
+// Attention as one node (CPU and device sessions): MatMul(Q, K) -> [Mul / Div
+// by a constant scalar] -> [Add(mask)] -> Softmax(axis -1) -> MatMul(., V), each
+// intermediate read by the next node only, becomes FusedAttention
+// (ops/linalg.h): one CUDA launch, or one pass a row on the CPU, with the
+// scores never written to memory (torch's nn.MultiheadAttention export; a
+// policy's attention over units). It fires only where Q, K and V are known to
+// have rank >= 2 (FusedAttention's contract; the export carries no shapes, so
+// ranks are read from their producers: a Transpose's perm, a Reshape to a
+// constant shape, elementwise ops over known ranks) and the backend has the
+// kernel. KAIWU_FUSED_ATTENTION=0 keeps the ops.
 #pragma once
 
 #include <functional>

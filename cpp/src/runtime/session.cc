@@ -321,11 +321,11 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
     if (int n = FuseMlp(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }, wide))
       impl->pass_stats.fired["fuse_mlp"] += n;
   }
-  // Attention (MatMul [+ mask] -> Softmax -> MatMul) as one launch; KAIWU_FUSED_ATTENTION=0
-  // keeps the four ops (bench/notes/cuda.md has the A/B).
+  // Attention (MatMul [x scale] [+ mask] -> Softmax -> MatMul) as one kernel, on the CPU and
+  // the device; KAIWU_FUSED_ATTENTION=0 keeps the ops (bench/notes/cuda.md has the A/B).
   const char* attention_env = std::getenv("KAIWU_FUSED_ATTENTION");
-  if (options.optimize && impl->device && !(attention_env && std::string(attention_env) == "0")) {
-    const KernelRegistry& kernels = impl->device->kernels();
+  if (options.optimize && !(attention_env && std::string(attention_env) == "0")) {
+    const KernelRegistry& kernels = impl->device ? impl->device->kernels() : CpuKernels();
     if (int n = FuseAttention(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
       impl->pass_stats.fired["fuse_attention"] += n;
   }

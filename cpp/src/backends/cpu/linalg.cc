@@ -9,6 +9,7 @@ void RegisterLinalgKernels(KernelRegistry& r) {
   RegisterMatMulKernel(r);
   RegisterEinsumKernel(r);
   RegisterPackedGemmKernel(r);
+  RegisterAttentionKernel(r);
 }
 
 }  // namespace cpu

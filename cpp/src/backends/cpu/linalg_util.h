@@ -14,6 +14,7 @@ void RegisterGemmKernel(KernelRegistry& r);    // gemm_kernel.cc
 void RegisterMatMulKernel(KernelRegistry& r);  // matmul_kernel.cc
 void RegisterEinsumKernel(KernelRegistry& r);  // einsum_kernel.cc
 void RegisterPackedGemmKernel(KernelRegistry& r);  // gemm_packed_kernel.cc
+void RegisterAttentionKernel(KernelRegistry& r);  // attention_kernel.cc
 
 /// `batch` products C_i[M,N] = op(A_i)[M,K] * op(B_i)[K,N], A_i at a + a_off[i]
 /// (or a + i * a_stride when a_off is null), likewise B_i; C_i is contiguous at
