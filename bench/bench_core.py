@@ -320,7 +320,8 @@ def run(args) -> dict:
         pass
 
     result = {
-        "command": "PYTHONPATH=python python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "command": "".join(f"{k}={os.environ[k]} " for k in sorted(os.environ) if k.startswith("KAIWU_"))
+        + "PYTHONPATH=python python " + " ".join(shlex.quote(a) for a in sys.argv),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
         "machine": lscpu_info(),
@@ -455,7 +456,8 @@ def op_breakdown(args) -> dict:
     batch = (parse_list(args.batch, int) if args.batch else [32])[0]
     nt = parse_threads(args.threads)[0]
     tmp = tempfile.mkdtemp(prefix="kaiwu_ops_")
-    out = {"command": "PYTHONPATH=python python " + " ".join(shlex.quote(a) for a in sys.argv),
+    out = {"command": "".join(f"{k}={os.environ[k]} " for k in sorted(os.environ) if k.startswith("KAIWU_"))
+        + "PYTHONPATH=python python " + " ".join(shlex.quote(a) for a in sys.argv),
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "batch": batch, "threads": nt, "machine": lscpu_info(),
            "loadavg_start": list(os.getloadavg()), "policies": {}}

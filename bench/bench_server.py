@@ -328,10 +328,9 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
 # ------------------------------------------------------------------ main
 
 def env_prefix() -> str:
-    """The engine switches set for this run (KAIWU_CUDNN, KAIWU_CUDA_GRAPHS, KAIWU_CUDA_SPIN_US), as a
-    command prefix."""
-    return "".join(f"{k}={os.environ[k]} " for k in ("KAIWU_CUDNN", "KAIWU_CUDA_GRAPHS", "KAIWU_CUDA_SPIN_US")
-                   if k in os.environ)
+    """The engine switches set for this run (every KAIWU_* variable: KAIWU_CUDNN,
+    KAIWU_FUSED_ATTENTION, ...), as a command prefix."""
+    return "".join(f"{k}={os.environ[k]} " for k in sorted(os.environ) if k.startswith("KAIWU_"))
 
 
 def main():
