@@ -115,6 +115,25 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
   EXPECT_EQ(Find(plain.g, "FusedAttention")->inputs, (std::vector<int>{plain.q, plain.k, plain.v}));
 }
 
+// A second block whose Q is the first block's output: its rank comes through the
+// first FusedAttention (the graph is walked in order, so that node is already made).
+TEST(FuseAttention, ChainedBlocksBothFuse) {
+  Attention a;
+  Graph& g = a.g;
+  auto rt = [&](const std::string& n) { return Val(g, n, ValueKind::kRuntime); };
+  const int s2 = rt("s2"), p2 = rt("p2"), y2 = rt("y2");
+  g.AddNode(GraphOp("MatMul", {a.y, a.k}, {s2}));
+  Node sm = GraphOp("Softmax", {s2}, {p2});
+  sm.opset = 17;
+  g.AddNode(sm);
+  g.AddNode(GraphOp("MatMul", {p2, a.v}, {y2}));
+  g.outputs = {y2};
+  g.Verify();
+  ASSERT_EQ(FuseAttention(&g, AllKernels()), 2);
+  EXPECT_EQ(CountOps(g, "FusedAttention"), 2);
+  EXPECT_EQ(CountOps(g, "MatMul"), 0);
+}
+
 TEST(FuseAttention, LeavesAloneWhatIsNotThePattern) {
   {
     Attention a(true, /*axis=*/1);  // softmax over another axis

@@ -216,7 +216,7 @@ class AttentionFuser {
     if (n.domain == "kaiwu") {
       // Dense layers keep their input's leading dims.
       if (op == "PackedGemm" || op == "FusedMlp") return Rank(n.inputs[0], depth);
-      if (op != "FusedElementwise") return -1;
+      if (op != "FusedElementwise" && op != "FusedAttention") return -1;
     } else if (!n.domain.empty()) {
       return -1;
     }
@@ -251,7 +251,8 @@ class AttentionFuser {
                                       "Identity", "Slice", "Concat", "Neg", "Sqrt", "Erf", "Gelu"};
     for (const char* s : kSameRank)
       if (op == s) return Rank(n.inputs[0], depth);
-    static const char* kBroadcast[] = {"Add", "Sub", "Mul", "Div", "Where", "FusedElementwise"};
+    // FusedAttention (an earlier block's): Y's rank is its inputs' largest.
+    static const char* kBroadcast[] = {"Add", "Sub", "Mul", "Div", "Where", "FusedElementwise", "FusedAttention"};
     for (const char* s : kBroadcast) {
       if (op != s) continue;
       int r = 0;
