@@ -1,7 +1,8 @@
 // The prepacked-B GEMM (backends/cpu/sgemm_packed.h) and the PackedGemm op
 // against float64 references: odd sizes (row tails of every tile height,
-// column tails inside a panel, k across cache blocks), bias and fused
-// activations, 1 and 2 threads (bit-identical), packing of B and B^T.
+// column tails inside a panel or its first vector, one column, k across cache
+// blocks and row blocks), bias and fused activations, 1 and 2 threads
+// (bit-identical), packing of B and B^T.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,7 +54,14 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 18, 512}, {2, 33, 7},
                          {5, 16, 300}, {6, 17, 256}, {7, 100, 257}, {13, 47, 31}, {25, 130, 600},
-                         {64, 64, 64}, {250, 19, 33}, {3, 257, 5}}) {
+                         {64, 64, 64}, {250, 19, 33}, {3, 257, 5},
+                         // One column (dot products), with k tails and k blocks.
+                         {1, 1, 300}, {7, 1, 13}, {1031, 1, 257}, {37, 1, 520},
+                         // A last panel of one vector or less (AVX2: its own
+                         // tiles) beside whole ones, and one just past it.
+                         {9, 2, 64}, {301, 8, 40}, {263, 24, 129}, {61, 25, 300},
+                         // Row blocks of unequal tile counts, split across threads.
+                         {487, 18, 256}, {250, 130, 70}}) {
     for (bool trans_b : {false, true})
       for (auto kind : {FusedActivation::Kind::kNone, FusedActivation::Kind::kRelu,
                         FusedActivation::Kind::kTanh})
