@@ -4,6 +4,7 @@
 #include "backends/cpu/conv_nhwc.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -151,11 +152,17 @@ class NhwcConvKernel : public Kernel {
     const int64_t threads = io.pool ? io.pool->num_threads() : 1;
     const double flops = 2.0 * static_cast<double>(kh_ * kw_ * c_ * m_) * pixels;
     if (threads == 1 || n_ >= threads) {
-      // Each thread a share of the images, its own padded copy.
+      // Each thread its own padded copy (a slot), taking images one at a time
+      // while any are left: a thread slowed down (another process on its
+      // core, a late start) takes fewer, instead of the others waiting for
+      // its fixed share. Each image is computed alone, so the split does not
+      // change the result.
       const int64_t slots = std::min<int64_t>(slots_, threads);
+      std::atomic<int64_t> next{0};
       auto run = [&](int64_t s0, int64_t s1) {
         for (int64_t s = s0; s < s1; ++s)
-          for (int64_t i = n_ * s / slots; i < n_ * (s + 1) / slots; ++i)
+          for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_;
+               i = next.fetch_add(1, std::memory_order_relaxed))
             Image(x, packed, bias, sum, y, i, scratch + s * image_floats_, nullptr);
       };
       if (slots == 1) {
