@@ -60,7 +60,7 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
                          // A last panel of one vector or less (AVX2: its own
                          // tiles) beside whole ones, and one just past it.
                          {9, 2, 64}, {301, 8, 40}, {263, 24, 129}, {61, 25, 300},
-                         // Row blocks of unequal tile counts, split across threads.
+                         // A short last row block, split across threads.
                          {487, 18, 256}, {250, 130, 70}}) {
     for (bool trans_b : {false, true})
       for (auto kind : {FusedActivation::Kind::kNone, FusedActivation::Kind::kRelu,
