@@ -5,6 +5,7 @@
 // (bit-identical), packing of B and B^T.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -97,6 +98,35 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
           }
         }
   }
+  }
+}
+
+// Tanh in the tile's store (a rational function, as Eigen's): the clamp at
+// +-8, the tiny inputs passed through, the middle range, against std::tanh,
+// in whole vectors and a column tail.
+TEST(SgemmPacked, FusedTanhMatchesStdTanh) {
+  const std::vector<float> xs = {0.f,     1e-7f, -3e-5f, 0.00039f, -0.0004f, 0.0041f, -0.1f,
+                                 0.5f,    -1.f,  1.7f,   -3.f,     5.5f,     -7.99f,  8.f,
+                                 -8.01f,  12.f,  -40.f,  1e30f,    -1e30f};
+  const int64_t m = static_cast<int64_t>(xs.size()), n = 21, k = 1;
+  std::vector<float> b(n);
+  for (int64_t j = 0; j < n; ++j) b[j] = 1.f - 0.09f * static_cast<float>(j);
+  std::vector<float> packed((n + 15) / 16 * 16 * k);
+  cpu::PackB(false, k, n, b.data(), packed.data());
+  cpu::Activation act;
+  act.kind = FusedActivation::Kind::kTanh;
+  for (cpu::PackedIsa isa : AvailableIsas()) {
+    SCOPED_TRACE(cpu::PackedIsaName(isa));
+    std::vector<float> c(m * n);
+    ThreadPool one(1);
+    cpu::SgemmPackedB(isa, m, n, k, xs.data(), k, packed.data(), nullptr, act, c.data(), n, &one);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float x = xs[i] * b[j];
+        const double want = std::tanh(static_cast<double>(x));
+        EXPECT_NEAR(c[i * n + j], want, 4e-7 * std::max(1e-3, std::fabs(want)) + 1e-9)
+            << "x " << x;
+      }
   }
 }
 
