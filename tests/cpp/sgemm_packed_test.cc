@@ -1,9 +1,11 @@
 // The prepacked-B GEMM (backends/cpu/sgemm_packed.h) and the PackedGemm op
 // against float64 references: odd sizes (row tails of every tile height,
-// column tails inside a panel, k across cache blocks), bias and fused
-// activations, 1 and 2 threads (bit-identical), packing of B and B^T.
+// column tails inside a panel or its first vector, one column, k across cache
+// blocks and row blocks), bias and fused activations, 1 and 2 threads
+// (bit-identical), packing of B and B^T.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -53,7 +55,14 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {1, 18, 512}, {2, 33, 7},
                          {5, 16, 300}, {6, 17, 256}, {7, 100, 257}, {13, 47, 31}, {25, 130, 600},
-                         {64, 64, 64}, {250, 19, 33}, {3, 257, 5}}) {
+                         {64, 64, 64}, {250, 19, 33}, {3, 257, 5},
+                         // One column (dot products), with k tails and k blocks.
+                         {1, 1, 300}, {7, 1, 13}, {1031, 1, 257}, {37, 1, 520},
+                         // A last panel of one vector or less (AVX2: its own
+                         // tiles) beside whole ones, and one just past it.
+                         {9, 2, 64}, {301, 8, 40}, {263, 24, 129}, {61, 25, 300},
+                         // A short last row block, split across threads.
+                         {487, 18, 256}, {250, 130, 70}}) {
     for (bool trans_b : {false, true})
       for (auto kind : {FusedActivation::Kind::kNone, FusedActivation::Kind::kRelu,
                         FusedActivation::Kind::kTanh})
@@ -89,6 +98,35 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
           }
         }
   }
+  }
+}
+
+// Tanh in the tile's store (a rational function, as Eigen's): the clamp at
+// +-8, the tiny inputs passed through, the middle range, against std::tanh,
+// in whole vectors and a column tail.
+TEST(SgemmPacked, FusedTanhMatchesStdTanh) {
+  const std::vector<float> xs = {0.f,     1e-7f, -3e-5f, 0.00039f, -0.0004f, 0.0041f, -0.1f,
+                                 0.5f,    -1.f,  1.7f,   -3.f,     5.5f,     -7.99f,  8.f,
+                                 -8.01f,  12.f,  -40.f,  1e30f,    -1e30f};
+  const int64_t m = static_cast<int64_t>(xs.size()), n = 21, k = 1;
+  std::vector<float> b(n);
+  for (int64_t j = 0; j < n; ++j) b[j] = 1.f - 0.09f * static_cast<float>(j);
+  std::vector<float> packed((n + 15) / 16 * 16 * k);
+  cpu::PackB(false, k, n, b.data(), packed.data());
+  cpu::Activation act;
+  act.kind = FusedActivation::Kind::kTanh;
+  for (cpu::PackedIsa isa : AvailableIsas()) {
+    SCOPED_TRACE(cpu::PackedIsaName(isa));
+    std::vector<float> c(m * n);
+    ThreadPool one(1);
+    cpu::SgemmPackedB(isa, m, n, k, xs.data(), k, packed.data(), nullptr, act, c.data(), n, &one);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float x = xs[i] * b[j];
+        const double want = std::tanh(static_cast<double>(x));
+        EXPECT_NEAR(c[i * n + j], want, 4e-7 * std::max(1e-3, std::fabs(want)) + 1e-9)
+            << "x " << x;
+      }
   }
 }
 

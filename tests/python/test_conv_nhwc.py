@@ -308,6 +308,54 @@ def test_frame_stack_transpose_hoisted_above_cast(engine, rng):
         assert_outputs_close(sess.run(dict(feeds)), run_ort(model, feeds), **TOL)
 
 
+@pytest.mark.parametrize("case", ["unpadded", "padded", "no_scale", "cast_read_twice", "int8"])
+def test_uint8_frames_cast_fused_into_conv(engine, rng, case):
+    """Cast(uint8 -> float32) read only by the first NhwcConv: the conv reads the bytes and
+    widens them as it copies each image into its buffer (fuse_cast_into_nhwc_conv); not for a
+    Cast read elsewhere too or from int8. Against a float64 reference and onnxruntime, batch 1
+    (one image split across the pool) and 5, 1 and 2 threads bit-identical, refit of W0."""
+    src = np.int8 if case == "int8" else np.uint8
+    w0 = (rng.standard_normal((19, 4, 4, 4)) * 0.2).astype(np.float32)
+    b0 = rng.standard_normal(19).astype(np.float32)
+    w1 = (rng.standard_normal((6, 19, 3, 3)) * 0.2).astype(np.float32)
+    pads = [1, 2, 0, 1] if case == "padded" else [0, 0, 0, 0]
+    scale = case != "no_scale"
+    nodes = [helper.make_node("Cast", ["frames"], ["f"], to=1)]
+    if scale:
+        nodes.append(helper.make_node("Div", ["f", "s"], ["x"]))
+    nodes += [helper.make_node("Conv", ["x" if scale else "f", "W0", "B0"], ["c0"],
+                               kernel_shape=[4, 4], strides=[2, 2], pads=pads),
+              helper.make_node("Relu", ["c0"], ["r0"]),
+              helper.make_node("Conv", ["r0", "W1"], ["y"], kernel_shape=[3, 3])]
+    outs = ["y"] + (["f"] if case == "cast_read_twice" else [])
+    inits = {"W0": w0, "B0": b0, "W1": w1}
+    if scale:
+        inits["s"] = np.array(255.0, np.float32)
+    model = make_model(nodes, [("frames", src, ["N", 4, 21, 19])], outs, initializers=inits)
+    fuses = case in ("unpadded", "padded", "no_scale")
+    for n in (1, 5):
+        if src == np.uint8:
+            frames = rng.integers(0, 256, (n, 4, 21, 19), dtype=np.uint8)
+        else:
+            frames = rng.integers(-128, 128, (n, 4, 21, 19), dtype=np.int8)
+        feeds = {"frames": frames}
+        x = frames.astype(np.float64) / (255.0 if scale else 1.0)
+        r0 = np.maximum(conv_ref(x, w0, b0, 2, pads), 0)
+        want = conv_ref(r0, w1, None, 1, [0, 0, 0, 0])
+        got = []
+        for threads in (1, 2):
+            sess = engine.Session(model, threads=threads, optimize=True)
+            assert fired(sess).get("fuse_cast_into_nhwc_conv", 0) == (1 if fuses else 0), fired(sess)
+            assert ("Cast" in ops_after(sess)) == (not fuses)
+            out = sess.run(dict(feeds))
+            np.testing.assert_allclose(out["y"], want, rtol=1e-4, atol=1e-3)
+            assert_outputs_close(out, run_ort(model, feeds), rtol=1e-4, atol=1e-3)
+            got.append(out)
+        np.testing.assert_array_equal(got[0]["y"], got[1]["y"])
+    if fuses:
+        refit_matches_fresh(engine, model, feeds, {"W0", "B0"}, rng, atol=1e-3)
+
+
 @pytest.mark.parametrize("shape", [(1, 4, 3, 5), (2, 4, 7, 9), (3, 4, 84, 84), (2, 5, 6, 7)])
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 def test_transpose_to_channels_last(engine, rng, shape, dtype):

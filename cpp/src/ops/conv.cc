@@ -87,10 +87,12 @@ void InferGlobalPool(OpContext& ctx) {
 // NhwcConv (domain kaiwu; made by passes/layout_nhwc.cc): Conv's attributes
 // and math on channels-last tensors, 2-D only: X [N, H, W, C],
 // W [M, KH, KW, C / group], optional B [M] -> Y [N, OH, OW, M]; CPU sessions may add
-// input 3 (packed W) and input 4 (added to Y before the activation).
+// input 3 (packed W) and input 4 (added to Y before the activation), and may
+// feed X as uint8 with W float32 (fuse_cast_into_nhwc_conv: the Cast to float32
+// done by the conv as it reads X).
 void InferNhwcConv(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
-  const DType dtype = ctx.in(0).dtype;
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kUInt8});
+  const DType dtype = ctx.in(0).dtype == DType::kUInt8 ? DType::kFloat32 : ctx.in(0).dtype;
   ctx.ExpectDType(1, {dtype});
   const Shape& x = ctx.in(0).shape;
   const Shape& w = ctx.in(1).shape;

@@ -92,6 +92,7 @@ void OptimizeForCpu(Graph* graph, PassStats* stats) {
     if (int h = HoistTransposeAboveCast(graph)) stats->fired["hoist_transpose_above_cast"] += h;
     if (int a = FuseNhwcConvAdd(graph)) stats->fired["fuse_nhwc_conv_add"] += a;
     if (int r = FuseReluIntoNhwcConv(graph)) stats->fired["fuse_relu_into_nhwc_conv"] += r;
+    if (int c = FuseCastIntoNhwcConv(graph)) stats->fired["fuse_cast_into_nhwc_conv"] += c;
   }
   graph->RemoveDeadNodes();
 }

@@ -63,6 +63,9 @@ int FuseNhwcConvAdd(Graph* g);
 /// CPU sessions, after the layout pass: Relu(x) read only by a padded NhwcConv becomes the
 /// conv's "_kaiwu_input_relu" (applied as the conv copies x into its zero-bordered buffer).
 int FuseReluIntoNhwcConv(Graph* g);
+/// CPU sessions, after the layout pass: Cast(x uint8 -> float32) read only by an NhwcConv
+/// becomes the conv reading x (widened as it copies each image into its buffer).
+int FuseCastIntoNhwcConv(Graph* g);
 /// DQ(x), DQ(w) -> Conv/Gemm/MatMul (+bias, +activation) [-> Q] becomes one integer
 /// QLinearFused node over weights packed by a static QPackWeights node.
 int FuseQdq(Graph* g);

@@ -1,13 +1,16 @@
 // The CPU kernels of the channels-last ops that passes/layout_nhwc.cc makes
-// for CPU sessions: NhwcConv (float32, group 1, no dilation; the register
-// tiles are in conv_nhwc_tiles.inc) and NhwcMaxPool (float32).
+// for CPU sessions: NhwcConv (float32, or X of uint8 widened as it is read;
+// group 1, no dilation; the register tiles are in conv_nhwc_tiles.inc) and
+// NhwcMaxPool (float32).
 #include "backends/cpu/conv_nhwc.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/conv_family.h"
@@ -114,7 +117,10 @@ class NhwcConvKernel : public Kernel {
     // "_kaiwu_input_relu" (fuse_relu_into_nhwc_conv): the conv reads max(x, 0),
     // applied as the image is copied, so such a conv always copies.
     input_relu_ = ctx.node.GetInt("_kaiwu_input_relu", 0) != 0;
-    padded_ = input_relu_ || pt_ > 0 || pl_ > 0 || hp_ - pt_ > h_ || wp_ - pl_ > w_;
+    // X of uint8 (fuse_cast_into_nhwc_conv): widened to float32 as each image
+    // is copied, so such a conv always copies too.
+    input_u8_ = ctx.in(0).dtype == DType::kUInt8;
+    padded_ = input_relu_ || input_u8_ || pt_ > 0 || pl_ > 0 || hp_ - pt_ > h_ || wp_ - pl_ > w_;
     if (!padded_) hp_ = h_, wp_ = w_;
     if (hp_ * wp_ * c_ >= std::numeric_limits<int32_t>::max())
       ctx.Error("NhwcConv image of ", hp_ * wp_ * c_, " floats is too large");
@@ -132,7 +138,7 @@ class NhwcConvKernel : public Kernel {
   }
 
   void Run(const KernelIO& io) const override {
-    const float* x = static_cast<const float*>(io.inputs[0]);
+    const void* x = io.inputs[0];
     const float* bias = has_bias_ ? static_cast<const float*>(io.inputs[2]) : nullptr;
     const float* sum = has_sum_ ? static_cast<const float*>(io.inputs[4]) : nullptr;
     float* y = static_cast<float*>(io.outputs[0]);
@@ -151,11 +157,17 @@ class NhwcConvKernel : public Kernel {
     const int64_t threads = io.pool ? io.pool->num_threads() : 1;
     const double flops = 2.0 * static_cast<double>(kh_ * kw_ * c_ * m_) * pixels;
     if (threads == 1 || n_ >= threads) {
-      // Each thread a share of the images, its own padded copy.
+      // Each thread its own padded copy (a slot), taking images one at a time
+      // while any are left: a thread slowed down (another process on its
+      // core, a late start) takes fewer, instead of the others waiting for
+      // its fixed share. Each image is computed alone, so the split does not
+      // change the result.
       const int64_t slots = std::min<int64_t>(slots_, threads);
+      std::atomic<int64_t> next{0};
       auto run = [&](int64_t s0, int64_t s1) {
         for (int64_t s = s0; s < s1; ++s)
-          for (int64_t i = n_ * s / slots; i < n_ * (s + 1) / slots; ++i)
+          for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_;
+               i = next.fetch_add(1, std::memory_order_relaxed))
             Image(x, packed, bias, sum, y, i, scratch + s * image_floats_, nullptr);
       };
       if (slots == 1) {
@@ -170,10 +182,14 @@ class NhwcConvKernel : public Kernel {
   }
 
  private:
-  void Image(const float* x, const float* packed, const float* bias, const float* sum, float* y,
+  void Image(const void* x, const float* packed, const float* bias, const float* sum, float* y,
              int64_t i, float* buf, ThreadPool* pool) const {
-    const float* src = x + i * h_ * w_ * c_;
-    if (padded_) {
+    const int64_t image = i * h_ * w_ * c_;
+    const float* src = static_cast<const float*>(x) + image;
+    if (input_u8_) {
+      Pad(static_cast<const uint8_t*>(x) + image, buf);
+      src = buf;
+    } else if (padded_) {
       Pad(src, buf);
       src = buf;
     }
@@ -209,7 +225,8 @@ class NhwcConvKernel : public Kernel {
 
   // One image into the zero-bordered [hp, wp, c] buffer (through max(x, 0)
 // with input_relu_).
-  void Pad(const float* src, float* dst) const {
+  template <typename T>
+  void Pad(const T* src, float* dst) const {
     const int64_t c0 = std::clamp<int64_t>(pl_, 0, wp_);            // first column inside
     const int64_t c1 = std::clamp<int64_t>(pl_ + w_, c0, wp_);      // past the last
     for (int64_t r = 0; r < hp_; ++r, dst += wp_ * c_) {
@@ -219,8 +236,11 @@ class NhwcConvKernel : public Kernel {
         continue;
       }
       std::memset(dst, 0, c0 * c_ * sizeof(float));
-      const float* row = src + (ih * w_ + c0 - pl_) * c_;
-      if (input_relu_) {
+      const T* row = src + (ih * w_ + c0 - pl_) * c_;
+      if constexpr (!std::is_same_v<T, float>) {
+        // Bytes are never negative: the input Relu has nothing to do.
+        for (int64_t j = 0; j < (c1 - c0) * c_; ++j) dst[c0 * c_ + j] = static_cast<float>(row[j]);
+      } else if (input_relu_) {
         for (int64_t j = 0; j < (c1 - c0) * c_; ++j) dst[c0 * c_ + j] = row[j] > 0.f ? row[j] : 0.f;
       } else {
         std::memcpy(dst + c0 * c_, row, (c1 - c0) * c_ * sizeof(float));
@@ -231,7 +251,7 @@ class NhwcConvKernel : public Kernel {
 
   Activation act_;
   PackedIsa isa_ = PackedIsa::kScalar;
-  bool has_bias_ = false, has_sum_ = false, padded_ = false, input_relu_ = false;
+  bool has_bias_ = false, has_sum_ = false, padded_ = false, input_relu_ = false, input_u8_ = false;
   int64_t n_ = 0, h_ = 0, w_ = 0, c_ = 0, m_ = 0, kh_ = 0, kw_ = 0, oh_ = 0, ow_ = 0;
   int64_t sh_ = 1, sw_ = 1, pt_ = 0, pl_ = 0, hp_ = 0, wp_ = 0;
   int64_t slots_ = 1, image_floats_ = 0, packed_floats_ = 0;
@@ -337,7 +357,7 @@ class NhwcMaxPoolKernel : public Kernel {
 }  // namespace
 
 void RegisterNhwcKernels(KernelRegistry& r) {
-  r.Register(OpId::kNhwcConv, DType::kFloat32, &MakeKernel<NhwcConvKernel>);
+  r.Register(OpId::kNhwcConv, {DType::kFloat32, DType::kUInt8}, &MakeKernel<NhwcConvKernel>);
   r.Register(OpId::kNhwcMaxPool, DType::kFloat32, &MakeKernel<NhwcMaxPoolKernel>);
 }
 
