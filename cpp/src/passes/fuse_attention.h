@@ -7,7 +7,8 @@
 // have rank >= 2 (FusedAttention's contract; the export carries no shapes, so
 // ranks are read from their producers: a Transpose's perm, a Reshape to a
 // constant shape, elementwise ops over known ranks) and the backend has the
-// kernel. KAIWU_FUSED_ATTENTION=0 keeps the ops.
+// kernel. Sessions run it on the CPU unless KAIWU_FUSED_ATTENTION=0, on a
+// device only with KAIWU_FUSED_ATTENTION=1 (runtime/session.cc).
 #pragma once
 
 #include <functional>

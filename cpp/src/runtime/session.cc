@@ -321,10 +321,13 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
     if (int n = FuseMlp(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }, wide))
       impl->pass_stats.fired["fuse_mlp"] += n;
   }
-  // Attention (MatMul [x scale] [+ mask] -> Softmax -> MatMul) as one kernel, on the CPU and
-  // the device; KAIWU_FUSED_ATTENTION=0 keeps the ops (bench/notes/cuda.md has the A/B).
+  // Attention (MatMul [x scale] [+ mask] -> Softmax -> MatMul) as one kernel: on the CPU by
+  // default (KAIWU_FUSED_ATTENTION=0 keeps the ops), on the device only with
+  // KAIWU_FUSED_ATTENTION=1 (its warp-a-row kernel ran slower than the ops' kernels from batch
+  // 256 on: bench/notes/cuda.md).
   const char* attention_env = std::getenv("KAIWU_FUSED_ATTENTION");
-  if (options.optimize && !(attention_env && std::string(attention_env) == "0")) {
+  const std::string attention = attention_env ? attention_env : "";
+  if (options.optimize && attention != "0" && (!impl->device || attention == "1")) {
     const KernelRegistry& kernels = impl->device ? impl->device->kernels() : CpuKernels();
     if (int n = FuseAttention(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
       impl->pass_stats.fired["fuse_attention"] += n;
