@@ -92,13 +92,9 @@ struct Mlp {
   }
 };
 
-auto AllKernels() {
-  return [](OpId, DType) { return true; };
-}
-
 TEST(FuseMlp, PolicyBodyAndHeadsBecomeOneNodeWithTheCastsFolded) {
   Mlp p;
-  ASSERT_EQ(FuseMlp(&p.g, AllKernels()), 1);
+  ASSERT_EQ(FuseMlp(&p.g, testing::AnyKernel), 1);
   ASSERT_EQ(p.g.nodes.size(), 1u);
   const Node& f = p.g.nodes[0];
   EXPECT_EQ(f.op_type, "FusedMlp");
@@ -127,7 +123,7 @@ TEST(FuseMlp, AnOutputReadOutsideStaysAnOutputInHalf) {
   p.g.AddNode(relu);
   p.g.outputs.push_back(extra);
   p.g.Verify();
-  ASSERT_EQ(FuseMlp(&p.g, AllKernels()), 1);
+  ASSERT_EQ(FuseMlp(&p.g, testing::AnyKernel), 1);
   const Node* f = nullptr;
   for (const Node& n : p.g.nodes)
     if (n.op_type == "FusedMlp") f = &n;
@@ -146,12 +142,12 @@ TEST(FuseMlp, LeavesAloneWhatItCannotFuse) {
   }
   {
     Mlp p(2048);  // wider than kFusedMlpMaxWidth: every layer touching it stays
-    EXPECT_EQ(FuseMlp(&p.g, AllKernels()), 0);
+    EXPECT_EQ(FuseMlp(&p.g, testing::AnyKernel), 0);
     EXPECT_EQ(Count(p.g, "Gemm"), 4);
   }
   {
     Mlp p(256, /*runtime_w2=*/true);  // body2's weight is fed: the group splits around it
-    EXPECT_EQ(FuseMlp(&p.g, AllKernels()), 1);
+    EXPECT_EQ(FuseMlp(&p.g, testing::AnyKernel), 1);
     EXPECT_EQ(Count(p.g, "Gemm"), 2);  // body0 alone (one layer) and body2 stay
     EXPECT_EQ(Count(p.g, "FusedMlp"), 1);  // the heads
     EXPECT_EQ(Count(p.g, "Cast"), 1);      // the observation's

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/op.h"
 
 namespace kaiwu {
 namespace testing {
@@ -25,6 +26,16 @@ inline int CountOps(const Graph& g, const std::string& op) {
   for (const Node& node : g.nodes) n += node.op_type == op ? 1 : 0;
   return n;
 }
+
+/// The first node of `g` with op type `op`, or null.
+inline const Node* FirstOp(const Graph& g, const std::string& op) {
+  for (const Node& n : g.nodes)
+    if (n.op_type == op) return &n;
+  return nullptr;
+}
+
+/// A pass's has_kernel(op, dtype) for a backend that runs everything.
+inline bool AnyKernel(OpId, DType) { return true; }
 
 }  // namespace testing
 }  // namespace kaiwu

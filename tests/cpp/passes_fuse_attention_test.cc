@@ -83,22 +83,12 @@ struct Attention {
   }
 };
 
-auto AllKernels() {
-  return [](OpId, DType) { return true; };
-}
-
-const Node* Find(const Graph& g, const std::string& op) {
-  for (const Node& n : g.nodes)
-    if (n.op_type == op) return &n;
-  return nullptr;
-}
-
 TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
   for (bool k_trans : {false, true}) {
     Attention a(/*with_mask=*/true, -1, true, k_trans);
-    ASSERT_EQ(FuseAttention(&a.g, AllKernels()), 1);
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
     for (const char* op : {"MatMul", "Add", "Softmax"}) EXPECT_EQ(CountOps(a.g, op), 0) << op;
-    const Node* f = Find(a.g, "FusedAttention");
+    const Node* f = testing::FirstOp(a.g, "FusedAttention");
     ASSERT_NE(f, nullptr);
     EXPECT_EQ(f->domain, "kaiwu");
     EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.k, a.v, a.mask}));  // the mask found on either side
@@ -107,12 +97,12 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
     EXPECT_EQ(a.g.values[a.y].producer, static_cast<int>(f - a.g.nodes.data()));
   }
   Attention scaled(true, -1, true, false, ValueKind::kConstant);  // (Q K) / 8 + mask
-  ASSERT_EQ(FuseAttention(&scaled.g, AllKernels()), 1);
+  ASSERT_EQ(FuseAttention(&scaled.g, testing::AnyKernel), 1);
   EXPECT_EQ(CountOps(scaled.g, "Div"), 0);
-  EXPECT_FLOAT_EQ(Find(scaled.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
+  EXPECT_FLOAT_EQ(testing::FirstOp(scaled.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
   Attention plain(/*with_mask=*/false);
-  ASSERT_EQ(FuseAttention(&plain.g, AllKernels()), 1);
-  EXPECT_EQ(Find(plain.g, "FusedAttention")->inputs, (std::vector<int>{plain.q, plain.k, plain.v}));
+  ASSERT_EQ(FuseAttention(&plain.g, testing::AnyKernel), 1);
+  EXPECT_EQ(testing::FirstOp(plain.g, "FusedAttention")->inputs, (std::vector<int>{plain.q, plain.k, plain.v}));
 }
 
 // A second block whose Q is the first block's output: its rank comes through the
@@ -129,7 +119,7 @@ TEST(FuseAttention, ChainedBlocksBothFuse) {
   g.AddNode(GraphOp("MatMul", {p2, a.v}, {y2}));
   g.outputs = {y2};
   g.Verify();
-  ASSERT_EQ(FuseAttention(&g, AllKernels()), 2);
+  ASSERT_EQ(FuseAttention(&g, testing::AnyKernel), 2);
   EXPECT_EQ(CountOps(g, "FusedAttention"), 2);
   EXPECT_EQ(CountOps(g, "MatMul"), 0);
 }
@@ -137,28 +127,28 @@ TEST(FuseAttention, ChainedBlocksBothFuse) {
 TEST(FuseAttention, LeavesAloneWhatIsNotThePattern) {
   {
     Attention a(true, /*axis=*/1);  // softmax over another axis
-    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
   }
   {
     Attention a(true, -1, /*shaped=*/false);  // x's rank unknown, and Q is x * scale
-    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
     EXPECT_EQ(CountOps(a.g, "MatMul"), 2);
   }
   {
     Attention a;  // the probabilities are also a graph output
     a.g.outputs.push_back(a.probs);
-    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
   }
   {
     Attention a;  // the scores have a second reader
     const int other = a.g.AddValue(Value{"other"});
     a.g.AddNode(GraphOp("Relu", {a.scores}, {other}));
     a.g.outputs.push_back(other);
-    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
   }
   {
     Attention a(true, -1, true, false, ValueKind::kWeight);  // a scale a refit may change
-    EXPECT_EQ(FuseAttention(&a.g, AllKernels()), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
   }
   {
     Attention a;  // no kernel on this backend

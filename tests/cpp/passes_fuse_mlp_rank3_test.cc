@@ -69,24 +69,14 @@ struct Encoder {
   }
 };
 
-auto AllKernels() {
-  return [](OpId, DType) { return true; };
-}
-
-const Node* Find(const Graph& g, const std::string& op) {
-  for (const Node& n : g.nodes)
-    if (n.op_type == op) return &n;
-  return nullptr;
-}
-
 TEST(FuseMlpRank3, EncoderOverASequenceBecomesOneNodeWithReshapesAndCastsFolded) {
   Encoder e;
   e.Prepare();
   ASSERT_EQ(Count(e.g, "Gemm"), 1);    // fuse_matmul_add's, between two Reshapes
   ASSERT_EQ(Count(e.g, "MatMul"), 1);  // its output's rank is not known: MatMul + Add
-  ASSERT_EQ(FuseMlp(&e.g, AllKernels()), 1);
+  ASSERT_EQ(FuseMlp(&e.g, testing::AnyKernel), 1);
   e.g.Verify();
-  const Node* f = Find(e.g, "FusedMlp");
+  const Node* f = testing::FirstOp(e.g, "FusedMlp");
   ASSERT_NE(f, nullptr);
   for (const char* op : {"Gemm", "MatMul", "Add", "Reshape", "Shape", "Slice", "Concat", "Relu"})
     EXPECT_EQ(Count(e.g, op), 0) << op;
@@ -120,12 +110,12 @@ TEST(FuseMlpRank3, OneWideLayerGetsTheOneLayerRowLimit) {
   PassStats stats;
   Optimize(&g, &stats);
   MixedPrecisionOptions o;
-  o.has_kernel = AllKernels();
+  o.has_kernel = testing::AnyKernel;
   ApplyMixedPrecision(&g, o);
   g.RemoveDeadNodes();
-  ASSERT_EQ(FuseMlp(&g, AllKernels()), 1);
+  ASSERT_EQ(FuseMlp(&g, testing::AnyKernel), 1);
   g.Verify();
-  const Node* f = Find(g, "FusedMlp");
+  const Node* f = testing::FirstOp(g, "FusedMlp");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->GetInts("layer_inputs"), std::vector<int64_t>{-1});
   EXPECT_EQ(f->GetInt("max_rows", -1), kFusedMlpWideSingleMaxRows);
@@ -137,8 +127,8 @@ TEST(FuseMlpRank3, UnknownRankMatMulAddIsALayerAndTheSwitchKeepsTheOldGraph) {
     Encoder e(/*shaped_x=*/false, /*relu=*/false);  // fuse_matmul_add leaves both MatMul + Add
     e.Prepare();
     ASSERT_EQ(Count(e.g, "MatMul"), 2);
-    ASSERT_EQ(FuseMlp(&e.g, AllKernels()), 1);
-    const Node* f = Find(e.g, "FusedMlp");
+    ASSERT_EQ(FuseMlp(&e.g, testing::AnyKernel), 1);
+    const Node* f = testing::FirstOp(e.g, "FusedMlp");
     ASSERT_NE(f, nullptr);
     EXPECT_EQ(f->inputs[0], e.x);
     EXPECT_EQ(f->outputs, std::vector<int>{e.y});
@@ -150,7 +140,7 @@ TEST(FuseMlpRank3, UnknownRankMatMulAddIsALayerAndTheSwitchKeepsTheOldGraph) {
     Encoder e;
     e.Prepare();
     const size_t nodes = e.g.nodes.size();
-    EXPECT_EQ(FuseMlp(&e.g, AllKernels(), /*wide=*/false), 0);
+    EXPECT_EQ(FuseMlp(&e.g, testing::AnyKernel, /*wide=*/false), 0);
     EXPECT_EQ(e.g.nodes.size(), nodes);
     EXPECT_EQ(Count(e.g, "Gemm"), 1);
     EXPECT_EQ(Count(e.g, "Reshape"), 2);
@@ -162,10 +152,10 @@ TEST(FuseMlpRank3, LeavesAloneWhatIsNotADenseLayer) {
     Encoder e(false);
     // Add + Relu become one FusedElementwise: the first MatMul stays, the second layer alone fuses.
     e.Prepare();
-    ASSERT_EQ(FuseMlp(&e.g, AllKernels()), 1);
+    ASSERT_EQ(FuseMlp(&e.g, testing::AnyKernel), 1);
     EXPECT_EQ(Count(e.g, "MatMul"), 1);
     EXPECT_EQ(Count(e.g, "FusedElementwise"), 1);
-    EXPECT_EQ(Find(e.g, "FusedMlp")->outputs, std::vector<int>{e.y});
+    EXPECT_EQ(testing::FirstOp(e.g, "FusedMlp")->outputs, std::vector<int>{e.y});
   }
   {
     Encoder e(false, false);
@@ -174,7 +164,7 @@ TEST(FuseMlpRank3, LeavesAloneWhatIsNotADenseLayer) {
     e.g.AddNode(GraphOp("Neg", {e.mm2}, {extra}));
     e.g.outputs.push_back(extra);
     e.Prepare();
-    ASSERT_EQ(FuseMlp(&e.g, AllKernels()), 1);  // the first layer alone
+    ASSERT_EQ(FuseMlp(&e.g, testing::AnyKernel), 1);  // the first layer alone
     EXPECT_EQ(Count(e.g, "MatMul"), 1);
     EXPECT_EQ(Count(e.g, "FusedMlp"), 1);
   }
@@ -185,7 +175,7 @@ TEST(FuseMlpRank3, LeavesAloneWhatIsNotADenseLayer) {
     e.g.values[e.w2].data.reset();
     e.g.inputs.push_back(e.w2);
     e.Prepare();
-    ASSERT_EQ(FuseMlp(&e.g, AllKernels()), 1);
+    ASSERT_EQ(FuseMlp(&e.g, testing::AnyKernel), 1);
     EXPECT_EQ(Count(e.g, "MatMul"), 1);
   }
   {

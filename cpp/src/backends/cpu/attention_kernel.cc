@@ -23,6 +23,8 @@ class AttentionKernel : public Kernel {
     p_ = ctx.Params<FusedAttentionParams>();
     dtype_ = ctx.in(0).dtype;
     rows_ = NumElements(p_.batch) * p_.n;
+    // Each batch item's scores [n, M] (what the four ops would have written).
+    ctx.scratch_bytes = static_cast<size_t>(rows_ * p_.m) * DTypeSize(dtype_);
   }
 
   void Run(const KernelIO& io) const override {
@@ -72,9 +74,10 @@ class AttentionKernel : public Kernel {
     // Q's rows and K's keys distinct: the scores as one matrix product.
     const bool blocks = p_.q_row > 0 && p_.k_key > 0;
     const double cost = 2.0 * static_cast<double>(n * m) * static_cast<double>(d + dv);
+    T* scratch = static_cast<T*>(io.scratch);
     io.pool->ParallelFor(items, cost, [&](int64_t b, int64_t e) {
-      RowMajor<T> s(n, m);
       for (int64_t item = b; item < e; ++item) {
+        Eigen::Map<RowMajor<T>> s(scratch + item * n * m, n, m);
         int64_t qo, ko, vo, mo;
         ItemOffsets(item, &qo, &ko, &vo, &mo);
         // Scores: Q [n, D] x K [D, M], one product for the item's rows.
