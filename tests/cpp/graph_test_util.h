@@ -34,6 +34,14 @@ inline const Node* FirstOp(const Graph& g, const std::string& op) {
   return nullptr;
 }
 
+/// A string attribute.
+inline Attribute StrAttrOf(const std::string& v) {
+  Attribute a;
+  a.kind = Attribute::Kind::kString;
+  a.s = v;
+  return a;
+}
+
 /// A pass's has_kernel(op, dtype) for a backend that runs everything.
 inline bool AnyKernel(OpId, DType) { return true; }
 

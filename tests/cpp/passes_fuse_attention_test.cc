@@ -147,6 +147,12 @@ TEST(FuseAttention, LeavesAloneWhatIsNotThePattern) {
     EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
   }
   {
+    Attention a;  // a ReLU fused into the last MatMul (FusedAttention has no activation)
+    for (Node& n : a.g.nodes)
+      if (n.op_type == "MatMul" && n.outputs[0] == a.y) n.attrs["_kaiwu_act"] = testing::StrAttrOf("Relu");
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+  }
+  {
     Attention a(true, -1, true, false, ValueKind::kWeight);  // a scale a refit may change
     EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
   }

@@ -12,7 +12,8 @@ import numpy as np
 
 
 @functools.lru_cache(maxsize=None)
-def attention_model(heads: int, head_dim: int, masked: bool) -> bytes:
+def attention_model(heads: int, head_dim: int, masked: bool, relu: bool = False) -> bytes:
+    """relu: a ReLU on the attention's output (fused into the last MatMul by the optimizer)."""
     import torch
     import torch.nn as nn
 
@@ -33,6 +34,8 @@ def attention_model(heads: int, head_dim: int, masked: bool) -> bytes:
             else:  # the scores scaled: a Div between the MatMul and the Softmax
                 s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(head_dim)
             a = torch.matmul(torch.softmax(s, dim=-1), v)
+            if relu:
+                a = torch.relu(a)
             if heads > 1:
                 a = a.transpose(1, 2).reshape(b, n, heads * head_dim)
             return self.out(a)

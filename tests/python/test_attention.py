@@ -52,6 +52,18 @@ def test_attention_models_match_onnxruntime_fused_and_not(heads, head_dim, maske
         close(plain.run(feeds), want, f"unfused b{batch}")
 
 
+def test_an_activation_on_the_output_keeps_the_ops():
+    """A ReLU after the attention is folded into its last MatMul by the optimizer; the
+    pass must leave that MatMul (FusedAttention has no activation)."""
+    data = attention_model(4, 24, True, relu=True)
+    model = onnx.load_from_string(data)
+    s = session(data)
+    assert "fuse_attention" not in s.describe()
+    for batch in (1, 5):
+        feeds = model_feeds(data, 4, batch, seed=batch)
+        close(s.run(feeds), run_ort(model, feeds), f"relu b{batch}")
+
+
 def test_unit_transformer_fuses_both_blocks_and_matches_onnxruntime():
     data = policies.export_bytes("unit_transformer")
     model = onnx.load_from_string(data)

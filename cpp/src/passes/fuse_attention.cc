@@ -9,7 +9,12 @@
 namespace kaiwu {
 namespace {
 
-bool Is(const Node& n, const char* op) { return n.op_type == op && n.domain.empty(); }
+// op in the default domain, with nothing fused into it (an activation a pass
+// folded in would be lost: FusedAttention has none).
+bool Is(const Node& n, const char* op) {
+  return n.op_type == op && n.domain.empty() && n.GetString("_kaiwu_act", "").empty() &&
+         !n.Has("_kaiwu_input_relu");
+}
 
 class AttentionFuser {
  public:
