@@ -26,14 +26,7 @@ kt = pytest.importorskip("kaiwu_infer.torch")
 
 from test_refit import assert_close  # noqa: E402
 from test_refit_cuda import case, fresh_outputs, outputs, perturbed  # noqa: E402
-
-pytestmark = [
-    pytest.mark.skipif(not (ki.cuda_available() and torch.cuda.is_available()),
-                       reason="needs kaiwu_infer's CUDA backend, a CUDA device and torch with CUDA"),
-    pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript"),
-    pytest.mark.filterwarnings("ignore:Exporting a model to ONNX with a batch_size"),
-    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
-]
+from test_refit_cuda import pytestmark  # noqa: E402,F401  (the same skip and warning filters)
 
 def concat_model(n, seed=0):
     """y = x + Concat(w0..w{n-1}) and z = x2 + Transpose(m): the Concat and the Transpose
