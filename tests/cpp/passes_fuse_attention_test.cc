@@ -33,8 +33,9 @@ struct Attention {
   Graph g;
   int x, mask, q, k, v, scores, masked, probs, y, softmax_node = -1;
   // scale_kind: kInput for none, else Div(scores, 8) by a kConstant or a kWeight.
+  // half: the runtime values float16 (a half session's), the 8 read through a Cast to float16.
   Attention(bool with_mask = true, int64_t axis = -1, bool shaped = true, bool k_trans = false,
-            ValueKind scale_kind = ValueKind::kInput) {
+            ValueKind scale_kind = ValueKind::kInput, bool half = false) {
     g.opset = 17;
     x = Val(g, "x", ValueKind::kInput, shaped ? 4 : -1);
     mask = Val(g, "mask", ValueKind::kInput, 4);
@@ -71,8 +72,18 @@ struct Attention {
       const int eight = Val(g, "eight", scale_kind);
       g.values[eight].data = std::make_shared<Tensor>(DType::kFloat32, Shape{});
       g.values[eight].data->As<float>()[0] = 8.f;
-      g.AddNode(GraphOp("Div", {raw, eight}, {scores}));
+      int divisor = eight;
+      if (half) {
+        divisor = rt("eight16");
+        Node c = GraphOp("Cast", {eight}, {divisor});
+        c.attrs["to"] = IntAttr(10);
+        g.AddNode(c);
+      }
+      g.AddNode(GraphOp("Div", {raw, divisor}, {scores}));
     }
+    if (half)
+      for (Value& val : g.values)
+        if (val.kind == ValueKind::kRuntime || val.kind == ValueKind::kInput) val.dtype = DType::kFloat16;
     if (with_mask) g.AddNode(GraphOp("Add", {mask, scores}, {masked}));
     Node sm = GraphOp("Softmax", {with_mask ? masked : scores}, {probs});
     sm.opset = 17;
@@ -103,6 +114,26 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
   Attention plain(/*with_mask=*/false);
   ASSERT_EQ(FuseAttention(&plain.g, testing::AnyKernel), 1);
   EXPECT_EQ(testing::FirstOp(plain.g, "FusedAttention")->inputs, (std::vector<int>{plain.q, plain.k, plain.v}));
+}
+
+// A half session's graph: values float16, the scale a Cast of the constant (folded as
+// the Cast rounds it; the Cast goes with the Div); fused only where the backend has a
+// float16 kernel and every operand is float16.
+TEST(FuseAttention, HalfValuesUseTheirDTypeAndFoldACastScale) {
+  const auto half_only = [](OpId, DType t) { return t == DType::kFloat16; };
+  Attention a(true, -1, true, false, ValueKind::kConstant, /*half=*/true);
+  ASSERT_EQ(FuseAttention(&a.g, half_only), 1);
+  EXPECT_EQ(CountOps(a.g, "Div"), 0);
+  EXPECT_EQ(CountOps(a.g, "Cast"), 0);
+  EXPECT_FLOAT_EQ(testing::FirstOp(a.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
+
+  Attention fp32(true, -1, true, false, ValueKind::kConstant);  // float32 values: no float16 kernel fits
+  EXPECT_EQ(FuseAttention(&fp32.g, half_only), 0);
+  EXPECT_EQ(CountOps(fp32.g, "Softmax"), 1);
+
+  Attention mixed(true, -1, true, false, ValueKind::kInput, /*half=*/true);  // a float32 mask
+  mixed.g.values[mixed.mask].dtype = DType::kFloat32;
+  EXPECT_EQ(FuseAttention(&mixed.g, testing::AnyKernel), 0);
 }
 
 // A second block whose Q is the first block's output: its rank comes through the

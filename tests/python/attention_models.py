@@ -12,8 +12,9 @@ import numpy as np
 
 
 @functools.lru_cache(maxsize=None)
-def attention_model(heads: int, head_dim: int, masked: bool, relu: bool = False) -> bytes:
-    """relu: a ReLU on the attention's output (fused into the last MatMul by the optimizer)."""
+def attention_model(heads: int, head_dim: int, masked: bool, relu: bool = False, tokens: int = 40) -> bytes:
+    """relu: a ReLU on the attention's output (fused into the last MatMul by the optimizer);
+    tokens: queries and keys (fixed in the export; the batch is dynamic)."""
     import torch
     import torch.nn as nn
 
@@ -42,8 +43,8 @@ def attention_model(heads: int, head_dim: int, masked: bool, relu: bool = False)
 
     torch.manual_seed(heads * 100 + head_dim)
     m = Attn().eval()
-    x = torch.randn(2, 40, 12)
-    mask = torch.zeros(2, 1, 1, 40) if heads > 1 else torch.zeros(2, 1, 40)
+    x = torch.randn(2, tokens, 12)
+    mask = torch.zeros(2, 1, 1, tokens) if heads > 1 else torch.zeros(2, 1, tokens)
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -52,18 +53,18 @@ def attention_model(heads: int, head_dim: int, masked: bool, relu: bool = False)
     return f.getvalue()
 
 
-def feeds_for(heads, batch, seed):
+def feeds_for(heads, batch, seed, tokens=40):
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch, 40, 12)).astype(np.float32)
-    mask = np.zeros((batch, 1, 1, 40) if heads > 1 else (batch, 1, 40), np.float32)
+    x = rng.standard_normal((batch, tokens, 12)).astype(np.float32)
+    mask = np.zeros((batch, 1, 1, tokens) if heads > 1 else (batch, 1, tokens), np.float32)
     for b in range(batch):  # a padding mask: the last keys of each item, never all of them
-        mask[b, ..., 40 - int(rng.integers(0, 30)):] = -np.inf
+        mask[b, ..., tokens - int(rng.integers(0, min(30, tokens - 1))):] = -np.inf
     return {"x": x, "mask": mask}
 
 
-def model_feeds(data: bytes, heads: int, batch: int, seed: int) -> dict:
+def model_feeds(data: bytes, heads: int, batch: int, seed: int, tokens: int = 40) -> dict:
     """feeds_for, kept to the inputs the export has (an unused mask is dropped)."""
     import onnx
 
     names = {i.name for i in onnx.load_from_string(data).graph.input}
-    return {k: v for k, v in feeds_for(heads, batch, seed).items() if k in names}
+    return {k: v for k, v in feeds_for(heads, batch, seed, tokens).items() if k in names}

@@ -1,16 +1,21 @@
 """Attention as one FusedAttention node on device sessions (passes/fuse_attention.cc,
 backends/cuda/attention.cu): MatMul(Q, K) [+ mask] -> Softmax -> MatMul(., V) in one
-launch, which device sessions run only with KAIWU_FUSED_ATTENTION=1 (read when a session
-is made; off by default there: bench/notes/cuda.md). Against onnxruntime (float32 CPU)
-and against the same session without it, in fp32, fp16 and bf16:
+launch. Device sessions fuse it by default in float16 / bfloat16 (the tensor-core kernel
+where keys, head and value dims are <= 128, else the warp-a-row kernel) and in float32
+only with KAIWU_FUSED_ATTENTION=1 (both read when a session is made). Against
+onnxruntime (float32 CPU) and against the same session without it, in fp32, fp16 and
+bf16:
 
 - hand-made attention models (torch export): heads with a key padding mask of -inf
-  entries [B, 1, 1, M] (every row keeps a key) and q scaled before the product, 40 keys
-  (two 32-key chunks of the kernel), head dims 24 and 80 (one and three accumulator
-  passes), a rank-3 model without heads or mask whose scores are divided by sqrt(d)
-  (the node's scale), odd batches;
+  entries [B, 1, 1, M] (every row keeps a key) and q scaled before the product, 40 keys,
+  head dims 24 and 80 (padded to 32 and 96 in the tensor-core kernel), a rank-3 model
+  without heads or mask whose scores are divided by sqrt(d) (the node's scale; in half
+  sessions a half Cast of the constant), 7 tokens (one padded key tile) and 150 tokens
+  (three groups of query rows; past 128 keys: the warp-a-row kernel), odd batches;
+- the tensor-core kernel against the warp-a-row kernel (KAIWU_ATTENTION_MMA=0);
 - the policies with attention: unit_transformer (2 layers fused) and multi_input;
-- fewer graph nodes a run than with the pass off; a NaN in one row stays in that row.
+- what each precision fuses by default; fewer graph nodes a run than with the pass off;
+  a NaN in one row stays in that row.
 
 Tolerances: float32 rtol 1e-4 (atol 1e-5 * scale), fp16 rtol 2e-2 (atol 3e-3 * scale),
 bf16 rtol 6e-2 (atol 2e-2 * scale), scale = max(1, max |ref|); the policies by relative
@@ -35,7 +40,7 @@ REL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 3e-2}
 
 
 def session(data, precision, fused=True):
-    with env_vars(KAIWU_FUSED_ATTENTION="1" if fused else None):
+    with env_vars(KAIWU_FUSED_ATTENTION="1" if fused else "0"):
         return ki.Session(data, device="cuda", precision=precision)
 
 
@@ -48,23 +53,46 @@ def check(got, want, precision, what):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("heads,head_dim,masked", [(4, 24, True), (2, 80, True), (1, 16, False)])
-def test_attention_models_match_onnxruntime_fused_and_not(heads, head_dim, masked, precision):
-    data = attention_model(heads, head_dim, masked)
+@pytest.mark.parametrize("heads,head_dim,masked,tokens",
+                         [(4, 24, True, 40), (2, 80, True, 40), (1, 16, False, 40), (2, 16, True, 7),
+                          (1, 24, True, 150)])
+def test_attention_models_match_onnxruntime_fused_and_not(heads, head_dim, masked, tokens, precision):
+    data = attention_model(heads, head_dim, masked, tokens=tokens)
     import onnx
 
     model = onnx.load_from_string(data)
     fused, plain = session(data, precision), session(data, precision, fused=False)
-    # In half sessions the rank-3 model's Div reads a half Cast of its scalar, not the
-    # float32 constant the pass folds into the node's scale: the ops stay.
-    if masked or precision == "fp32":
-        assert "fuse_attention: 1" in fused.describe()
+    assert "fuse_attention: 1" in fused.describe()
     assert "fuse_attention" not in plain.describe()
     for batch in (1, 3, 37):
-        feeds = model_feeds(data, heads, batch, seed=batch)
+        feeds = model_feeds(data, heads, batch, seed=batch, tokens=tokens)
         want = run_ort(model, feeds)
         check(fused.run(feeds), want, precision, f"fused b{batch}")
         check(plain.run(feeds), want, precision, f"unfused b{batch}")
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_tensor_core_kernel_matches_the_row_kernel(precision):
+    data = attention_model(4, 24, True)
+    mma = session(data, precision)
+    feeds = [model_feeds(data, 4, batch, seed=batch + 11) for batch in (2, 33)]
+    # The kernel is chosen when a batch size's plan is made: at the first run.
+    with env_vars(KAIWU_FUSED_ATTENTION="1", KAIWU_ATTENTION_MMA="0"):
+        rows = ki.Session(data, device="cuda", precision=precision)
+        want = [rows.run(f)["y"] for f in feeds]
+    rtol, atol = TOL[precision]
+    for f, w in zip(feeds, want):
+        np.testing.assert_allclose(mma.run(f)["y"], w, rtol=rtol, atol=atol)
+
+
+def test_device_sessions_fuse_half_attention_by_default():
+    data = attention_model(4, 24, True)
+    with env_vars(KAIWU_FUSED_ATTENTION=None):
+        for precision, fused in (("fp32", False), ("fp16", True), ("bf16", True)):
+            text = ki.Session(data, device="cuda", precision=precision).describe()
+            assert ("fuse_attention: 1" in text) == fused, (precision, text)
+    with env_vars(KAIWU_FUSED_ATTENTION="0"):
+        assert "fuse_attention" not in ki.Session(data, device="cuda", precision="fp16").describe()
 
 
 def rel_l2(got, ref, floor=0.05):

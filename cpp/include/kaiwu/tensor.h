@@ -28,6 +28,8 @@ enum class DType : uint8_t {
 
 size_t DTypeSize(DType t);
 const char* DTypeName(DType t);
+/// float16 or bfloat16.
+constexpr bool IsHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 inline bool IsFloat(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
          t == DType::kBFloat16;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/half.h"
 #include "passes/rewrite_util.h"
 
 namespace kaiwu {
@@ -44,9 +45,23 @@ class AttentionFuser {
 
   int Producer(int v) const { return v >= 0 ? g_.values[v].producer : -1; }
 
-  // A float32 constant of one element (not a weight: a refit could change it).
+  // A float32 constant of one element (not a weight: a refit could change it),
+  // or a Cast of one to float16 / bfloat16 (a half session's scalar): its value
+  // as the Cast rounds it.
   bool ConstScalar(int v, float* out) const {
-    if (v < 0 || g_.values[v].kind != ValueKind::kConstant || !g_.values[v].data) return false;
+    if (v < 0) return false;
+    if (g_.values[v].kind != ValueKind::kConstant || !g_.values[v].data) {
+      const int p = g_.values[v].producer;
+      if (p < 0 || !Is(g_.nodes[p], "Cast") || g_.nodes[p].num_inputs() != 1) return false;
+      const int64_t to = g_.nodes[p].GetInt("to", 0);  // ONNX codes: 10 float16, 16 bfloat16
+      float c = 0.f;
+      const int from = g_.nodes[p].inputs[0];
+      if ((to != 10 && to != 16) || from < 0 || g_.values[from].kind != ValueKind::kConstant ||
+          !ConstScalar(from, &c))
+        return false;
+      *out = to == 10 ? HalfToFloat(FloatToHalf(c)) : BFloat16ToFloat(FloatToBFloat16(c));
+      return std::isfinite(*out);
+    }
     const Tensor& t = *g_.values[v].data;
     if (t.dtype() != DType::kFloat32 || t.size() != 1) return false;
     *out = t.As<float>()[0];
@@ -112,6 +127,16 @@ class AttentionFuser {
     const int q = qk.inputs[0], k = qk.inputs[1], v = pv.inputs[1];
     for (int x : {q, k, v})
       if (Rank(x, 0) < 2) return false;
+    // One dtype for all, as far as the values carry one (a half session's do; else
+    // float32), with a kernel for it.
+    DType t = DType::kUndefined;
+    for (int x : {pv.outputs[0], q, k, v, mask}) {
+      const DType dx = x >= 0 ? g_.values[x].dtype : DType::kUndefined;
+      if (dx == DType::kUndefined) continue;
+      if (t != DType::kUndefined && dx != t) return false;
+      t = dx;
+    }
+    if (!has_kernel_(OpId::kFusedAttention, t == DType::kUndefined ? DType::kFloat32 : t)) return false;
 
     Node f;
     f.op_type = "FusedAttention";
@@ -282,7 +307,10 @@ class AttentionFuser {
 
 int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel) {
   const int made = AttentionFuser(g, has_kernel).Run();
-  if (made) g->Verify();
+  if (made) {
+    g->RemoveDeadNodes();  // a half Cast of a folded scale
+    g->Verify();
+  }
   return made;
 }
 

@@ -7,8 +7,10 @@
 // have rank >= 2 (FusedAttention's contract; the export carries no shapes, so
 // ranks are read from their producers: a Transpose's perm, a Reshape to a
 // constant shape, elementwise ops over known ranks) and the backend has the
-// kernel. Sessions run it on the CPU unless KAIWU_FUSED_ATTENTION=0, on a
-// device only with KAIWU_FUSED_ATTENTION=1 (runtime/session.cc).
+// kernel for their dtype (the values' dtype where they carry one, else float32).
+// Sessions run it on the CPU unless KAIWU_FUSED_ATTENTION=0, on a device in
+// float16 / bfloat16 nodes unless KAIWU_FUSED_ATTENTION=0 and in float32 nodes
+// only with KAIWU_FUSED_ATTENTION=1 (runtime/session.cc).
 #pragma once
 
 #include <functional>

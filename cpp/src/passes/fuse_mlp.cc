@@ -11,7 +11,6 @@ namespace kaiwu {
 namespace {
 
 int64_t Round16(int64_t v) { return (v + 15) / 16 * 16; }
-bool IsHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 int64_t HalfCode(DType t) { return t == DType::kFloat16 ? 10 : 16; }
 
 // Known 2-D dims of a value, or false.

@@ -23,8 +23,6 @@ const std::set<std::string> kElementwise = {
     "Erf", "Log", "Clip", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Add", "Sub", "Mul",
     "Div", "Max", "Min", "Pow", "Sum", "Mean"};
 
-bool IsHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
-
 // The rank of v, looking through the static nodes that derive a conv weight
 // (Cast to half, BatchNorm folding) when v carries no shape.
 int RankOf(const Graph& g, const std::vector<int>& producer, int v) {

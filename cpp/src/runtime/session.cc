@@ -322,14 +322,18 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
       impl->pass_stats.fired["fuse_mlp"] += n;
   }
   // Attention (MatMul [x scale] [+ mask] -> Softmax -> MatMul) as one kernel: on the CPU by
-  // default (KAIWU_FUSED_ATTENTION=0 keeps the ops), on the device only with
-  // KAIWU_FUSED_ATTENTION=1 (its warp-a-row kernel ran slower than the ops' kernels from batch
-  // 256 on: bench/notes/cuda.md).
+  // default (KAIWU_FUSED_ATTENTION=0 keeps the ops); on the device by default in 16-bit
+  // nodes (the tensor-core kernel), in float32 nodes only with KAIWU_FUSED_ATTENTION=1 (its
+  // warp-a-row kernel ran slower than cuBLAS and the ops' kernels from batch 256 on:
+  // bench/notes/cuda.md).
   const char* attention_env = std::getenv("KAIWU_FUSED_ATTENTION");
   const std::string attention = attention_env ? attention_env : "";
-  if (options.optimize && attention != "0" && (!impl->device || attention == "1")) {
+  if (options.optimize && attention != "0") {
     const KernelRegistry& kernels = impl->device ? impl->device->kernels() : CpuKernels();
-    if (int n = FuseAttention(&g, [&kernels](OpId op, DType t) { return kernels.Find(op, t) != nullptr; }))
+    const bool any_dtype = !impl->device || attention == "1";
+    if (int n = FuseAttention(&g, [&kernels, any_dtype](OpId op, DType t) {
+          return (any_dtype || IsHalf(t)) && kernels.Find(op, t) != nullptr;
+        }))
       impl->pass_stats.fired["fuse_attention"] += n;
   }
   impl->ops_after = CountOps(g);

@@ -35,8 +35,6 @@ __device__ inline I TruncateLikeX86(F x) {
   return std::numeric_limits<I>::min();
 }
 
-constexpr bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
-
 // One element, as the CPU's Convert: anything -> bool is "non-zero"; bool (a
 // byte) -> anything is the byte's value; float -> integer truncates toward
 // zero, through int32 for the narrow types so that out-of-range values wrap.
