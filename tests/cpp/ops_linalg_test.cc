@@ -334,6 +334,45 @@ TEST(OpsLinalg, FusedAttentionStridesMatchMatMulSoftmaxMatMul) {
   }
 }
 
+// y_perm (a Transpose folded into the node) and the scale inputs 4 and 5 (Q's and
+// K's factors, known at plan time): the CPU kernel writes the plain node's output
+// transposed, scaled as by the attribute scale = q_scale * k_scale.
+TEST(OpsLinalg, FusedAttentionTransposedOutputAndScaleInputs) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto random = [&](const Shape& s) {
+    std::vector<double> x(static_cast<size_t>(NumElements(s)));
+    for (double& e : x) e = normal(rng);
+    return MakeTensor<double>(s, x);
+  };
+  const Tensor q = random({2, 4, 5, 8}), k = random({2, 4, 8, 5}), v = random({2, 4, 5, 6}),
+               mask = random({2, 1, 1, 5});
+  Node plain = MakeNode("FusedAttention", 4, 1, {{"scale", FloatAttr(1.5f)}});
+  plain.domain = "kaiwu";
+  const std::vector<Tensor> want = RunNode(plain, {q, k, v, mask});
+  Node folded = MakeNode("FusedAttention", 6, 1, {{"y_perm", IntsAttr({2, 0, 1, 3})}});
+  folded.domain = "kaiwu";
+  const std::vector<Tensor> got =
+      RunNode(folded, {q, k, v, mask, MakeTensor<double>({1}, {0.5}), MakeTensor<float>({}, {3.f})});
+  ASSERT_EQ(ShapeToString(got[0].shape()), "(5, 2, 4, 6)");
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t c = 0; c < 6; ++c)
+          ASSERT_NEAR(got[0].As<double>()[((i * 2 + b) * 4 + h) * 6 + c],
+                      want[0].As<double>()[((b * 4 + h) * 5 + i) * 6 + c], 1e-12);
+  Node moves_last = MakeNode("FusedAttention", 3, 1, {{"y_perm", IntsAttr({0, 1, 3, 2})}});
+  moves_last.domain = "kaiwu";
+  OpContext ctx(moves_last);
+  try {
+    Infer(ctx, {{kF32, q.shape()}, {kF32, k.shape()}, {kF32, v.shape()}});
+    ADD_FAILURE() << "no error for a y_perm that moves the last axis";
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(StatusCode::kModel)) << e.what();
+    EXPECT_NE(std::string(e.what()).find("y_perm"), std::string::npos) << e.what();
+  }
+}
+
 TEST(OpsLinalg, ModelErrorsComeFromTheOpLayer) {
   Node gemm = MakeNode("Gemm", 2, 1);
   OpContext bad_dtype(gemm);

@@ -31,7 +31,7 @@ int Val(Graph& g, const std::string& name, ValueKind kind, int rank = -1) {
 // (+ mask) -> Softmax(axis) -> MatMul(., v) -> y
 struct Attention {
   Graph g;
-  int x, mask, q, k, v, scores, masked, probs, y, softmax_node = -1;
+  int x, mask, q, k, v, scores, masked, probs, y, qt, kt, scale, softmax_node = -1;
   // scale_kind: kInput for none, else Div(scores, 8) by a kConstant or a kWeight.
   // half: the runtime values float16 (a half session's), the 8 read through a Cast to float16.
   Attention(bool with_mask = true, int64_t axis = -1, bool shaped = true, bool k_trans = false,
@@ -39,10 +39,11 @@ struct Attention {
     g.opset = 17;
     x = Val(g, "x", ValueKind::kInput, shaped ? 4 : -1);
     mask = Val(g, "mask", ValueKind::kInput, 4);
-    const int scale = Val(g, "scale", ValueKind::kConstant);
+    scale = Val(g, "scale", ValueKind::kConstant);
     g.values[scale].data = std::make_shared<Tensor>(DType::kFloat32, Shape{1});
     auto rt = [&](const std::string& n) { return Val(g, n, ValueKind::kRuntime); };
-    const int qt = rt("qt"), kt = rt("kt");
+    qt = rt("qt");
+    kt = rt("kt");
     q = rt("q");
     k = rt("k");
     v = rt("v");
@@ -102,7 +103,9 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
     const Node* f = testing::FirstOp(a.g, "FusedAttention");
     ASSERT_NE(f, nullptr);
     EXPECT_EQ(f->domain, "kaiwu");
-    EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.k, a.v, a.mask}));  // the mask found on either side
+    // the mask found on either side; Q and K read before their Muls by the constant scalar
+    EXPECT_EQ(f->inputs, (std::vector<int>{a.qt, a.kt, a.v, a.mask, a.scale, a.scale}));
+    EXPECT_EQ(CountOps(a.g, "Mul"), 0);
     EXPECT_EQ(f->outputs, std::vector<int>{a.y});
     EXPECT_EQ(f->GetInt("k_trans", 0), k_trans ? 1 : 0);
     EXPECT_EQ(a.g.values[a.y].producer, static_cast<int>(f - a.g.nodes.data()));
@@ -113,7 +116,8 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
   EXPECT_FLOAT_EQ(testing::FirstOp(scaled.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
   Attention plain(/*with_mask=*/false);
   ASSERT_EQ(FuseAttention(&plain.g, testing::AnyKernel), 1);
-  EXPECT_EQ(testing::FirstOp(plain.g, "FusedAttention")->inputs, (std::vector<int>{plain.q, plain.k, plain.v}));
+  EXPECT_EQ(testing::FirstOp(plain.g, "FusedAttention")->inputs,
+            (std::vector<int>{plain.qt, plain.kt, plain.v, -1, plain.scale, plain.scale}));
 }
 
 // A half session's graph: values float16, the scale a Cast of the constant (folded as
@@ -134,6 +138,49 @@ TEST(FuseAttention, HalfValuesUseTheirDTypeAndFoldACastScale) {
   Attention mixed(true, -1, true, false, ValueKind::kInput, /*half=*/true);  // a float32 mask
   mixed.g.values[mixed.mask].dtype = DType::kFloat32;
   EXPECT_EQ(FuseAttention(&mixed.g, testing::AnyKernel), 0);
+}
+
+// Q's Mul stays where its factor is a weight (a refit may change it) or where the
+// scaled Q has another reader; K's still folds.
+TEST(FuseAttention, QScaleFoldsOnlyWhenPlanKnownAndSoleReader) {
+  {
+    Attention a;
+    a.g.values[a.scale].kind = ValueKind::kWeight;
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    const Node* f = testing::FirstOp(a.g, "FusedAttention");
+    EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.k, a.v, a.mask}));
+    EXPECT_EQ(CountOps(a.g, "Mul"), 2);
+  }
+  {
+    Attention a;
+    const int other = a.g.AddValue(Value{"other"});
+    a.g.AddNode(GraphOp("Relu", {a.q}, {other}));
+    a.g.outputs.push_back(other);
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    const Node* f = testing::FirstOp(a.g, "FusedAttention");
+    EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.kt, a.v, a.mask, -1, a.scale}));
+    EXPECT_EQ(CountOps(a.g, "Mul"), 1);
+  }
+}
+
+// A Transpose of Y keeping the last axis last folds into the node (y_perm); one
+// moving it stays.
+TEST(FuseAttention, FoldsATransposeOfTheOutput) {
+  for (bool last_kept : {true, false}) {
+    Attention a;
+    const int yt = a.g.AddValue(Value{"yt"});
+    Node t = GraphOp("Transpose", {a.y}, {yt});
+    t.attrs["perm"] = IntsAttr(last_kept ? std::vector<int64_t>{2, 0, 1, 3} : std::vector<int64_t>{0, 1, 3, 2});
+    a.g.AddNode(t);
+    a.g.outputs = {yt};
+    a.g.Verify();
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    const Node* f = testing::FirstOp(a.g, "FusedAttention");
+    EXPECT_EQ(CountOps(a.g, "Transpose"), last_kept ? 3 : 4) << last_kept;  // q, k, v's stay
+    EXPECT_EQ(f->outputs, std::vector<int>{last_kept ? yt : a.y});
+    if (last_kept) EXPECT_EQ(f->GetInts("y_perm"), (std::vector<int64_t>{2, 0, 1, 3}));
+    else EXPECT_FALSE(f->Has("y_perm"));
+  }
 }
 
 // A second block whose Q is the first block's output: its rank comes through the

@@ -289,6 +289,13 @@ void InferFusedAttention(OpContext& ctx) {
   p.dv = v.back();
   p.has_mask = has_mask;
   p.scale = ctx.node.GetFloat("scale", 1.f);
+  // Optional inputs 4 and 5: one-element factors of Q and K, known when the plan is made.
+  for (int i = 4; i <= 5; ++i) {
+    if (!ctx.HasInput(i)) continue;
+    if (ctx.in(i).size() != 1) ctx.Error("input ", i, " (a scale of ", i == 4 ? "Q" : "K", ") must hold one element, got ", ShapeToString(ctx.in(i).shape));
+    if (!ctx.in(i).data) ctx.Error("input ", i, " (a scale of ", i == 4 ? "Q" : "K", ") must be known when the plan is made");
+    p.scale *= static_cast<float>(ConstNumbers(ctx, i)[0]);
+  }
   // Q [qb, nq, d]: its rows repeat when nq is 1 and the mask made n rows.
   p.q_batch = BatchStrides(qb, p.batch, nq * d);
   p.q_row = nq == 1 ? 0 : d;
@@ -313,7 +320,30 @@ void InferFusedAttention(OpContext& ctx) {
   Shape y = p.batch;
   y.push_back(n);
   y.push_back(p.dv);
-  ctx.SetOutput(0, t, y);
+  const size_t rank = y.size();
+  std::vector<int64_t> natural_stride(rank, 1);  // Y's strides by its own axes
+  Shape out = y;
+  if (ctx.node.Has("y_perm")) {
+    const std::vector<int64_t> perm = ctx.node.GetInts("y_perm");
+    std::vector<bool> seen(rank, false);
+    bool ok = perm.size() == rank && perm.back() == static_cast<int64_t>(rank) - 1;
+    for (size_t i = 0; ok && i < perm.size(); ++i) {
+      ok = perm[i] >= 0 && perm[i] < static_cast<int64_t>(rank) && !seen[perm[i]];
+      if (ok) seen[perm[i]] = true;
+    }
+    if (!ok) ctx.Error("y_perm must permute Y's ", rank, " axes keeping the last one last");
+    for (size_t i = 0; i < rank; ++i) out[i] = y[perm[i]];
+    int64_t stride = 1;
+    for (size_t i = rank; i-- > 0;) {
+      natural_stride[perm[i]] = stride;
+      stride *= out[i];
+    }
+  } else {
+    for (size_t i = rank - 1; i-- > 0;) natural_stride[i] = natural_stride[i + 1] * y[i + 1];
+  }
+  p.y_batch.assign(natural_stride.begin(), natural_stride.end() - 2);
+  p.y_row = natural_stride[rank - 2];
+  ctx.SetOutput(0, t, out);
 }
 
 }  // namespace

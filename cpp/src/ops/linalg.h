@@ -65,7 +65,10 @@ struct FusedMlpParams : OpParams {
 /// ops' semantics (batch dims broadcast, the mask broadcast to the scores) for
 /// Q, K and V of rank >= 2. Inputs: Q [.., N, D], K [.., D, M] (or [.., M, D]
 /// with k_trans = 1, a MatMul's _kaiwu_trans_b), V [.., M, DV], optional Mask;
-/// one type T for all; attribute scale (float, default 1). The params give, for each input, its element strides
+/// one type T for all; attribute scale (float, default 1), times the optional
+/// inputs 4 and 5 (one-element factors of Q and K, any float type, known when
+/// the plan is made: values computed from shapes); attribute y_perm (ints,
+/// optional, last axis last): the output is Y transposed by it. The params give, for each input, its element strides
 /// over Y's batch dims (0 where it is broadcast) and over the query row, key
 /// and inner dims, so a kernel reads every input in place.
 struct FusedAttentionParams : OpParams {
@@ -80,6 +83,11 @@ struct FusedAttentionParams : OpParams {
   int64_t k_key = 0, k_inner = 0;     // K's element (t, j)
   int64_t v_key = 0;                  // V[.., j, c] = v_key * j + c
   int64_t mask_row = 0, mask_key = 0; // Mask's element (i, j)
+  // Y's element (batch index, i, c) at sum(index[k] * y_batch[k]) + i * y_row + c:
+  // dense, or the layout of a Transpose folded into the node (attribute y_perm,
+  // which keeps the last axis last; the output is then Y transposed by it).
+  std::vector<int64_t> y_batch;
+  int64_t y_row = 0;
 };
 
 /// PackedGemm (domain "kaiwu", made by passes/prepack_gemm.cc for CPU

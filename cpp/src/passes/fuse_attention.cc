@@ -100,6 +100,67 @@ class AttentionFuser {
     return Is(g_.nodes[p], "MatMul") ? p : -1;
   }
 
+  // *x = Mul(y, c) read only by `reader`, c a one-element value computed from
+  // shapes and constants (known when the plan is made): *x = y, *scale = c,
+  // *mul = the Mul. Else nothing changes.
+  void PeelScale(int* x, int reader, int* scale, int* mul) {
+    const int p = Producer(*x);
+    if (p < 0 || !Is(g_.nodes[p], "Mul") || g_.nodes[p].num_inputs() != 2 || SoleReader(*x) != reader) return;
+    const Node& n = g_.nodes[p];
+    for (int side = 0; side < 2; ++side) {
+      const int y = n.inputs[side], c = n.inputs[1 - side];
+      const int ry = Rank(y, 0), rc = Rank(c, 0);  // c must not add dims to y
+      if (y < 0 || ry < 2 || rc < 0 || rc > ry || !PlanScalar(c, 0)) continue;
+      *x = y;
+      *scale = c;
+      *mul = p;
+      return;
+    }
+  }
+
+  // v holds one element and is known when the plan is made: a structural
+  // constant, or made from Shape / Size and such values by shape-free ops.
+  bool PlanScalar(int v, int depth) {
+    return v >= 0 && depth < 64 && OneElement(v, depth) && PlanKnown(v, depth);
+  }
+
+  bool PlanKnown(int v, int depth) {
+    if (v < 0 || depth > 64) return false;
+    const Value& val = g_.values[v];
+    if (val.kind == ValueKind::kConstant) return val.data != nullptr;
+    if (val.kind != ValueKind::kRuntime || val.producer < 0) return false;
+    const Node& n = g_.nodes[val.producer];
+    const bool elementwise = n.domain == "kaiwu" && n.op_type == "FusedElementwise";
+    if ((!n.domain.empty() && !elementwise) || n.op_type.rfind("Random", 0) == 0) return false;
+    if (n.op_type == "Shape" || n.op_type == "Size") return true;
+    for (int in : n.inputs)
+      if (in >= 0 && !PlanKnown(in, depth + 1)) return false;
+    return n.num_inputs() > 0;
+  }
+
+  bool OneElement(int v, int depth) {
+    if (v < 0 || depth > 64) return false;
+    const Value& val = g_.values[v];
+    if (val.data) return val.data->size() == 1;
+    if (val.producer < 0) return false;
+    const Node& n = g_.nodes[val.producer];
+    if (n.domain == "kaiwu" && n.op_type == "FusedElementwise") {  // shaped as its inputs broadcast
+      for (int in : n.inputs)
+        if (in >= 0 && !OneElement(in, depth + 1)) return false;
+      return n.num_inputs() > 0;
+    }
+    if (!n.domain.empty()) return false;
+    static const char* kUnary[] = {"Cast", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log",
+                                   "Identity", "Reshape", "Squeeze", "Unsqueeze"};
+    for (const char* op : kUnary)
+      if (n.op_type == op) return OneElement(n.inputs[0], depth + 1);
+    if (n.op_type == "Add" || n.op_type == "Sub" || n.op_type == "Mul" || n.op_type == "Div" ||
+        n.op_type == "Pow")
+      return n.num_inputs() == 2 && OneElement(n.inputs[0], depth + 1) && OneElement(n.inputs[1], depth + 1);
+    if (n.op_type == "Slice") return Length(v, depth + 1) == 1;
+    return false;
+  }
+
   bool TryFuse(int sm) {
     const Node& softmax = g_.nodes[sm];
     const bool legacy = softmax.opset > 0 && softmax.opset < 13;
@@ -124,9 +185,16 @@ class AttentionFuser {
     if (qk.num_inputs() != 2 || out_mm < 0 || !Is(g_.nodes[out_mm], "MatMul")) return false;
     const Node& pv = g_.nodes[out_mm];
     if (pv.num_inputs() != 2 || pv.inputs[0] != softmax.outputs[0] || pv.Has("_kaiwu_trans_b")) return false;
-    const int q = qk.inputs[0], k = qk.inputs[1], v = pv.inputs[1];
+    int q = qk.inputs[0], k = qk.inputs[1];
+    const int v = pv.inputs[1];
     for (int x : {q, k, v})
       if (Rank(x, 0) < 2) return false;
+    // Q and K each times a scalar computed from shapes (scaled dot-product
+    // attention's export: both by sqrt(1 / sqrt(d))): the node's scale inputs.
+    int q_scale = -1, k_scale = -1, q_mul = -1, k_mul = -1;
+    PeelScale(&q, scores, &q_scale, &q_mul);
+    PeelScale(&k, scores, &k_scale, &k_mul);
+    if (q == k) return false;  // one Mul feeding both sides
     // One dtype for all, as far as the values carry one (a half session's do; else
     // float32), with a kernel for it.
     DType t = DType::kUndefined;
@@ -144,7 +212,8 @@ class AttentionFuser {
     f.opset = 1;
     f.name = softmax.name + "_attention";
     f.inputs = {q, k, v};
-    if (mask >= 0) f.inputs.push_back(mask);
+    if (mask >= 0 || q_scale >= 0 || k_scale >= 0) f.inputs.push_back(mask);
+    if (q_scale >= 0 || k_scale >= 0) f.inputs.insert(f.inputs.end(), {q_scale, k_scale});
     f.outputs = {pv.outputs[0]};
     if (qk.GetInt("_kaiwu_trans_b", 0) != 0) f.attrs["k_trans"] = IntAttr(1);
     if (scale != 1.f) {
@@ -153,10 +222,24 @@ class AttentionFuser {
       a.f = scale;
       f.attrs["scale"] = a;
     }
+    // A Transpose keeping the last axis last, Y's only reader: the node writes
+    // its layout (torch's heads back to [L, B, H, d] before the output projection).
+    const int tr = SoleReader(pv.outputs[0]);
+    if (tr >= 0 && Is(g_.nodes[tr], "Transpose") && g_.nodes[tr].Has("perm") && g_.nodes[tr].outputs.size() == 1 &&
+        g_.nodes[tr].outputs[0] >= 0) {
+      const std::vector<int64_t> perm = g_.nodes[tr].GetInts("perm");
+      if (!perm.empty() && perm.back() == static_cast<int64_t>(perm.size()) - 1) {
+        f.attrs["y_perm"] = IntsAttr(perm);
+        f.outputs = {g_.nodes[tr].outputs[0]};
+        MarkRemoved(&g_.nodes[tr]);
+      }
+    }
     // In the place of the last MatMul: every input is made before it.
     MarkRemoved(&g_.nodes[scores]);
     if (scale_node >= 0) MarkRemoved(&g_.nodes[scale_node]);
     if (add >= 0) MarkRemoved(&g_.nodes[add]);
+    for (int mul : {q_mul, k_mul})
+      if (mul >= 0) MarkRemoved(&g_.nodes[mul]);
     MarkRemoved(&g_.nodes[sm]);
     g_.nodes[out_mm] = std::move(f);
     return true;

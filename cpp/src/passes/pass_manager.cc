@@ -28,6 +28,7 @@ constexpr Rule kRules[] = {
     {"fold_constant_fill", FoldConstantFill},
     {"eliminate_common_subexpr", EliminateCommonSubexpr},
     {"fuse_matmul_add", FuseMatMulAdd},
+    {"fuse_gelu", FuseGelu},
     {"hoist_activation_above_reshape", HoistActivationAboveReshape},
     {"fold_transpose_into_gemm", FoldTransposeIntoGemm},
     {"fuse_elementwise", FuseElementwise},

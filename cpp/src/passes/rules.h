@@ -33,6 +33,8 @@ int FuseMatMulAdd(Graph* g);
 int HoistActivationAboveReshape(Graph* g);
 /// A 2-D Transpose of a static Gemm operand becomes transA/transB.
 int FoldTransposeIntoGemm(Graph* g);
+/// torch's exact GELU export (Div by sqrt(2), Erf, Add 1, Mul by x, Mul by 0.5) becomes one Gelu.
+int FuseGelu(Graph* g);
 /// Chains of float elementwise ops become one kaiwu FusedElementwise node.
 int FuseElementwise(Graph* g);
 /// CPU sessions only (Session::Load runs it after Optimize, not a kRules entry):

@@ -3,7 +3,8 @@
 // times Q's row, Eigen's matrix-vector product over K as stored), scale and
 // mask, softmax (Eigen's vector exp), then Y's row as V's block transposed times
 // the probabilities. Rows are independent: any thread count gives the same
-// bits. Every input is read in place through the params' broadcast strides.
+// bits. Every input is read in place through the params' broadcast strides,
+// and Y written through its strides (a folded Transpose).
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -39,9 +40,9 @@ class AttentionKernel : public Kernel {
   template <typename T>
   using Strided = Eigen::Map<const RowMajor<T>, 0, Eigen::OuterStride<>>;
 
-  // Offsets of batch item `item` in Q, K, V and the mask.
-  void ItemOffsets(int64_t item, int64_t* qo, int64_t* ko, int64_t* vo, int64_t* mo) const {
-    *qo = *ko = *vo = *mo = 0;
+  // Offsets of batch item `item` in Q, K, V, the mask and Y.
+  void ItemOffsets(int64_t item, int64_t* qo, int64_t* ko, int64_t* vo, int64_t* mo, int64_t* yo) const {
+    *qo = *ko = *vo = *mo = *yo = 0;
     for (int a = static_cast<int>(p_.batch.size()) - 1; a >= 0; --a) {
       const int64_t idx = item % p_.batch[a];
       item /= p_.batch[a];
@@ -49,6 +50,7 @@ class AttentionKernel : public Kernel {
       *ko += idx * p_.k_batch[a];
       *vo += idx * p_.v_batch[a];
       *mo += idx * p_.mask_batch[a];
+      *yo += idx * p_.y_batch[a];
     }
   }
 
@@ -78,8 +80,8 @@ class AttentionKernel : public Kernel {
     io.pool->ParallelFor(items, cost, [&](int64_t b, int64_t e) {
       for (int64_t item = b; item < e; ++item) {
         Eigen::Map<RowMajor<T>> s(scratch + item * n * m, n, m);
-        int64_t qo, ko, vo, mo;
-        ItemOffsets(item, &qo, &ko, &vo, &mo);
+        int64_t qo, ko, vo, mo, yo;
+        ItemOffsets(item, &qo, &ko, &vo, &mo, &yo);
         // Scores: Q [n, D] x K [D, M], one product for the item's rows.
         if (blocks) {
           WithK(k + ko, [&](const auto& kmat) {
@@ -114,7 +116,7 @@ class AttentionKernel : public Kernel {
           row *= T(1) / row.sum();  // every key masked: -inf - -inf, NaN, as Softmax gives
         }
         // Y [n, DV] = P [n, M] x V [M, DV].
-        Eigen::Map<RowMajor<T>> ym(y + item * n * dv, n, dv);
+        Eigen::Map<RowMajor<T>, 0, Eigen::OuterStride<>> ym(y + yo, n, dv, Eigen::OuterStride<>(p_.y_row));
         ym.noalias() = s * Strided<T>(v + vo, m, dv, Eigen::OuterStride<>(p_.v_key));
       }
     });

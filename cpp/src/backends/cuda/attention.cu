@@ -20,7 +20,8 @@
 // divided by the sum once at the end.
 //
 // Both read every input in place through the params' strides (broadcast batch
-// dims, a mask of [.., 1, M], a transposed K). KAIWU_ATTENTION_MMA=0 (read at
+// dims, a mask of [.., 1, M], a transposed K) and write Y through its strides
+// (a Transpose folded into the node). KAIWU_ATTENTION_MMA=0 (read at
 // plan time) runs the rows kernel for every shape.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,9 +47,9 @@ constexpr int kMaxDims = FusedAttentionParams::kMaxBatchDims;
 struct AttentionArgs {
   int batch_rank;
   int64_t batch[kMaxDims];
-  int64_t q_batch[kMaxDims], k_batch[kMaxDims], v_batch[kMaxDims], mask_batch[kMaxDims];
+  int64_t q_batch[kMaxDims], k_batch[kMaxDims], v_batch[kMaxDims], mask_batch[kMaxDims], y_batch[kMaxDims];
   int64_t rows, n, m, d, dv;
-  int64_t q_row, k_key, k_inner, v_key, mask_row, mask_key;
+  int64_t q_row, k_key, k_inner, v_key, mask_row, mask_key, y_row;
   float scale;
 };
 
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(256) AttentionRowsKernel(AttentionArgs a, cons
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < a.rows;
        row += warps) {
     const int64_t item = row / a.n, i = row - item * a.n;
-    int64_t qo = 0, ko = 0, vo = 0, mo = 0, rest = item;
+    int64_t qo = 0, ko = 0, vo = 0, mo = 0, yo = 0, rest = item;
     for (int b = a.batch_rank - 1; b >= 0; --b) {
       const int64_t idx = rest % a.batch[b];
       rest /= a.batch[b];
@@ -69,10 +70,11 @@ __global__ void __launch_bounds__(256) AttentionRowsKernel(AttentionArgs a, cons
       ko += idx * a.k_batch[b];
       vo += idx * a.v_batch[b];
       mo += idx * a.mask_batch[b];
+      yo += idx * a.y_batch[b];
     }
     const T* qr = q + qo + i * a.q_row;
     const T* mr = mask ? mask + mo + i * a.mask_row : nullptr;
-    T* yr = y + row * a.dv;
+    T* yr = y + yo + i * a.y_row;
     for (int64_t c0 = 0; c0 < a.dv; c0 += 32 * kAcc) {
       float run_max = -INFINITY, run_sum = 0.f;
       float acc[kAcc];
@@ -133,9 +135,9 @@ constexpr int kSmemPad = 8;  // elements added to each staged row: conflict-free
 struct MmaArgs {
   int batch_rank;
   int64_t batch[kMaxDims];
-  int64_t q_batch[kMaxDims], k_batch[kMaxDims], v_batch[kMaxDims], mask_batch[kMaxDims];
+  int64_t q_batch[kMaxDims], k_batch[kMaxDims], v_batch[kMaxDims], mask_batch[kMaxDims], y_batch[kMaxDims];
   int n, m, d, dv, mpad, dpad, dvpad;
-  int64_t q_row, q_inner, k_key, k_inner, v_key, mask_row, mask_key;
+  int64_t q_row, q_inner, k_key, k_inner, v_key, mask_row, mask_key, y_row;
   float scale;
   bool vec_q, vec_k, vec_v;  // 16-byte loads: inner stride 1, rows and item offsets multiples of 8
 };
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) AttentionMmaKernel(MmaArgs a, 
   T* qs = vt + a.dvpad * vld + warp * 16 * kld;  // this warp's [16][kld] rows of Q
 
   const int64_t item = blockIdx.x;
-  int64_t qo = 0, ko = 0, vo = 0, mo = 0, rest = item;
+  int64_t qo = 0, ko = 0, vo = 0, mo = 0, yo = 0, rest = item;
   for (int b = a.batch_rank - 1; b >= 0; --b) {
     const int64_t idx = rest % a.batch[b];
     rest /= a.batch[b];
@@ -210,6 +212,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) AttentionMmaKernel(MmaArgs a, 
     ko += idx * a.k_batch[b];
     vo += idx * a.v_batch[b];
     mo += idx * a.mask_batch[b];
+    yo += idx * a.y_batch[b];
   }
   const int row0 = (static_cast<int>(blockIdx.y) * warps + warp) * 16;
   StageTile<T, false>(ks, kld, k + ko, a.m, a.d, a.mpad, a.dpad, a.k_key, a.k_inner, a.vec_k,
@@ -300,19 +303,19 @@ __global__ void __launch_bounds__(32 * kMmaWarps) AttentionMmaKernel(MmaArgs a, 
   }
   // A row whose every score is -inf: 0 / 0, NaN, as Softmax gives there.
   const float inv_lo = sum_lo > 0.f ? 1.f / sum_lo : NAN, inv_hi = sum_hi > 0.f ? 1.f / sum_hi : NAN;
-  T* y_item = y + item * static_cast<int64_t>(a.n) * a.dv;
+  T* y_item = y + yo;
 #pragma unroll
   for (int c = 0; c < kNT; ++c) {
     const int col = c * 8 + 2 * t;
     if (c * 8 >= a.dvpad || col >= a.dv) continue;
     const bool pair = col + 1 < a.dv;
     if (r_lo < a.n) {
-      T* yr = y_item + static_cast<int64_t>(r_lo) * a.dv + col;
+      T* yr = y_item + r_lo * a.y_row + col;
       yr[0] = Store<T>(acc[c][0] * inv_lo);
       if (pair) yr[1] = Store<T>(acc[c][1] * inv_lo);
     }
     if (r_hi < a.n) {
-      T* yr = y_item + static_cast<int64_t>(r_hi) * a.dv + col;
+      T* yr = y_item + r_hi * a.y_row + col;
       yr[0] = Store<T>(acc[c][2] * inv_hi);
       if (pair) yr[1] = Store<T>(acc[c][3] * inv_hi);
     }
@@ -375,6 +378,7 @@ class AttentionKernel : public CudaKernel {
       args_.k_batch[b] = p.k_batch[b];
       args_.v_batch[b] = p.v_batch[b];
       args_.mask_batch[b] = p.mask_batch[b];
+      args_.y_batch[b] = p.y_batch[b];
     }
     args_.rows = NumElements(p.batch) * p.n;
     args_.n = p.n;
@@ -387,6 +391,7 @@ class AttentionKernel : public CudaKernel {
     args_.v_key = p.v_key;
     args_.mask_row = p.mask_row;
     args_.mask_key = p.mask_key;
+    args_.y_row = p.y_row;
     args_.scale = p.scale;
     has_mask_ = p.has_mask;
     items_ = NumElements(p.batch);
@@ -416,6 +421,7 @@ class AttentionKernel : public CudaKernel {
       a.k_batch[b] = p.k_batch[b];
       a.v_batch[b] = p.v_batch[b];
       a.mask_batch[b] = p.mask_batch[b];
+      a.y_batch[b] = p.y_batch[b];
     }
     a.n = static_cast<int>(p.n);
     a.m = static_cast<int>(p.m);
@@ -431,6 +437,7 @@ class AttentionKernel : public CudaKernel {
     a.v_key = p.v_key;
     a.mask_row = p.mask_row;
     a.mask_key = p.mask_key;
+    a.y_row = p.y_row;
     a.scale = p.scale;
     a.vec_q = vec_ok(p.q_batch, p.q_row, p.q_inner, p.d);
     a.vec_k = vec_ok(p.k_batch, p.k_key, p.k_inner, p.d);
