@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/half.h"
 #include "kernel_harness.h"
 #include "ops/conv.h"
 #include "ops/linalg.h"
@@ -352,8 +353,9 @@ TEST(OpsLinalg, FusedAttentionTransposedOutputAndScaleInputs) {
   const std::vector<Tensor> want = RunNode(plain, {q, k, v, mask});
   Node folded = MakeNode("FusedAttention", 6, 1, {{"y_perm", IntsAttr({2, 0, 1, 3})}});
   folded.domain = "kaiwu";
-  const std::vector<Tensor> got =
-      RunNode(folded, {q, k, v, mask, MakeTensor<double>({1}, {0.5}), MakeTensor<float>({}, {3.f})});
+  Tensor k_scale(DType::kFloat16, Shape{});  // a half session's factor: a half Cast of the number
+  k_scale.As<uint16_t>()[0] = FloatToHalf(3.f);
+  const std::vector<Tensor> got = RunNode(folded, {q, k, v, mask, MakeTensor<double>({1}, {0.5}), k_scale});
   ASSERT_EQ(ShapeToString(got[0].shape()), "(5, 2, 4, 6)");
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t h = 0; h < 4; ++h)

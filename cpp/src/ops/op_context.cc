@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/half.h"
+
 namespace kaiwu {
 
 const TensorInfo& OpContext::in(int i) const {
@@ -62,6 +64,8 @@ std::vector<double> ConstNumbers(const OpContext& ctx, int i) {
     switch (t.dtype) {
       case DType::kFloat32: out[k] = t.As<float>()[k]; break;
       case DType::kFloat64: out[k] = t.As<double>()[k]; break;
+      case DType::kFloat16: out[k] = HalfToFloat(t.As<uint16_t>()[k]); break;
+      case DType::kBFloat16: out[k] = BFloat16ToFloat(t.As<uint16_t>()[k]); break;
       case DType::kInt8: out[k] = t.As<int8_t>()[k]; break;
       case DType::kUInt8: out[k] = t.As<uint8_t>()[k]; break;
       case DType::kInt16: out[k] = t.As<int16_t>()[k]; break;
