@@ -75,6 +75,7 @@ void InferOp(OpContext& ctx) {
   if (!def.infer) Fail(StatusCode::kInternal, ctx.node.Describe(), ": op has no shape inference");
   ctx.outputs.assign(ctx.node.outputs.size(), TensorInfo{});
   ctx.alias.assign(ctx.node.outputs.size(), -1);
+  ctx.alias_offset.clear();
   ctx.shape_only = false;
   ctx.params.reset();
   def.infer(ctx);

@@ -39,6 +39,9 @@ class OpContext {
   /// Per output: index of an input whose buffer it may share (a view such as
   /// Reshape), or -1. The planner may decline; Run must then copy.
   std::vector<int> alias;
+  /// Per aliased output: where it starts in that input, in elements (a
+  /// contiguous slice such as Gather of one index on the outermost axis); empty: 0.
+  std::vector<int64_t> alias_offset;
   /// Set by shape inference of Shape/Size-like ops: the outputs depend only on
   /// input shapes, so the planner computes them at plan time.
   bool shape_only = false;

@@ -21,6 +21,21 @@ void InferGather(OpContext& ctx) {
   out.insert(out.end(), x.shape.begin() + axis + 1, x.shape.end());
   ctx.SetParams<AxisParams>().axis = axis;
   ctx.SetOutput(0, x.dtype, std::move(out));
+  // One index known when planned, every dim before the axis 1: the output is a
+  // contiguous slice of the data, a view at that offset (q, k, v out of a
+  // stacked projection). Out of range stays with the kernel, which reports it.
+  if (ind.data && ind.size() == 1) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.shape[d];
+    int64_t idx = ind.dtype == DType::kInt64 ? ind.As<int64_t>()[0] : ind.As<int32_t>()[0];
+    if (idx < 0) idx += x.shape[axis];
+    if (outer == 1 && idx >= 0 && idx < x.shape[axis]) {
+      ctx.alias.assign(ctx.outputs.size(), -1);
+      ctx.alias[0] = 0;
+      ctx.alias_offset = {idx * inner};
+    }
+  }
 }
 
 // GatherElements: out[i..] = data[i.. with i_axis replaced by indices[i..]].

@@ -60,6 +60,7 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
   arena_offset_.assign(nv, 0);
   consts_.resize(nv);
   std::vector<int> root(nv, -1);
+  std::vector<size_t> alias_start(nv, 0);  // bytes into the root's buffer
   // Every output and the whole arena are checked against the memory budget
   // before they are allocated (folded constants now, the arena at the first run).
   const OutputBudget budget{CurrentMemoryBudget(), StatusCode::kInput,
@@ -168,6 +169,9 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
         int src = node.inputs[a];
         slot_[v] = Slot::kAlias;
         root[v] = slot_[src] == Slot::kAlias ? root[src] : src;
+        const int64_t elems = o < ctx.alias_offset.size() ? ctx.alias_offset[o] : 0;
+        alias_start[v] = (slot_[src] == Slot::kAlias ? alias_start[src] : 0) +
+                         static_cast<size_t>(elems) * DTypeSize(ctx.outputs[o].dtype);
         alias_order_.push_back(v);
       } else {
         slot_[v] = Slot::kArena;
@@ -230,7 +234,10 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
       arena_offset_[v] = mem.offsets[request_of[v]];
   for (Step& s : steps_)
     if (s.scratch_offset != SIZE_MAX) s.scratch_offset = mem.offsets[s.scratch_offset];
-  for (int v : alias_order_) alias_root_.push_back(root[v]);
+  for (int v : alias_order_) {
+    alias_root_.push_back(root[v]);
+    alias_bytes_.push_back(alias_start[v]);
+  }
 
   // Outputs: computed in place when a step writes them, else copied at the end.
   std::vector<bool> written(nv, false);
@@ -327,7 +334,8 @@ void ExecutionPlan::Run(const void* const* feeds, void* const* outputs, const We
   for (int v : static_values_used_) ptr[v] = weights.pointers[v];
   for (size_t k = 0; k < output_values_.size(); ++k)
     if (output_values_[k] >= 0) ptr[output_values_[k]] = outputs[k];
-  for (size_t i = 0; i < alias_order_.size(); ++i) ptr[alias_order_[i]] = ptr[alias_root_[i]];
+  for (size_t i = 0; i < alias_order_.size(); ++i)
+    ptr[alias_order_[i]] = static_cast<const char*>(ptr[alias_root_[i]]) + alias_bytes_[i];
 
   char* arena = static_cast<char*>(ctx->arena);
   for (const Step& s : steps_) {
@@ -360,7 +368,8 @@ void ExecutionPlan::RunOnDevice(RunContext& ctx, const void* const* feeds, void*
     Fail(StatusCode::kInternal, "the weights have no copy on ", device_->name());
   std::vector<const void*>& ptr = ctx.ptr;
   for (int v : static_values_used_) ptr[v] = weights.device_pointers[v];
-  for (size_t i = 0; i < alias_order_.size(); ++i) ptr[alias_order_[i]] = ptr[alias_root_[i]];
+  for (size_t i = 0; i < alias_order_.size(); ++i)
+    ptr[alias_order_[i]] = static_cast<const char*>(ptr[alias_root_[i]]) + alias_bytes_[i];
   char* arena = static_cast<char*>(ctx.device_arena.get());
   auto launch_steps = [&] {
     for (size_t si = 0; si < steps_.size(); ++si) {

@@ -80,6 +80,7 @@ class ExecutionPlan {
   std::vector<Slot> slot_;
   std::vector<size_t> arena_offset_;             // for kArena
   std::vector<int> alias_root_;                  // for kAlias, in creation order
+  std::vector<size_t> alias_bytes_;              // each alias's start in its root's buffer
   std::vector<int> alias_order_;
   std::vector<std::shared_ptr<Tensor>> consts_;  // by value id, folded at plan time
   const DeviceBackend* device_ = nullptr;

@@ -54,9 +54,13 @@ class GatherKernel : public Kernel {
     elem_ = DTypeSize(x.dtype);
     index64_ = ind.dtype == DType::kInt64;
     desc_ = ctx.node.Describe();
+    view_bytes_ = ctx.alias[0] == 0 && !ctx.alias_offset.empty()
+                      ? ctx.alias_offset[0] * static_cast<int64_t>(elem_) : -1;
   }
 
   void Run(const KernelIO& io) const override {
+    // The planner made the output a view of the data (one index known when planned).
+    if (view_bytes_ >= 0 && io.outputs[0] == static_cast<const char*>(io.inputs[0]) + view_bytes_) return;
     if (index64_) {
       RunTyped(io, static_cast<const int64_t*>(io.inputs[1]));
     } else {
@@ -105,7 +109,7 @@ class GatherKernel : public Kernel {
     });
   }
 
-  int64_t outer_ = 1, inner_ = 1, dim_ = 0, count_ = 0;
+  int64_t outer_ = 1, inner_ = 1, dim_ = 0, count_ = 0, view_bytes_ = -1;
   size_t elem_ = 4;
   bool index64_ = true;
   std::string desc_;

@@ -105,6 +105,8 @@ class GatherKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
     if (total_ == 0) return;
+    // The planner made the output a view of the data (one index known when planned).
+    if (view_bytes_ >= 0 && io.outputs[0] == static_cast<const char*>(io.inputs[0]) + view_bytes_) return;
     const DeviceContext& dev = Dev(io);
     // Rows of a multiple of 16 bytes (attention's q / k / v picked from one
     // projection, embedding rows) move as 16-byte vectors.
@@ -142,10 +144,12 @@ class GatherKernel : public CudaKernel {
     total_ = ctx.outputs[0].size();
     elem_ = DTypeSize(x.dtype);
     index64_ = ctx.inputs[1].dtype == DType::kInt64;
+    view_bytes_ = ctx.alias[0] == 0 && !ctx.alias_offset.empty()
+                      ? ctx.alias_offset[0] * static_cast<int64_t>(elem_) : -1;
   }
 
  private:
-  int64_t inner_ = 1, dim_ = 0, count_ = 0, total_ = 0;
+  int64_t inner_ = 1, dim_ = 0, count_ = 0, total_ = 0, view_bytes_ = -1;
   size_t elem_ = 4;
   bool index64_ = true;
 };
