@@ -47,7 +47,7 @@ def stacked_model(index_dtype=TensorProto.INT64, bad_index=None):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "B", 8]),
          helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 1, 4, 6])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("out", "k", "v2", "y1", "t1r")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def feeds(batch, seed):

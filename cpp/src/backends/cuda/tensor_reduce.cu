@@ -6,9 +6,9 @@
 // PrepareDevice merges the dims the op layer reduces (ReduceParams) as the CPU
 // kernel does (size-1 dims dropped, neighbours both kept or both reduced
 // merged) into a kept and a reduced set of (size, input stride). Two kernels:
-//  - one thread per output looping over its reduced elements: when the
-//    innermost dim is kept (neighbouring threads read neighbouring elements) or
-//    few elements are reduced per output;
+//  - one thread per output looping over its reduced elements (eight loads in
+//    flight, combined in order): when the innermost dim is kept (neighbouring
+//    threads read neighbouring elements) or few elements are reduced per output;
 //  - one block per output, the threads striding over the reduced elements and
 //    combining in shared memory: when many elements are reduced per output.
 // ArgMax / ArgMin scan each line in order with one thread, as the CPU does, so
@@ -86,8 +86,17 @@ __global__ void ReduceThreadGpu(const T* __restrict__ x, T* __restrict__ y, Redu
   KAIWU_CUDA_LOOP(o, g.out_size) {
     const T* base = x + DimOffset(g.kept, o);
     C a = identity;
-    for (int64_t r = 0; r < g.count; ++r)
-      a = Combine(acc, a, MapValue(acc, Load(base[ReducedOffset(g.reduced, r)])));
+    // Eight loads in flight, then combined in order (the same result as one at
+    // a time): a thread's dependent load-add chain was the kernel's latency.
+    int64_t r = 0;
+    for (; r + 8 <= g.count; r += 8) {
+      C v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = Load(base[ReducedOffset(g.reduced, r + u)]);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) a = Combine(acc, a, MapValue(acc, v[u]));
+    }
+    for (; r < g.count; ++r) a = Combine(acc, a, MapValue(acc, Load(base[ReducedOffset(g.reduced, r)])));
     if constexpr (std::is_floating_point<C>::value) {
       if (kind == ReduceKind::kLogSumExp) {
         if (isfinite(a)) {
