@@ -20,6 +20,20 @@ inline Node GraphOp(const std::string& op, std::vector<int> in, std::vector<int>
   return n;
 }
 
+/// A float32 value of `kind` added to `g`; with rank >= 0, a declared shape of that
+/// many unknown dims (a known rank, as an exporter's value_info gives).
+inline int AddFloatValue(Graph& g, const std::string& name, ValueKind kind, int rank = -1) {
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.dtype = DType::kFloat32;
+  if (rank >= 0) {
+    v.has_shape = true;
+    for (int d = 0; d < rank; ++d) v.dims.push_back(Dim{-1, "d" + std::to_string(d)});
+  }
+  return g.AddValue(v);
+}
+
 /// How many nodes of `g` have op type `op`.
 inline int CountOps(const Graph& g, const std::string& op) {
   int n = 0;

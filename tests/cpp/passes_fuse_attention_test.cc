@@ -13,19 +13,8 @@ namespace kaiwu {
 namespace {
 
 using testing::CountOps;
+using testing::AddFloatValue;
 using testing::GraphOp;
-
-int Val(Graph& g, const std::string& name, ValueKind kind, int rank = -1) {
-  Value v;
-  v.name = name;
-  v.kind = kind;
-  v.dtype = DType::kFloat32;
-  if (rank >= 0) {
-    v.has_shape = true;
-    for (int d = 0; d < rank; ++d) v.dims.push_back(Dim{-1, "d" + std::to_string(d)});
-  }
-  return g.AddValue(v);
-}
 
 // x [B, N, 3, h, d] -> Transpose(q/k/v) -> q * scale, K = Transpose(k), scores = q K
 // (+ mask) -> Softmax(axis) -> MatMul(., v) -> y
@@ -37,11 +26,11 @@ struct Attention {
   Attention(bool with_mask = true, int64_t axis = -1, bool shaped = true, bool k_trans = false,
             ValueKind scale_kind = ValueKind::kInput, bool half = false) {
     g.opset = 17;
-    x = Val(g, "x", ValueKind::kInput, shaped ? 4 : -1);
-    mask = Val(g, "mask", ValueKind::kInput, 4);
-    scale = Val(g, "scale", ValueKind::kConstant);
+    x = AddFloatValue(g, "x", ValueKind::kInput, shaped ? 4 : -1);
+    mask = AddFloatValue(g, "mask", ValueKind::kInput, 4);
+    scale = AddFloatValue(g, "scale", ValueKind::kConstant);
     g.values[scale].data = std::make_shared<Tensor>(DType::kFloat32, Shape{1});
-    auto rt = [&](const std::string& n) { return Val(g, n, ValueKind::kRuntime); };
+    auto rt = [&](const std::string& n) { return AddFloatValue(g, n, ValueKind::kRuntime); };
     qt = rt("qt");
     kt = rt("kt");
     q = rt("q");
@@ -70,7 +59,7 @@ struct Attention {
     if (k_trans) mm.attrs["_kaiwu_trans_b"] = IntAttr(1);
     g.AddNode(mm);
     if (scaled) {
-      const int eight = Val(g, "eight", scale_kind);
+      const int eight = AddFloatValue(g, "eight", scale_kind);
       g.values[eight].data = std::make_shared<Tensor>(DType::kFloat32, Shape{});
       g.values[eight].data->As<float>()[0] = 8.f;
       int divisor = eight;
@@ -188,7 +177,7 @@ TEST(FuseAttention, FoldsATransposeOfTheOutput) {
 TEST(FuseAttention, ChainedBlocksBothFuse) {
   Attention a;
   Graph& g = a.g;
-  auto rt = [&](const std::string& n) { return Val(g, n, ValueKind::kRuntime); };
+  auto rt = [&](const std::string& n) { return AddFloatValue(g, n, ValueKind::kRuntime); };
   const int s2 = rt("s2"), p2 = rt("p2"), y2 = rt("y2");
   g.AddNode(GraphOp("MatMul", {a.y, a.k}, {s2}));
   Node sm = GraphOp("Softmax", {s2}, {p2});

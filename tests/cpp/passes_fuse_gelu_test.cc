@@ -13,22 +13,11 @@ namespace kaiwu {
 namespace {
 
 using testing::CountOps;
+using testing::AddFloatValue;
 using testing::GraphOp;
 
-int Value_(Graph& g, const std::string& name, ValueKind kind, int rank = -1) {
-  Value v;
-  v.name = name;
-  v.kind = kind;
-  v.dtype = DType::kFloat32;
-  if (rank >= 0) {
-    v.has_shape = true;
-    for (int d = 0; d < rank; ++d) v.dims.push_back(Dim{-1, "d" + std::to_string(d)});
-  }
-  return g.AddValue(v);
-}
-
 int Scalar(Graph& g, const std::string& name, float x, Shape shape = {}) {
-  const int v = Value_(g, name, ValueKind::kConstant);
+  const int v = AddFloatValue(g, name, ValueKind::kConstant);
   g.values[v].data = std::make_shared<Tensor>(DType::kFloat32, shape);
   g.values[v].data->As<float>()[0] = x;
   return v;
@@ -40,8 +29,8 @@ struct GeluGraph {
   // half_first: (x * 0.5) * (1 + erf(x * (1 / sqrt 2))); else x / sqrt 2 and (x * sum) * 0.5.
   explicit GeluGraph(bool half_first = false, float half = 0.5f, int x_rank = 3, Shape const_shape = {}) {
     g.opset = 17;
-    x = Value_(g, "x", ValueKind::kInput, x_rank);
-    auto rt = [&](const std::string& n) { return Value_(g, n, ValueKind::kRuntime); };
+    x = AddFloatValue(g, "x", ValueKind::kInput, x_rank);
+    auto rt = [&](const std::string& n) { return AddFloatValue(g, n, ValueKind::kRuntime); };
     const int scaled = rt("scaled"), erf = rt("erf"), m1 = rt("m1");
     sum = rt("sum");
     y = rt("y");

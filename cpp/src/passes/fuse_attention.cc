@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/half.h"
+#include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 
 namespace kaiwu {
@@ -34,14 +35,8 @@ class AttentionFuser {
   }
 
  private:
-  // The only reader of v (no graph output), or -1.
-  int SoleReader(int v) const {
-    if (v < 0 || uses_[v] != 1 || IsGraphOutput(g_, v)) return -1;
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
-      for (int in : g_.nodes[i].inputs)
-        if (in == v) return static_cast<int>(i);
-    return -1;
-  }
+  // The one node reading v (v no graph output), or -1.
+  int SoleReader(int v) const { return kaiwu::SoleReader(g_, uses_, v); }
 
   int Producer(int v) const { return v >= 0 ? g_.values[v].producer : -1; }
 

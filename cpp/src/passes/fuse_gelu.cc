@@ -34,13 +34,7 @@ class GeluFuser {
   }
 
   // The one node reading v (v no graph output), or -1.
-  int SoleReader(int v) const {
-    if (v < 0 || uses_[v] != 1 || IsGraphOutput(g_, v)) return -1;
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
-      for (int in : g_.nodes[i].inputs)
-        if (in == v) return static_cast<int>(i);
-    return -1;
-  }
+  int SoleReader(int v) const { return kaiwu::SoleReader(g_, uses_, v); }
 
   // A structural one-element float constant within 1e-6 of `want` whose
   // broadcast keeps a rank-`rank` operand's shape (rank -1: unknown).

@@ -58,6 +58,14 @@ bool TensorIsScalar(const Tensor& t, double x) {
   }
 }
 
+int SoleReader(const Graph& g, const std::vector<int>& uses, int v) {
+  if (v < 0 || uses[v] != 1 || IsGraphOutput(g, v)) return -1;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int in : g.nodes[i].inputs)
+      if (in == v) return static_cast<int>(i);
+  return -1;
+}
+
 const Node* SoleProducer(const Graph& g, const std::vector<int>& producer,
                          const std::vector<int>& uses, int v, const char* op) {
   if (v < 0 || producer[v] < 0 || uses[v] != 1 || IsGraphOutput(g, v)) return nullptr;

@@ -23,6 +23,9 @@ bool TensorIsScalar(const Tensor& t, double x);
 /// (and is no graph output); nullptr otherwise.
 const Node* SoleProducer(const Graph& g, const std::vector<int>& producer,
                          const std::vector<int>& uses, int v, const char* op);
+/// The index of the one node reading `v` when `v` has exactly one reader (per
+/// `uses`, UseCounts) and is no graph output; -1 otherwise.
+int SoleReader(const Graph& g, const std::vector<int>& uses, int v);
 /// Same attributes (kind and value) on both nodes.
 bool SameAttributes(const Node& a, const Node& b);
 /// The declared rank of a value, or -1.

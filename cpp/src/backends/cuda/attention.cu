@@ -44,10 +44,43 @@ namespace {
 
 constexpr int kMaxDims = FusedAttentionParams::kMaxBatchDims;
 
+// Y's batch dims and each operand's element strides over them (0: broadcast).
+struct BatchMap {
+  int rank = 0;
+  int64_t dims[kMaxDims];
+  int64_t q[kMaxDims], k[kMaxDims], v[kMaxDims], mask[kMaxDims], y[kMaxDims];
+
+  static BatchMap From(const FusedAttentionParams& p) {
+    BatchMap m{};
+    m.rank = static_cast<int>(p.batch.size());
+    for (int b = 0; b < m.rank; ++b) {
+      m.dims[b] = p.batch[b];
+      m.q[b] = p.q_batch[b];
+      m.k[b] = p.k_batch[b];
+      m.v[b] = p.v_batch[b];
+      m.mask[b] = p.mask_batch[b];
+      m.y[b] = p.y_batch[b];
+    }
+    return m;
+  }
+
+  // Where batch item `item` starts in Q, K, V, the mask and Y.
+  __device__ void Offsets(int64_t item, int64_t* qo, int64_t* ko, int64_t* vo, int64_t* mo, int64_t* yo) const {
+    *qo = *ko = *vo = *mo = *yo = 0;
+    for (int b = rank - 1; b >= 0; --b) {
+      const int64_t idx = item % dims[b];
+      item /= dims[b];
+      *qo += idx * q[b];
+      *ko += idx * k[b];
+      *vo += idx * v[b];
+      *mo += idx * mask[b];
+      *yo += idx * y[b];
+    }
+  }
+};
+
 struct AttentionArgs {
-  int batch_rank;
-  int64_t batch[kMaxDims];
-  int64_t q_batch[kMaxDims], k_batch[kMaxDims], v_batch[kMaxDims], mask_batch[kMaxDims], y_batch[kMaxDims];
+  BatchMap batch;
   int64_t rows, n, m, d, dv;
   int64_t q_row, k_key, k_inner, v_key, mask_row, mask_key, y_row;
   float scale;
@@ -62,16 +95,8 @@ __global__ void __launch_bounds__(256) AttentionRowsKernel(AttentionArgs a, cons
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < a.rows;
        row += warps) {
     const int64_t item = row / a.n, i = row - item * a.n;
-    int64_t qo = 0, ko = 0, vo = 0, mo = 0, yo = 0, rest = item;
-    for (int b = a.batch_rank - 1; b >= 0; --b) {
-      const int64_t idx = rest % a.batch[b];
-      rest /= a.batch[b];
-      qo += idx * a.q_batch[b];
-      ko += idx * a.k_batch[b];
-      vo += idx * a.v_batch[b];
-      mo += idx * a.mask_batch[b];
-      yo += idx * a.y_batch[b];
-    }
+    int64_t qo, ko, vo, mo, yo;
+    a.batch.Offsets(item, &qo, &ko, &vo, &mo, &yo);
     const T* qr = q + qo + i * a.q_row;
     const T* mr = mask ? mask + mo + i * a.mask_row : nullptr;
     T* yr = y + yo + i * a.y_row;
@@ -133,9 +158,7 @@ constexpr int kMmaMax = 128;
 constexpr int kSmemPad = 8;  // elements added to each staged row: conflict-free fragment reads
 
 struct MmaArgs {
-  int batch_rank;
-  int64_t batch[kMaxDims];
-  int64_t q_batch[kMaxDims], k_batch[kMaxDims], v_batch[kMaxDims], mask_batch[kMaxDims], y_batch[kMaxDims];
+  BatchMap batch;
   int n, m, d, dv, mpad, dpad, dvpad;
   int64_t q_row, q_inner, k_key, k_inner, v_key, mask_row, mask_key, y_row;
   float scale;
@@ -204,16 +227,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) AttentionMmaKernel(MmaArgs a, 
   T* qs = vt + a.dvpad * vld + warp * 16 * kld;  // this warp's [16][kld] rows of Q
 
   const int64_t item = blockIdx.x;
-  int64_t qo = 0, ko = 0, vo = 0, mo = 0, yo = 0, rest = item;
-  for (int b = a.batch_rank - 1; b >= 0; --b) {
-    const int64_t idx = rest % a.batch[b];
-    rest /= a.batch[b];
-    qo += idx * a.q_batch[b];
-    ko += idx * a.k_batch[b];
-    vo += idx * a.v_batch[b];
-    mo += idx * a.mask_batch[b];
-    yo += idx * a.y_batch[b];
-  }
+  int64_t qo, ko, vo, mo, yo;
+  a.batch.Offsets(item, &qo, &ko, &vo, &mo, &yo);
   const int row0 = (static_cast<int>(blockIdx.y) * warps + warp) * 16;
   StageTile<T, false>(ks, kld, k + ko, a.m, a.d, a.mpad, a.dpad, a.k_key, a.k_inner, a.vec_k,
                       static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
@@ -371,15 +386,7 @@ class AttentionKernel : public CudaKernel {
   void PrepareDevice(PrepareContext& ctx) override {
     const FusedAttentionParams& p = ctx.Params<FusedAttentionParams>();
     args_ = AttentionArgs{};
-    args_.batch_rank = static_cast<int>(p.batch.size());
-    for (int b = 0; b < args_.batch_rank; ++b) {
-      args_.batch[b] = p.batch[b];
-      args_.q_batch[b] = p.q_batch[b];
-      args_.k_batch[b] = p.k_batch[b];
-      args_.v_batch[b] = p.v_batch[b];
-      args_.mask_batch[b] = p.mask_batch[b];
-      args_.y_batch[b] = p.y_batch[b];
-    }
+    args_.batch = BatchMap::From(p);
     args_.rows = NumElements(p.batch) * p.n;
     args_.n = p.n;
     args_.m = p.m;
@@ -408,21 +415,13 @@ class AttentionKernel : public CudaKernel {
         items_ > 0x7fffffffLL || p.n > 65535LL * 16 * kMmaWarps)
       return;
     MmaArgs a{};
-    a.batch_rank = args_.batch_rank;
+    a.batch = args_.batch;
     const auto vec_ok = [&](const std::vector<int64_t>& batch, int64_t row, int64_t inner, int64_t cols) {
       if (inner != 1 || cols % 8 != 0 || row % 8 != 0) return false;
       for (int64_t b : batch)
         if (b % 8 != 0) return false;
       return true;
     };
-    for (int b = 0; b < a.batch_rank; ++b) {
-      a.batch[b] = p.batch[b];
-      a.q_batch[b] = p.q_batch[b];
-      a.k_batch[b] = p.k_batch[b];
-      a.v_batch[b] = p.v_batch[b];
-      a.mask_batch[b] = p.mask_batch[b];
-      a.y_batch[b] = p.y_batch[b];
-    }
     a.n = static_cast<int>(p.n);
     a.m = static_cast<int>(p.m);
     a.d = static_cast<int>(p.d);
