@@ -292,8 +292,10 @@ void InferFusedAttention(OpContext& ctx) {
   // Optional inputs 4 and 5: one-element factors of Q and K, known when the plan is made.
   for (int i = 4; i <= 5; ++i) {
     if (!ctx.HasInput(i)) continue;
-    if (ctx.in(i).size() != 1) ctx.Error("input ", i, " (a scale of ", i == 4 ? "Q" : "K", ") must hold one element, got ", ShapeToString(ctx.in(i).shape));
-    if (!ctx.in(i).data) ctx.Error("input ", i, " (a scale of ", i == 4 ? "Q" : "K", ") must be known when the plan is made");
+    const char* of = i == 4 ? "Q" : "K";
+    if (ctx.in(i).size() != 1)
+      ctx.Error("input ", i, " (a scale of ", of, ") must hold one element, got ", ShapeToString(ctx.in(i).shape));
+    if (!ctx.in(i).data) ctx.Error("input ", i, " (a scale of ", of, ") must be known when the plan is made");
     p.scale *= static_cast<float>(ConstNumbers(ctx, i)[0]);
   }
   // Q [qb, nq, d]: its rows repeat when nq is 1 and the mask made n rows.

@@ -60,17 +60,18 @@ struct FusedMlpParams : OpParams {
   int64_t max_rows = 0;
 };
 
-/// FusedAttention (domain "kaiwu", made by passes/fuse_attention.cc for device
-/// sessions): Y = MatMul(Softmax(scale * MatMul(Q, K) [+ Mask], axis -1), V), the ONNX
+/// FusedAttention (domain "kaiwu", made by passes/fuse_attention.cc for CPU and
+/// device sessions): Y = MatMul(Softmax(scale * MatMul(Q, K) [+ Mask], axis -1), V), the ONNX
 /// ops' semantics (batch dims broadcast, the mask broadcast to the scores) for
 /// Q, K and V of rank >= 2. Inputs: Q [.., N, D], K [.., D, M] (or [.., M, D]
 /// with k_trans = 1, a MatMul's _kaiwu_trans_b), V [.., M, DV], optional Mask;
 /// one type T for all; attribute scale (float, default 1), times the optional
 /// inputs 4 and 5 (one-element factors of Q and K, any float type, known when
 /// the plan is made: values computed from shapes); attribute y_perm (ints,
-/// optional, last axis last): the output is Y transposed by it. The params give, for each input, its element strides
-/// over Y's batch dims (0 where it is broadcast) and over the query row, key
-/// and inner dims, so a kernel reads every input in place.
+/// optional, last axis last): the output is Y transposed by it. The params give,
+/// for each input, its element strides over Y's batch dims (0 where it is
+/// broadcast) and over the query row, key and inner dims, so a kernel reads
+/// every input in place.
 struct FusedAttentionParams : OpParams {
   static constexpr int kMaxBatchDims = 6;
   Shape batch;                 // Y's batch dims (at most kMaxBatchDims)

@@ -220,8 +220,8 @@ class AttentionFuser {
     // A Transpose keeping the last axis last, Y's only reader: the node writes
     // its layout (torch's heads back to [L, B, H, d] before the output projection).
     const int tr = SoleReader(pv.outputs[0]);
-    if (tr >= 0 && Is(g_.nodes[tr], "Transpose") && g_.nodes[tr].Has("perm") && g_.nodes[tr].outputs.size() == 1 &&
-        g_.nodes[tr].outputs[0] >= 0) {
+    if (tr >= 0 && Is(g_.nodes[tr], "Transpose") && g_.nodes[tr].Has("perm") &&
+        g_.nodes[tr].outputs.size() == 1 && g_.nodes[tr].outputs[0] >= 0) {
       const std::vector<int64_t> perm = g_.nodes[tr].GetInts("perm");
       if (!perm.empty() && perm.back() == static_cast<int64_t>(perm.size()) - 1) {
         f.attrs["y_perm"] = IntsAttr(perm);

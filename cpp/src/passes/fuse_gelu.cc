@@ -43,7 +43,8 @@ class GeluFuser {
     const Value& val = g_.values[v];
     if (val.kind != ValueKind::kConstant || !val.data || val.data->size() != 1) return false;
     std::vector<float> f;
-    if (!ConstFloats(g_, v, &f) || f.size() != 1 || std::fabs(f[0] - want) > 1e-6 * std::fabs(want)) return false;
+    if (!ConstFloats(g_, v, &f) || f.size() != 1 || std::fabs(f[0] - want) > 1e-6 * std::fabs(want))
+      return false;
     const int r = static_cast<int>(val.data->shape().size());
     return r == 0 || (rank >= 0 && r <= rank);
   }

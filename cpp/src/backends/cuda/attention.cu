@@ -362,7 +362,8 @@ class AttentionKernel : public CudaKernel {
         a.vec_k = a.vec_k && aligned(k);
         a.vec_v = a.vec_v && aligned(v);
         const int warps = static_cast<int>(std::min<int64_t>(kMmaWarps, (a.n + 15) / 16));
-        const dim3 grid(static_cast<unsigned>(items_), static_cast<unsigned>((a.n + 16 * warps - 1) / (16 * warps)));
+        const dim3 grid(static_cast<unsigned>(items_),
+                        static_cast<unsigned>((a.n + 16 * warps - 1) / (16 * warps)));
         reinterpret_cast<void (*)(MmaArgs, const T*, const T*, const T*, const T*, T*)>(mma_fn_)
             <<<grid, 32 * warps, smem_, s>>>(a, q, k, v, mask, y);
         CheckLaunch("FusedAttention kernel");
