@@ -22,6 +22,8 @@ namespace kaiwu {
 
 /// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
 /// whether the backend runs FusedAttention. Returns the nodes made.
-int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel);
+/// views: also record the layout ops that make Q, K and V (the node reads
+/// through them where a plan's shapes allow).
+int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel, bool views = true);
 
 }  // namespace kaiwu
