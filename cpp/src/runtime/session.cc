@@ -331,14 +331,12 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   if (options.optimize && attention != "0") {
     const KernelRegistry& kernels = impl->device ? impl->device->kernels() : CpuKernels();
     const bool any_dtype = !impl->device || attention == "1";
-    // Device sessions read Q, K and V through the views of their layout ops
-    // (KAIWU_ATTENTION_VIEWS=0: as the ops write them). CPU sessions do not: the
-    // CPU kernel over rows strided across the batch ran slower than the
-    // transposes it saves (unit_transformer b256, 1 thread: 53-54 ms vs 45-52 ms);
-    // KAIWU_ATTENTION_VIEWS=1 makes them (the tests check the views there).
+    // KAIWU_ATTENTION_VIEWS=1: Q, K and V read through views of the tensors their
+    // layout ops start from, those ops' steps dropped (bench/notes/cuda.md). Off by
+    // default until measured on a GPU; on the CPU the kernel over rows strided
+    // across the batch cost about what the transposes it saves did.
     const char* views_env = std::getenv("KAIWU_ATTENTION_VIEWS");
-    const std::string views_set = views_env ? views_env : "";
-    const bool views = views_set == "1" || (impl->device && views_set != "0");
+    const bool views = views_env && std::string(views_env) == "1";
     if (int n = FuseAttention(&g, [&kernels, any_dtype](OpId op, DType t) {
           return (any_dtype || IsHalf(t)) && kernels.Find(op, t) != nullptr;
         }, views))
