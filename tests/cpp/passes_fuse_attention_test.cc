@@ -87,7 +87,7 @@ struct Attention {
 TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
   for (bool k_trans : {false, true}) {
     Attention a(/*with_mask=*/true, -1, true, k_trans);
-    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 1);
     for (const char* op : {"MatMul", "Add", "Softmax"}) EXPECT_EQ(CountOps(a.g, op), 0) << op;
     const Node* f = testing::FirstOp(a.g, "FusedAttention");
     ASSERT_NE(f, nullptr);
@@ -100,11 +100,11 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
     EXPECT_EQ(a.g.values[a.y].producer, static_cast<int>(f - a.g.nodes.data()));
   }
   Attention scaled(true, -1, true, false, ValueKind::kConstant);  // (Q K) / 8 + mask
-  ASSERT_EQ(FuseAttention(&scaled.g, testing::AnyKernel), 1);
+  ASSERT_EQ(FuseAttention(&scaled.g, testing::AnyKernel, false), 1);
   EXPECT_EQ(CountOps(scaled.g, "Div"), 0);
   EXPECT_FLOAT_EQ(testing::FirstOp(scaled.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
   Attention plain(/*with_mask=*/false);
-  ASSERT_EQ(FuseAttention(&plain.g, testing::AnyKernel), 1);
+  ASSERT_EQ(FuseAttention(&plain.g, testing::AnyKernel, false), 1);
   EXPECT_EQ(testing::FirstOp(plain.g, "FusedAttention")->inputs,
             (std::vector<int>{plain.qt, plain.kt, plain.v, -1, plain.scale, plain.scale}));
 }
@@ -115,18 +115,18 @@ TEST(FuseAttention, MatMulMaskSoftmaxMatMulBecomesOneNode) {
 TEST(FuseAttention, HalfValuesUseTheirDTypeAndFoldACastScale) {
   const auto half_only = [](OpId, DType t) { return t == DType::kFloat16; };
   Attention a(true, -1, true, false, ValueKind::kConstant, /*half=*/true);
-  ASSERT_EQ(FuseAttention(&a.g, half_only), 1);
+  ASSERT_EQ(FuseAttention(&a.g, half_only, false), 1);
   EXPECT_EQ(CountOps(a.g, "Div"), 0);
   EXPECT_EQ(CountOps(a.g, "Cast"), 0);
   EXPECT_FLOAT_EQ(testing::FirstOp(a.g, "FusedAttention")->GetFloat("scale", 1.f), 0.125f);
 
   Attention fp32(true, -1, true, false, ValueKind::kConstant);  // float32 values: no float16 kernel fits
-  EXPECT_EQ(FuseAttention(&fp32.g, half_only), 0);
+  EXPECT_EQ(FuseAttention(&fp32.g, half_only, false), 0);
   EXPECT_EQ(CountOps(fp32.g, "Softmax"), 1);
 
   Attention mixed(true, -1, true, false, ValueKind::kInput, /*half=*/true);  // a float32 mask
   mixed.g.values[mixed.mask].dtype = DType::kFloat32;
-  EXPECT_EQ(FuseAttention(&mixed.g, testing::AnyKernel), 0);
+  EXPECT_EQ(FuseAttention(&mixed.g, testing::AnyKernel, false), 0);
 }
 
 // Q's Mul stays where its factor is a weight (a refit may change it) or where the
@@ -135,7 +135,7 @@ TEST(FuseAttention, QScaleFoldsOnlyWhenPlanKnownAndSoleReader) {
   {
     Attention a;
     a.g.values[a.scale].kind = ValueKind::kWeight;
-    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 1);
     const Node* f = testing::FirstOp(a.g, "FusedAttention");
     EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.k, a.v, a.mask}));
     EXPECT_EQ(CountOps(a.g, "Mul"), 2);
@@ -145,7 +145,7 @@ TEST(FuseAttention, QScaleFoldsOnlyWhenPlanKnownAndSoleReader) {
     const int other = a.g.AddValue(Value{"other"});
     a.g.AddNode(GraphOp("Relu", {a.q}, {other}));
     a.g.outputs.push_back(other);
-    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 1);
     const Node* f = testing::FirstOp(a.g, "FusedAttention");
     EXPECT_EQ(f->inputs, (std::vector<int>{a.q, a.kt, a.v, a.mask, -1, a.scale}));
     EXPECT_EQ(CountOps(a.g, "Mul"), 1);
@@ -163,13 +163,43 @@ TEST(FuseAttention, FoldsATransposeOfTheOutput) {
     a.g.AddNode(t);
     a.g.outputs = {yt};
     a.g.Verify();
-    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel), 1);
+    ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 1);
     const Node* f = testing::FirstOp(a.g, "FusedAttention");
     EXPECT_EQ(CountOps(a.g, "Transpose"), last_kept ? 3 : 4) << last_kept;  // q, k, v's stay
     EXPECT_EQ(f->outputs, std::vector<int>{last_kept ? yt : a.y});
     if (last_kept) EXPECT_EQ(f->GetInts("y_perm"), (std::vector<int64_t>{2, 0, 1, 3}));
     else EXPECT_FALSE(f->Has("y_perm"));
   }
+}
+
+// With views: Q, K and V are Transposes of x (read only there), so the node also
+// takes x as inputs 6-8 with each Transpose as a recipe; the Transposes stay
+// (a plan drops them where it reads through the views).
+TEST(FuseAttention, RecordsTheLayoutOpsOfQKAndVAsViews) {
+  Attention a;
+  ASSERT_EQ(FuseAttention(&a.g, testing::AnyKernel, true), 1);
+  const Node* f = testing::FirstOp(a.g, "FusedAttention");
+  ASSERT_EQ(f->inputs.size(), 9u);
+  EXPECT_EQ(f->inputs, (std::vector<int>{a.qt, a.kt, a.v, a.mask, a.scale, a.scale, a.x, a.x, a.x}));
+  EXPECT_EQ(f->GetInts("q_view"), (std::vector<int64_t>{1, 4, 0, 2, 1, 3}));
+  EXPECT_EQ(f->GetInts("k_view"), (std::vector<int64_t>{1, 4, 0, 2, 3, 1}));
+  EXPECT_EQ(f->GetInts("v_view"), (std::vector<int64_t>{1, 4, 0, 2, 1, 3}));
+  EXPECT_EQ(CountOps(a.g, "Transpose"), 3);
+  // A Transpose whose result another node reads is still part of a view (the
+  // plan keeps its step for that reader); an op that is not a layout op ends one.
+  Attention b;
+  const int other = b.g.AddValue(Value{"other"});
+  b.g.AddNode(GraphOp("Relu", {b.v}, {other}));
+  b.g.outputs.push_back(other);
+  ASSERT_EQ(FuseAttention(&b.g, testing::AnyKernel, true), 1);
+  const Node* fb = testing::FirstOp(b.g, "FusedAttention");
+  EXPECT_EQ(fb->inputs[8], b.x);
+  EXPECT_EQ(CountOps(b.g, "Transpose"), 3);
+  Attention c(true, -1, /*shaped=*/false);  // x -> Identity -> q: Identity is no layout op here
+  c.g.values[c.x].has_shape = true;
+  c.g.values[c.x].dims.assign(4, Dim{-1, "d"});
+  ASSERT_EQ(FuseAttention(&c.g, testing::AnyKernel, true), 1);
+  EXPECT_FALSE(testing::FirstOp(c.g, "FusedAttention")->Has("q_view"));
 }
 
 // A second block whose Q is the first block's output: its rank comes through the
@@ -186,7 +216,7 @@ TEST(FuseAttention, ChainedBlocksBothFuse) {
   g.AddNode(GraphOp("MatMul", {p2, a.v}, {y2}));
   g.outputs = {y2};
   g.Verify();
-  ASSERT_EQ(FuseAttention(&g, testing::AnyKernel), 2);
+  ASSERT_EQ(FuseAttention(&g, testing::AnyKernel, false), 2);
   EXPECT_EQ(CountOps(g, "FusedAttention"), 2);
   EXPECT_EQ(CountOps(g, "MatMul"), 0);
 }
@@ -194,34 +224,34 @@ TEST(FuseAttention, ChainedBlocksBothFuse) {
 TEST(FuseAttention, LeavesAloneWhatIsNotThePattern) {
   {
     Attention a(true, /*axis=*/1);  // softmax over another axis
-    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 0);
   }
   {
     Attention a(true, -1, /*shaped=*/false);  // x's rank unknown, and Q is x * scale
-    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 0);
     EXPECT_EQ(CountOps(a.g, "MatMul"), 2);
   }
   {
     Attention a;  // the probabilities are also a graph output
     a.g.outputs.push_back(a.probs);
-    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 0);
   }
   {
     Attention a;  // the scores have a second reader
     const int other = a.g.AddValue(Value{"other"});
     a.g.AddNode(GraphOp("Relu", {a.scores}, {other}));
     a.g.outputs.push_back(other);
-    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 0);
   }
   {
     Attention a;  // a ReLU fused into the last MatMul (FusedAttention has no activation)
     for (Node& n : a.g.nodes)
       if (n.op_type == "MatMul" && n.outputs[0] == a.y) n.attrs["_kaiwu_act"] = testing::StrAttrOf("Relu");
-    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 0);
   }
   {
     Attention a(true, -1, true, false, ValueKind::kWeight);  // a scale a refit may change
-    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel), 0);
+    EXPECT_EQ(FuseAttention(&a.g, testing::AnyKernel, false), 0);
   }
   {
     Attention a;  // no kernel on this backend

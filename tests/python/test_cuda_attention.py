@@ -13,6 +13,8 @@ bf16:
   sessions a half Cast of the constant), 7 tokens (one padded key tile) and 150 tokens
   (three groups of query rows; past 128 keys: the warp-a-row kernel), odd batches;
 - the tensor-core kernel against the warp-a-row kernel (KAIWU_ATTENTION_MMA=0);
+- Q, K and V read through views of their layout ops (KAIWU_ATTENTION_VIEWS=1) against
+  the ops' own results, with fewer steps a run;
 - the policies with attention: unit_transformer (2 layers fused) and multi_input;
 - what each precision fuses by default; fewer graph nodes a run than with the pass off;
   a NaN in one row stays in that row.
@@ -146,3 +148,25 @@ def test_fused_attention_runs_fewer_nodes_and_keeps_a_nan_in_its_row():
     good = np.delete(np.arange(5), 2)
     want = plain.run(bad)["y"]
     np.testing.assert_allclose(got[good], want[good], rtol=2e-2, atol=3e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_views_of_the_layout_ops_match_the_ops(precision):
+    data = policies.export_bytes("unit_transformer")
+    import onnx
+
+    model = onnx.load_from_string(data)
+    with env_vars(KAIWU_ATTENTION_VIEWS="1"):
+        views = ki.Session(data, device="cuda", precision=precision)
+    plain = ki.Session(data, device="cuda", precision=precision)
+    for batch in (1, 9, 64):
+        f = policies.make_inputs("unit_transformer", batch, seed=batch + 3)
+        want = run_ort(model, f)
+        got, other = views.run(f), plain.run(f)
+        for k, w in want.items():
+            assert rel_l2(got[k], w) <= REL[precision], (batch, k, rel_l2(got[k], w))
+            assert rel_l2(got[k], other[k]) <= REL[precision], (batch, k)
+        steps = [r["node"] for r in views.profile(f, runs=1)]
+        plain_steps = [r["node"] for r in plain.profile(f, runs=1)]
+        assert set(steps) < set(plain_steps), batch
+

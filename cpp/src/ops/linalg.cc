@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ops/op_registry.h"
+#include "ops/view_chain.h"
 
 namespace kaiwu {
 namespace {
@@ -249,6 +250,34 @@ std::vector<int64_t> BatchStrides(const Shape& own, const Shape& out_batch, int6
   return strides;
 }
 
+// The strides of a view's leading dims `own` (right-aligned to `out_batch`), 0
+// where the view has 1 (or lacks the dim).
+std::vector<int64_t> ViewBatchStrides(const Shape& own, const std::vector<int64_t>& strides,
+                                      const Shape& out_batch) {
+  std::vector<int64_t> out(out_batch.size(), 0);
+  for (size_t k = 0; k < own.size(); ++k) {
+    const size_t src = own.size() - 1 - k, dst = out_batch.size() - 1 - k;
+    out[dst] = own[src] == 1 ? 0 : strides[src];
+  }
+  return out;
+}
+
+// FusedAttention's Q, K or V (slot 0, 1, 2) read through its view recipe from
+// input 6 + slot, where the plan's shapes give one stride per dim and the
+// view's shape is the slot's; false (the slot read as it is) otherwise.
+bool SlotView(const OpContext& ctx, int slot, DType t, StridedView* view) {
+  static const char* kAttr[] = {"q_view", "k_view", "v_view"};
+  const int base = 6 + slot;
+  if (!ctx.node.Has(kAttr[slot]) || !ctx.HasInput(base) || ctx.in(base).dtype != t) return false;
+  const auto target = [&ctx](int64_t k) {
+    const int i = static_cast<int>(k);
+    if (!ctx.HasInput(i) || !ctx.in(i).data || ctx.in(i).rank() != 1) return std::vector<int64_t>{-2};
+    return ctx.ConstInts(i);
+  };
+  return ComposeView(ctx.in(base).shape, ctx.node.GetInts(kAttr[slot]), target, view) &&
+         view->shape == ctx.in(slot).shape;
+}
+
 // FusedAttention: see FusedAttentionParams.
 void InferFusedAttention(OpContext& ctx) {
   ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16});
@@ -318,6 +347,40 @@ void InferFusedAttention(OpContext& ctx) {
     p.mask_key = mc == 1 ? 0 : 1;
   } else {
     p.mask_batch.assign(p.batch.size(), 0);
+  }
+  // Q, K, V through their views where the kernels' unit inner strides hold.
+  StridedView view;
+  if (SlotView(ctx, 0, t, &view) && (d == 1 || view.strides.back() == 1)) {
+    const size_t r = view.shape.size();
+    p.q_batch = ViewBatchStrides(qb, view.strides, p.batch);
+    p.q_row = nq == 1 ? 0 : view.strides[r - 2];
+    p.q_input = 6;
+    p.q_offset = view.offset;
+  }
+  if (SlotView(ctx, 1, t, &view)) {
+    const size_t r = view.shape.size();
+    const int64_t outer = view.strides[r - 2], inner = view.strides[r - 1];
+    const int64_t k_inner = k_trans ? inner : outer, k_key = mk == 1 ? 0 : (k_trans ? outer : inner);
+    if (k_inner == 1 || k_key == 1 || d == 1) {
+      p.k_batch = ViewBatchStrides(kb, view.strides, p.batch);
+      p.k_inner = k_inner;
+      p.k_key = k_key;
+      p.k_input = 7;
+      p.k_offset = view.offset;
+    }
+  }
+  if (SlotView(ctx, 2, t, &view) && (p.dv == 1 || view.strides.back() == 1)) {
+    const size_t r = view.shape.size();
+    p.v_batch = ViewBatchStrides(vb, view.strides, p.batch);
+    p.v_key = m == 1 ? 0 : view.strides[r - 2];
+    p.v_input = 8;
+    p.v_offset = view.offset;
+  }
+  if (p.q_input != 0 || p.k_input != 1 || p.v_input != 2) {
+    ctx.unused_inputs.assign(ctx.inputs.size(), false);
+    ctx.unused_inputs[0] = p.q_input != 0;
+    ctx.unused_inputs[1] = p.k_input != 1;
+    ctx.unused_inputs[2] = p.v_input != 2;
   }
   Shape y = p.batch;
   y.push_back(n);

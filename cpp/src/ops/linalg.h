@@ -68,7 +68,11 @@ struct FusedMlpParams : OpParams {
 /// one type T for all; attribute scale (float, default 1), times the optional
 /// inputs 4 and 5 (one-element factors of Q and K, any float type, known when
 /// the plan is made: values computed from shapes); attribute y_perm (ints,
-/// optional, last axis last): the output is Y transposed by it. The params give,
+/// optional, last axis last): the output is Y transposed by it; optional inputs
+/// 6, 7, 8 with ints attributes q_view, k_view, v_view: the tensors Q, K and V
+/// are made from by layout ops, and the recipe of those ops (their Reshape
+/// targets further inputs), read in place where the plan's shapes allow (the
+/// node then leaves inputs 0-2 unread). The params give,
 /// for each input, its element strides over Y's batch dims (0 where it is
 /// broadcast) and over the query row, key and inner dims, so a kernel reads
 /// every input in place.
@@ -89,6 +93,12 @@ struct FusedAttentionParams : OpParams {
   // which keeps the last axis last; the output is then Y transposed by it).
   std::vector<int64_t> y_batch;
   int64_t y_row = 0;
+  // Where Q, K and V are read: node inputs 0, 1, 2, or 6, 7, 8 (the tensors
+  // their layout ops start from, through the q_view / k_view / v_view recipes
+  // of ops/view_chain.h, when the plan's shapes let one stride a dim address
+  // them), and the element each starts at.
+  int q_input = 0, k_input = 1, v_input = 2;
+  int64_t q_offset = 0, k_offset = 0, v_offset = 0;
 };
 
 /// PackedGemm (domain "kaiwu", made by passes/prepack_gemm.cc for CPU

@@ -76,6 +76,7 @@ void InferOp(OpContext& ctx) {
   ctx.outputs.assign(ctx.node.outputs.size(), TensorInfo{});
   ctx.alias.assign(ctx.node.outputs.size(), -1);
   ctx.alias_offset.clear();
+  ctx.unused_inputs.clear();
   ctx.shape_only = false;
   ctx.params.reset();
   def.infer(ctx);

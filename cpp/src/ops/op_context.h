@@ -42,6 +42,10 @@ class OpContext {
   /// Per aliased output: where it starts in that input, in elements (a
   /// contiguous slice such as Gather of one index on the outermost axis); empty: 0.
   std::vector<int64_t> alias_offset;
+  /// Inputs this node does not read for these shapes (empty: it reads all): the
+  /// planner drops the steps that only feed them (FusedAttention reading Q, K or
+  /// V through a view of the tensor their layout ops start from).
+  std::vector<bool> unused_inputs;
   /// Set by shape inference of Shape/Size-like ops: the outputs depend only on
   /// input shapes, so the planner computes them at plan time.
   bool shape_only = false;

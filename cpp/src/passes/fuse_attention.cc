@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/half.h"
+#include "ops/view_chain.h"
 #include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 
@@ -20,8 +21,8 @@ bool Is(const Node& n, const char* op) {
 
 class AttentionFuser {
  public:
-  AttentionFuser(Graph* g, const std::function<bool(OpId, DType)>& has_kernel)
-      : g_(*g), has_kernel_(has_kernel), uses_(UseCounts(*g)) {}
+  AttentionFuser(Graph* g, const std::function<bool(OpId, DType)>& has_kernel, bool views)
+      : g_(*g), has_kernel_(has_kernel), views_(views), uses_(UseCounts(*g)) {}
 
   int Run() {
     if (!has_kernel_(OpId::kFusedAttention, DType::kFloat32) &&
@@ -217,6 +218,28 @@ class AttentionFuser {
       a.f = scale;
       f.attrs["scale"] = a;
     }
+    // Q, K and V made by layout ops from another tensor: the recipe, which the
+    // op layer composes into a view when the plan's shapes allow (the ops stay in
+    // the graph for the plans where they do not; those where they do drop them).
+    static const char* kViewAttr[] = {"q_view", "k_view", "v_view"};
+    for (int slot = 0; slot < 3 && views_; ++slot) {
+      std::vector<int64_t> recipe;
+      std::vector<int> targets;
+      const int base = ViewChain(f.inputs[slot], &recipe, &targets);
+      if (base < 0) continue;
+      f.inputs.resize(std::max<size_t>(f.inputs.size(), 9), -1);
+      f.inputs[6 + slot] = base;
+      for (size_t i = 0; i < recipe.size();) {  // a Reshape record names its target's input
+        const auto step = static_cast<ViewStep>(recipe[i]);
+        if (step == ViewStep::kReshape) {
+          recipe[i + 1] = static_cast<int64_t>(f.inputs.size());
+          f.inputs.push_back(targets[static_cast<size_t>(recipe[i + 2])]);
+          recipe.erase(recipe.begin() + static_cast<long>(i) + 2);
+        }
+        i += RecordLength(recipe, i);
+      }
+      f.attrs[kViewAttr[slot]] = IntsAttr(recipe);
+    }
     // A Transpose keeping the last axis last, Y's only reader: the node writes
     // its layout (torch's heads back to [L, B, H, d] before the output projection).
     const int tr = SoleReader(pv.outputs[0]);
@@ -238,6 +261,68 @@ class AttentionFuser {
     MarkRemoved(&g_.nodes[sm]);
     g_.nodes[out_mm] = std::move(f);
     return true;
+  }
+
+  // The layout ops (Transpose, Reshape, Squeeze, Unsqueeze, Gather of one
+  // constant index) that make x from another tensor: that tensor (-1 if none),
+  // and the recipe from it to x (ops/view_chain.h; a Reshape record carries its
+  // target's index in `targets` as a third number, which the caller replaces).
+  // Their results may have other readers: a plan drops the ops' steps only where
+  // nothing that runs reads them (q, k and v's common transpose once all three
+  // read through views).
+  int ViewChain(int x, std::vector<int64_t>* recipe, std::vector<int>* targets) {
+    std::vector<std::vector<int64_t>> records;  // from x back
+    int cur = x;
+    for (int depth = 0; depth < 16; ++depth) {
+      const int p = Producer(cur);
+      if (p < 0) break;
+      const Node& n = g_.nodes[p];
+      if (!n.domain.empty() || n.outputs.size() != 1 || n.num_inputs() < 1 || n.inputs[0] < 0) break;
+      std::vector<int64_t> rec;
+      if (n.op_type == "Transpose" && n.Has("perm")) {
+        const std::vector<int64_t> perm = n.GetInts("perm");
+        rec = {static_cast<int64_t>(ViewStep::kTranspose), static_cast<int64_t>(perm.size())};
+        rec.insert(rec.end(), perm.begin(), perm.end());
+      } else if (n.op_type == "Reshape" && n.num_inputs() == 2 && n.inputs[1] >= 0 &&
+                 n.GetInt("allowzero", 0) == 0) {
+        rec = {static_cast<int64_t>(ViewStep::kReshape), 0, static_cast<int64_t>(targets->size())};
+        targets->push_back(n.inputs[1]);
+      } else if (n.op_type == "Squeeze" || n.op_type == "Unsqueeze") {
+        std::vector<int64_t> axes;
+        if (n.Has("axes")) axes = n.GetInts("axes");
+        else if (n.num_inputs() < 2 || !ConstInts(g_, n.inputs[1], &axes)) break;
+        if (axes.empty()) break;  // Squeeze of every unit dim: needs the shape
+        rec = {static_cast<int64_t>(n.op_type == "Squeeze" ? ViewStep::kSqueeze : ViewStep::kUnsqueeze),
+               static_cast<int64_t>(axes.size())};
+        rec.insert(rec.end(), axes.begin(), axes.end());
+      } else if (n.op_type == "Gather" && n.num_inputs() == 2) {
+        const int idx = n.inputs[1];
+        std::vector<int64_t> index;
+        if (idx < 0 || g_.values[idx].kind != ValueKind::kConstant || !g_.values[idx].data ||
+            !g_.values[idx].data->shape().empty() || !ConstInts(g_, idx, &index) || index.size() != 1)
+          break;
+        rec = {static_cast<int64_t>(ViewStep::kGather), n.GetInt("axis", 0), index[0]};
+      } else {
+        break;
+      }
+      records.push_back(std::move(rec));
+      cur = n.inputs[0];
+    }
+    if (records.empty()) return -1;
+    recipe->clear();
+    for (auto it = records.rbegin(); it != records.rend(); ++it) recipe->insert(recipe->end(), it->begin(), it->end());
+    return cur;
+  }
+
+  // The number of ints of the record at `i` (a Reshape: its code and target).
+  static size_t RecordLength(const std::vector<int64_t>& recipe, size_t i) {
+    switch (static_cast<ViewStep>(recipe[i])) {
+      case ViewStep::kTranspose:
+      case ViewStep::kSqueeze:
+      case ViewStep::kUnsqueeze: return 2 + static_cast<size_t>(recipe[i + 1]);
+      case ViewStep::kReshape: return 2;
+      default: return 3;
+    }
   }
 
   // The rank of v where its producers say it, else -1.
@@ -364,7 +449,11 @@ class AttentionFuser {
     for (const char* s : kBroadcast) {
       if (op != s) continue;
       int r = 0;
-      for (int in : n.inputs) {
+      // FusedAttention: Q, K, V and the mask (its later inputs are scales, the
+      // tensors its views start from and their shapes).
+      const int count = op == std::string("FusedAttention") ? std::min(4, n.num_inputs()) : n.num_inputs();
+      for (int i = 0; i < count; ++i) {
+        const int in = n.inputs[i];
         if (in < 0) continue;
         const int ri = Rank(in, depth);
         if (ri < 0) return -1;
@@ -377,14 +466,15 @@ class AttentionFuser {
 
   Graph& g_;
   const std::function<bool(OpId, DType)>& has_kernel_;
+  const bool views_;
   std::vector<int> uses_;
   std::map<int, int> rank_, length_;
 };
 
 }  // namespace
 
-int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel) {
-  const int made = AttentionFuser(g, has_kernel).Run();
+int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel, bool views) {
+  const int made = AttentionFuser(g, has_kernel, views).Run();
   if (made) {
     g->RemoveDeadNodes();  // a half Cast of a folded scale
     g->Verify();

@@ -22,6 +22,11 @@ namespace kaiwu {
 
 /// Rewrites `g` in place (then g->Verify()); `has_kernel(op, dtype)` says
 /// whether the backend runs FusedAttention. Returns the nodes made.
-int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel);
+/// views: also record the layout ops that make Q, K and V (Transpose, Reshape,
+/// Squeeze, Unsqueeze, Gather of one constant index) as recipes over the tensor
+/// they start from (inputs 6-8, attributes q_view / k_view / v_view); the node
+/// reads through them where a plan's shapes allow, and the plan drops the ops'
+/// steps nothing else reads (sessions: KAIWU_ATTENTION_VIEWS=1).
+int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel, bool views = true);
 
 }  // namespace kaiwu

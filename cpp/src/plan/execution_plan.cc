@@ -61,6 +61,8 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
   consts_.resize(nv);
   std::vector<int> root(nv, -1);
   std::vector<size_t> alias_start(nv, 0);  // bytes into the root's buffer
+  std::vector<std::vector<bool>> step_unused;  // per step: the inputs its kernel leaves unread
+  bool any_unused = false;
   // Every output and the whole arena are checked against the memory budget
   // before they are allocated (folded constants now, the arena at the first run).
   const OutputBudget budget{CurrentMemoryBudget(), StatusCode::kInput,
@@ -190,10 +192,14 @@ ExecutionPlan::ExecutionPlan(const PlanInputs& in, const std::vector<Shape>& inp
     step_shapes_.push_back(ctx.outputs.empty() ? Shape{} : ctx.outputs[0].shape);
     step_names_.push_back(node.Describe());
     kernels_.push_back(std::move(kernel));
+    step_unused.push_back(ctx.unused_inputs);
+    any_unused = any_unused || !ctx.unused_inputs.empty();
   }
+  // Buffer lifetimes are in step indices of the loop above, dropped steps included.
+  const int end = static_cast<int>(steps_.size());
+  if (any_unused) DropUnreadSteps(g, step_unused);
   if (device_) {
     // Device outputs live in the arena until the copy out after the last step.
-    const int end = static_cast<int>(steps_.size());
     for (int v : g.outputs) {
       int r = slot_[v] == Slot::kAlias ? root[v] : v;
       if (request_of[r] >= 0) requests[request_of[r]].last_use = end;
@@ -289,6 +295,42 @@ std::unique_ptr<ExecutionPlan::RunContext> ExecutionPlan::NewContext() const {
   ctx->in_flat.assign(step_inputs_.size(), nullptr);
   ctx->out_flat.assign(step_outputs_.size(), nullptr);
   return ctx;
+}
+
+void ExecutionPlan::DropUnreadSteps(const Graph& g, const std::vector<std::vector<bool>>& unused) {
+  // Backwards from the graph outputs: a step runs when a later running step
+  // reads one of its outputs (an input the reader leaves unread does not count).
+  std::vector<bool> read(g.values.size(), false);
+  for (int v : g.outputs) read[v] = true;
+  std::vector<bool> runs(steps_.size(), false);
+  for (size_t i = steps_.size(); i-- > 0;) {
+    const Step& s = steps_[i];
+    for (int j = 0; j < s.out_count && !runs[i]; ++j) {
+      const int v = step_outputs_[s.out_begin + j];
+      runs[i] = v >= 0 && read[v];
+    }
+    if (!runs[i]) continue;
+    for (int j = 0; j < s.in_count; ++j) {
+      const int v = step_inputs_[s.in_begin + j];
+      const bool unread = j < static_cast<int>(unused[i].size()) && unused[i][j];
+      if (v >= 0 && !unread) read[v] = true;
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    if (!runs[i]) continue;
+    if (kept != i) {
+      steps_[kept] = steps_[i];
+      step_shapes_[kept] = std::move(step_shapes_[i]);
+      step_names_[kept] = std::move(step_names_[i]);
+      kernels_[kept] = std::move(kernels_[i]);
+    }
+    ++kept;
+  }
+  steps_.resize(kept);
+  step_shapes_.resize(kept);
+  step_names_.resize(kept);
+  kernels_.resize(kept);
 }
 
 KernelIO ExecutionPlan::BindStep(RunContext& ctx, const Step& s, char* arena, ThreadPool* pool,

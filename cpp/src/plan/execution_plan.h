@@ -68,6 +68,9 @@ class ExecutionPlan {
   struct RunContext;
 
   std::unique_ptr<RunContext> NewContext() const;
+  /// Removes the steps whose outputs no running step reads (`unused`: per step,
+  /// the inputs its kernel declared unread), keeping the order of the rest.
+  void DropUnreadSteps(const Graph& g, const std::vector<std::vector<bool>>& unused);
   /// Points the context's flat input/output lists at step `s`'s buffers.
   KernelIO BindStep(RunContext& ctx, const Step& s, char* arena, ThreadPool* pool,
                     const void* device) const;

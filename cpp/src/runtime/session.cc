@@ -331,9 +331,15 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   if (options.optimize && attention != "0") {
     const KernelRegistry& kernels = impl->device ? impl->device->kernels() : CpuKernels();
     const bool any_dtype = !impl->device || attention == "1";
+    // KAIWU_ATTENTION_VIEWS=1: Q, K and V read through views of the tensors their
+    // layout ops start from, those ops' steps dropped (bench/notes/cuda.md). Off by
+    // default until measured on a GPU; on the CPU the kernel over rows strided
+    // across the batch cost about what the transposes it saves did.
+    const char* views_env = std::getenv("KAIWU_ATTENTION_VIEWS");
+    const bool views = views_env && std::string(views_env) == "1";
     if (int n = FuseAttention(&g, [&kernels, any_dtype](OpId op, DType t) {
           return (any_dtype || IsHalf(t)) && kernels.Find(op, t) != nullptr;
-        }))
+        }, views))
       impl->pass_stats.fired["fuse_attention"] += n;
   }
   impl->ops_after = CountOps(g);

@@ -66,9 +66,9 @@ class AttentionKernel : public Kernel {
 
   template <typename T>
   void RunT(const KernelIO& io) const {
-    const T* q = static_cast<const T*>(io.inputs[0]);
-    const T* k = static_cast<const T*>(io.inputs[1]);
-    const T* v = static_cast<const T*>(io.inputs[2]);
+    const T* q = static_cast<const T*>(io.inputs[p_.q_input]) + p_.q_offset;
+    const T* k = static_cast<const T*>(io.inputs[p_.k_input]) + p_.k_offset;
+    const T* v = static_cast<const T*>(io.inputs[p_.v_input]) + p_.v_offset;
     const T* mask = p_.has_mask ? static_cast<const T*>(io.inputs[3]) : nullptr;
     T* y = static_cast<T*>(io.outputs[0]);
     const int64_t n = p_.n, m = p_.m, d = p_.d, dv = p_.dv;

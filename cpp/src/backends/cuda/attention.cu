@@ -347,9 +347,9 @@ class AttentionKernel : public CudaKernel {
  public:
   void Run(const KernelIO& io) const override {
     if (args_.rows == 0 || args_.dv == 0) return;
-    const T* q = static_cast<const T*>(io.inputs[0]);
-    const T* k = static_cast<const T*>(io.inputs[1]);
-    const T* v = static_cast<const T*>(io.inputs[2]);
+    const T* q = static_cast<const T*>(io.inputs[inputs_[0]]) + offsets_[0];
+    const T* k = static_cast<const T*>(io.inputs[inputs_[1]]) + offsets_[1];
+    const T* v = static_cast<const T*>(io.inputs[inputs_[2]]) + offsets_[2];
     const T* mask = has_mask_ ? static_cast<const T*>(io.inputs[3]) : nullptr;
     T* y = static_cast<T*>(io.outputs[0]);
     cudaStream_t s = Dev(io).stream;
@@ -402,6 +402,12 @@ class AttentionKernel : public CudaKernel {
     args_.y_row = p.y_row;
     args_.scale = p.scale;
     has_mask_ = p.has_mask;
+    inputs_[0] = p.q_input;
+    inputs_[1] = p.k_input;
+    inputs_[2] = p.v_input;
+    offsets_[0] = p.q_offset;
+    offsets_[1] = p.k_offset;
+    offsets_[2] = p.v_offset;
     items_ = NumElements(p.batch);
     mma_fn_ = nullptr;
     if constexpr (kHalfType<T>) PrepareMma(p);
@@ -468,6 +474,8 @@ class AttentionKernel : public CudaKernel {
   const void* mma_fn_ = nullptr;
   size_t smem_ = 0;
   int64_t items_ = 0;
+  int inputs_[3] = {0, 1, 2};       // the node inputs Q, K and V are read from
+  int64_t offsets_[3] = {0, 0, 0};  // and where each starts
   bool has_mask_ = false;
 };
 
