@@ -8,8 +8,8 @@ the pass off (KAIWU_FUSED_ATTENTION=0, read when a session is made), float32:
   without heads or mask whose scores are divided by sqrt(d) (the node's scale);
 - unit_transformer (its two attention blocks fused), batch 1 / 7 / 33;
 - the same bits with 1 and 2 threads; a NaN in one item stays in that item;
-- with KAIWU_ATTENTION_VIEWS=1, Q, K and V read through views of the tensors their
-  layout ops start from, those ops' steps dropped.
+- Q, K and V read through views of the tensors their layout ops start from, those ops'
+  steps dropped (the default; KAIWU_ATTENTION_VIEWS=0 keeps the ops).
 
 Tolerance: rtol 1e-5, atol 1e-6 * max(1, max |ref|) (float32 sums in another order).
 """
@@ -95,9 +95,9 @@ def test_same_bits_with_one_and_two_threads_and_a_nan_stays_in_its_item():
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name", ["heads", "unit_transformer"])
 def test_views_of_the_layout_ops_match_onnxruntime_and_skip_them(name, threads):
-    """KAIWU_ATTENTION_VIEWS=1: the node reads Q, K and V
-    through views of the tensor their Reshape / Transpose / Gather chains start from,
-    and the plan drops those ops' steps (profile lists the steps that ran)."""
+    """By default the node reads Q, K and V through views of the tensor their Reshape /
+    Transpose / Gather chains start from, and the plan drops those ops' steps (profile
+    lists the steps that ran); KAIWU_ATTENTION_VIEWS=0 keeps the ops."""
     if name == "heads":
         data = attention_model(4, 24, True)
         feeds_of = lambda b: model_feeds(data, 4, b, seed=b)  # noqa: E731
@@ -105,9 +105,9 @@ def test_views_of_the_layout_ops_match_onnxruntime_and_skip_them(name, threads):
         data = policies.export_bytes(name)
         feeds_of = lambda b: policies.make_inputs(name, b, seed=b)  # noqa: E731
     model = onnx.load_from_string(data)
-    with env_vars(KAIWU_ATTENTION_VIEWS="1"):
-        views = ki.Session(data, threads=threads)
-    plain = session(data, threads=threads)
+    views = ki.Session(data, threads=threads)
+    with env_vars(KAIWU_ATTENTION_VIEWS="0"):
+        plain = ki.Session(data, threads=threads)
     for batch in (1, 5, 33):
         f = feeds_of(batch)
         close(views.run(f), run_ort(model, f), f"views b{batch}")

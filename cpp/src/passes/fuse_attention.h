@@ -26,7 +26,8 @@ namespace kaiwu {
 /// Squeeze, Unsqueeze, Gather of one constant index) as recipes over the tensor
 /// they start from (inputs 6-8, attributes q_view / k_view / v_view); the node
 /// reads through them where a plan's shapes allow, and the plan drops the ops'
-/// steps nothing else reads (sessions: KAIWU_ATTENTION_VIEWS=1).
+/// steps nothing else reads (CPU sessions by default, device sessions with
+/// KAIWU_ATTENTION_VIEWS=1: runtime/session.cc).
 int FuseAttention(Graph* g, const std::function<bool(OpId, DType)>& has_kernel, bool views = true);
 
 }  // namespace kaiwu
