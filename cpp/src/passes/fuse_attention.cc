@@ -223,23 +223,14 @@ class AttentionFuser {
     // the graph for the plans where they do not; those where they do drop them).
     static const char* kViewAttr[] = {"q_view", "k_view", "v_view"};
     for (int slot = 0; slot < 3 && views_; ++slot) {
+      f.inputs.resize(std::max<size_t>(f.inputs.size(), 9), -1);  // 6-8: the views' tensors
       std::vector<int64_t> recipe;
-      std::vector<int> targets;
-      const int base = ViewChain(f.inputs[slot], &recipe, &targets);
+      const int base = ViewChain(f.inputs[slot], &f.inputs, &recipe);
       if (base < 0) continue;
-      f.inputs.resize(std::max<size_t>(f.inputs.size(), 9), -1);
       f.inputs[6 + slot] = base;
-      for (size_t i = 0; i < recipe.size();) {  // a Reshape record names its target's input
-        const auto step = static_cast<ViewStep>(recipe[i]);
-        if (step == ViewStep::kReshape) {
-          recipe[i + 1] = static_cast<int64_t>(f.inputs.size());
-          f.inputs.push_back(targets[static_cast<size_t>(recipe[i + 2])]);
-          recipe.erase(recipe.begin() + static_cast<long>(i) + 2);
-        }
-        i += RecordLength(recipe, i);
-      }
       f.attrs[kViewAttr[slot]] = IntsAttr(recipe);
     }
+    while (f.inputs.size() > 3 && f.inputs.back() < 0) f.inputs.pop_back();
     // A Transpose keeping the last axis last, Y's only reader: the node writes
     // its layout (torch's heads back to [L, B, H, d] before the output projection).
     const int tr = SoleReader(pv.outputs[0]);
@@ -265,12 +256,12 @@ class AttentionFuser {
 
   // The layout ops (Transpose, Reshape, Squeeze, Unsqueeze, Gather of one
   // constant index) that make x from another tensor: that tensor (-1 if none),
-  // and the recipe from it to x (ops/view_chain.h; a Reshape record carries its
-  // target's index in `targets` as a third number, which the caller replaces).
+  // and the recipe from it to x (ops/view_chain.h). A Reshape's target is
+  // appended to `node_inputs` (the fused node's) and its record names that input.
   // Their results may have other readers: a plan drops the ops' steps only where
   // nothing that runs reads them (q, k and v's common transpose once all three
   // read through views).
-  int ViewChain(int x, std::vector<int64_t>* recipe, std::vector<int>* targets) {
+  int ViewChain(int x, std::vector<int>* node_inputs, std::vector<int64_t>* recipe) {
     std::vector<std::vector<int64_t>> records;  // from x back
     int cur = x;
     for (int depth = 0; depth < 16; ++depth) {
@@ -285,8 +276,8 @@ class AttentionFuser {
         rec.insert(rec.end(), perm.begin(), perm.end());
       } else if (n.op_type == "Reshape" && n.num_inputs() == 2 && n.inputs[1] >= 0 &&
                  n.GetInt("allowzero", 0) == 0) {
-        rec = {static_cast<int64_t>(ViewStep::kReshape), 0, static_cast<int64_t>(targets->size())};
-        targets->push_back(n.inputs[1]);
+        rec = {static_cast<int64_t>(ViewStep::kReshape), static_cast<int64_t>(node_inputs->size())};
+        node_inputs->push_back(n.inputs[1]);
       } else if (n.op_type == "Squeeze" || n.op_type == "Unsqueeze") {
         std::vector<int64_t> axes;
         if (n.Has("axes")) axes = n.GetInts("axes");
@@ -312,17 +303,6 @@ class AttentionFuser {
     recipe->clear();
     for (auto it = records.rbegin(); it != records.rend(); ++it) recipe->insert(recipe->end(), it->begin(), it->end());
     return cur;
-  }
-
-  // The number of ints of the record at `i` (a Reshape: its code and target).
-  static size_t RecordLength(const std::vector<int64_t>& recipe, size_t i) {
-    switch (static_cast<ViewStep>(recipe[i])) {
-      case ViewStep::kTranspose:
-      case ViewStep::kSqueeze:
-      case ViewStep::kUnsqueeze: return 2 + static_cast<size_t>(recipe[i + 1]);
-      case ViewStep::kReshape: return 2;
-      default: return 3;
-    }
   }
 
   // The rank of v where its producers say it, else -1.
