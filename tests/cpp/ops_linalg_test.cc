@@ -365,6 +365,16 @@ TEST(OpsLinalg, FusedAttentionTransposedOutputAndScaleInputs) {
                       want[0].As<double>()[((b * 4 + h) * 5 + i) * 6 + c], 1e-12);
   Node moves_last = MakeNode("FusedAttention", 3, 1, {{"y_perm", IntsAttr({0, 1, 3, 2})}});
   moves_last.domain = "kaiwu";
+  // A scale input of two elements: a model error naming the input.
+  Node two_scales = MakeNode("FusedAttention", 5, 1, {});
+  two_scales.domain = "kaiwu";
+  try {
+    RunNode(two_scales, {q, k, v, mask, MakeTensor<double>({2}, {0.5, 0.25})});
+    ADD_FAILURE() << "no error for a two-element scale";
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(StatusCode::kModel)) << e.what();
+    EXPECT_NE(std::string(e.what()).find("input 4"), std::string::npos) << e.what();
+  }
   OpContext ctx(moves_last);
   try {
     Infer(ctx, {{kF32, q.shape()}, {kF32, k.shape()}, {kF32, v.shape()}});
