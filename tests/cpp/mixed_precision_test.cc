@@ -289,6 +289,10 @@ TEST(MixedPrecision, NodesOverShapesOnlyStayFloat32) {
   EXPECT_TRUE(Find(r, "q_proj")->half);
   EXPECT_TRUE(Find(r, "scale_q")->half);
   EXPECT_EQ(g.values[NodeNamed(g, "scale_q")->inputs[0]].dtype, DType::kFloat16);
+  // Shape reads q's half value: no float32 copy of q is made for it.
+  EXPECT_EQ(NodeNamed(g, "shape")->inputs[0], NodeNamed(g, "scale_q")->inputs[0]);
+  for (const Node& n : g.nodes)
+    EXPECT_FALSE(n.op_type == "Cast" && n.GetInt("to", 0) == 1 && n.outputs[0] == q) << n.name;
 }
 
 // x -> LayerNormalization(ln_in) -> MatMul -> LayerNormalization(ln_mid) -> Softmax(attn)

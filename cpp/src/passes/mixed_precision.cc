@@ -216,8 +216,17 @@ class Rewriter {
         pending_[v] = true;
       }
     } else {
-      for (int v : snapshot.inputs)
-        if (v >= 0 && pending_[v]) Materialize(v);
+      // Shape and Size read only the shape: the half value serves, no float32 copy of a
+      // tensor the size of the activations (torch's attention export takes the shape of
+      // q, k, v and the projections five times a layer).
+      const bool shape_only =
+          snapshot.domain.empty() && (snapshot.op_type == "Shape" || snapshot.op_type == "Size");
+      for (int k = 0; k < snapshot.num_inputs(); ++k) {
+        const int v = snapshot.inputs[k];
+        if (v < 0 || !pending_[v]) continue;
+        if (shape_only && half_of_[v] >= 0) g_.nodes[i].inputs[k] = half_of_[v];
+        else Materialize(v);
+      }
       // Outputs of float32 nodes keep their dtype; a T-preserving op over a
       // float32 type input makes float32 outputs.
       if (rule.role != Role::kOther) {
