@@ -166,11 +166,20 @@ TEST(MixedPrecision, KeepFp32ByNameOrOpType) {
   EXPECT_EQ(NodeNamed(p.g, "head")->inputs[1], p.w2);  // float32 weights as they were
 }
 
-// Gemm -> GRU -> Gemm: the GRU stays float32 (state, gate math) with its GEMMs
-// marked for TF32; keep_fp32 (by name or op type) keeps them plain float32.
+// Gemm -> GRU -> Gemm: the GRU keeps float32 state and gate math with its
+// GEMMs marked for TF32. With a half GRU kernel it reads the half X that enc
+// makes and W through a static Cast, and writes Y in half for the head (no
+// activation-sized cast either side; R stays float32); without one, X and Y
+// are float32 with casts around it. keep_fp32 (by name or op type) keeps
+// plain float32 GEMMs.
 TEST(MixedPrecision, RecurrentNodesKeepFloat32WithTf32Gemms) {
-  for (const std::vector<std::string>& keep :
-       std::vector<std::vector<std::string>>{{}, {"gru"}, {"GRU"}}) {
+  struct Case {
+    std::vector<std::string> keep;
+    std::set<std::string> missing;
+  };
+  for (const Case& c : std::vector<Case>{{{}, {}}, {{}, {"GRU"}}, {{"gru"}, {}}, {{"GRU"}, {}}}) {
+    const std::string what = c.keep.empty() ? (c.missing.empty() ? "half GRU kernel" : "no half GRU kernel")
+                                            : "keep " + c.keep[0];
     Graph g;
     const int obs = Val(g, "obs", ValueKind::kInput, DType::kFloat32);
     g.inputs = {obs};
@@ -180,27 +189,47 @@ TEST(MixedPrecision, RecurrentNodesKeepFloat32WithTf32Gemms) {
     const int w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
     const int x = Val(g, "x", ValueKind::kRuntime, DType::kFloat32);
     const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
+    const int yh = Val(g, "y_h", ValueKind::kRuntime, DType::kFloat32);
     const int out = Val(g, "out", ValueKind::kRuntime, DType::kFloat32);
     g.AddNode(Op("MatMul", "enc", {obs, w}, {x}));
-    g.AddNode(Op("GRU", "gru", {x, gw, gr}, {y}));
+    g.AddNode(Op("GRU", "gru", {x, gw, gr}, {y, yh}));
     g.AddNode(Op("MatMul", "head", {y, w2}, {out}));
-    g.outputs = {out};
+    g.outputs = {out, yh};
     g.Verify();
-    MixedPrecisionReport r = ApplyMixedPrecision(&g, Options(DType::kFloat16, keep));
+    MixedPrecisionReport r = ApplyMixedPrecision(&g, Options(DType::kFloat16, c.keep, c.missing));
     const Node* gru = NodeNamed(g, "gru");
-    ASSERT_NE(gru, nullptr);
-    ASSERT_NE(Find(r, "gru"), nullptr);
-    EXPECT_FALSE(Find(r, "gru")->half);
-    EXPECT_EQ(g.values[gru->inputs[0]].dtype, DType::kFloat32);
-    EXPECT_EQ(g.values[gru->outputs[0]].dtype, DType::kFloat32);
-    EXPECT_TRUE(Find(r, "enc")->half);
-    EXPECT_TRUE(Find(r, "head")->half);
-    if (keep.empty()) {
+    ASSERT_NE(gru, nullptr) << what;
+    ASSERT_NE(Find(r, "gru"), nullptr) << what;
+    EXPECT_FALSE(Find(r, "gru")->half) << what;
+    EXPECT_TRUE(Find(r, "enc")->half) << what;
+    EXPECT_TRUE(Find(r, "head")->half) << what;
+    EXPECT_EQ(gru->inputs[2], gr) << what;           // R as the model has it
+    EXPECT_EQ(gru->outputs[1], yh) << what;          // Y_h float32, a graph output
+    const Node* enc = NodeNamed(g, "enc");
+    const Node* head = NodeNamed(g, "head");
+    if (c.keep.empty() && c.missing.empty()) {
       EXPECT_TRUE(gru->tf32_gemms);
-      EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs on tensor cores");
+      EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs on tensor cores, X, W and Y in float16");
+      EXPECT_EQ(gru->inputs[0], enc->outputs[0]);  // enc's half result, no cast
+      EXPECT_EQ(g.values[gru->inputs[0]].dtype, DType::kFloat16);
+      const Node* w_cast = ProducerOf(g, gru->inputs[1]);
+      ASSERT_NE(w_cast, nullptr);
+      EXPECT_EQ(w_cast->op_type, "Cast");
+      EXPECT_EQ(w_cast->inputs[0], gw);
+      EXPECT_EQ(g.values[gru->outputs[0]].dtype, DType::kFloat16);
+      EXPECT_EQ(head->inputs[0], gru->outputs[0]);  // Y read in half, no cast
     } else {
-      EXPECT_FALSE(gru->tf32_gemms) << keep[0];
-      EXPECT_EQ(Find(r, "gru")->reason, "keep_fp32") << keep[0];
+      EXPECT_EQ(g.values[gru->inputs[0]].dtype, DType::kFloat32) << what;
+      EXPECT_EQ(gru->inputs[1], gw) << what;
+      EXPECT_EQ(g.values[gru->outputs[0]].dtype, DType::kFloat32) << what;
+      EXPECT_EQ(ProducerOf(g, gru->inputs[0])->op_type, "Cast") << what;
+      if (c.keep.empty()) {
+        EXPECT_TRUE(gru->tf32_gemms);
+        EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs on tensor cores");
+      } else {
+        EXPECT_FALSE(gru->tf32_gemms) << what;
+        EXPECT_EQ(Find(r, "gru")->reason, "keep_fp32") << what;
+      }
     }
   }
 }

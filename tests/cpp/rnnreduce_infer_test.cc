@@ -158,7 +158,21 @@ TEST(RnnReduceInfer, GruParamsAndErrors) {
                    "unsupported activation 'Gelu'");
   ExpectModelError(MakeNode("GRU", 3, 2),
                    {Info(DType::kFloat64, x), Info(DType::kFloat32, w), Info(DType::kFloat32, r)},
-                   "input 0 has dtype float64, expected one of: float32");
+                   "input 0 has dtype float64, expected one of: float32, float16, bfloat16");
+  // A half session's input projection: X and W in one 16-bit type, Y in it too,
+  // Y_h float32; R stays float32.
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    OpContext half = Infer(MakeNode("GRU", 3, 2), {Info(t, x), Info(t, w), Info(DType::kFloat32, r)});
+    EXPECT_EQ(half.outputs[0].dtype, t);
+    EXPECT_EQ(half.outputs[0].shape, (Shape{7, 1, 2, 5}));
+    EXPECT_EQ(half.outputs[1].dtype, DType::kFloat32);
+  }
+  ExpectModelError(MakeNode("GRU", 3, 2),
+                   {Info(DType::kFloat16, x), Info(DType::kFloat32, w), Info(DType::kFloat32, r)},
+                   "W is float32 but X is float16 (X and W share one type)");
+  ExpectModelError(MakeNode("GRU", 3, 2),
+                   {Info(DType::kFloat16, x), Info(DType::kFloat16, w), Info(DType::kFloat16, r)},
+                   "input 2 has dtype float16, expected one of: float32");
 }
 
 }  // namespace

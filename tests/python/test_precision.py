@@ -27,6 +27,7 @@ gpu = pytest.mark.skipif(not ki.cuda_available(),
 
 POLICIES = ("mlp", "atari_cnn", "impala_lstm", "gru_seq", "multi_input", "unit_transformer")
 RTOL = {"fp16": 1e-2, "bf16": 3e-2}
+STATE_OUTPUTS = ("hn", "cn")
 _CACHE: dict = {}
 
 
@@ -89,7 +90,11 @@ def test_policy_in_half_precision_matches_fp32_onnxruntime(name, batch, precisio
         assert got[k].shape == ref.shape, k
         err = _rel_floor(got[k].astype(np.float64), ref.astype(np.float64))
         assert err <= RTOL[precision], f"{name} b{batch} {precision} {k}: rel err {err:.2e}"
-        if batch == 256 and ref.ndim >= 2 and ref.shape[-1] > 1 and np.issubdtype(ref.dtype, np.floating):
+        # Argmax agreement for what picks actions (logits, unit_logits), not for
+        # recurrent states (hn, cn), which the relative error above judges: an argmax
+        # over 128 hidden units flips on near ties.
+        if (batch == 256 and k not in STATE_OUTPUTS and ref.ndim >= 2 and ref.shape[-1] > 1
+                and np.issubdtype(ref.dtype, np.floating)):
             agree = np.mean(np.argmax(got[k], -1) == np.argmax(ref, -1))
             assert agree >= 0.99, f"{name} {precision} {k}: argmax agrees on {agree:.3f} of rows"
 
@@ -100,7 +105,9 @@ def test_describe_lists_half_and_fp32_nodes():
     text = ki.Session(data, device="cuda", precision="fp16").describe()
     assert "precision: fp16" in text
     assert "Conv" in text and ": fp16" in text
-    assert "LSTM" in text and "fp32 (float32 by rule, GEMMs on tensor cores)" in text
+    # The LSTM keeps float32 state and gates; its X (made by the half Linear) and W
+    # go into the input projection in half and Y comes out in half.
+    assert "LSTM" in text and "fp32 (float32 by rule, GEMMs on tensor cores, X, W and Y in float16)" in text
     kept = ki.Session(data, device="cuda", precision="fp16", keep_fp32=["Conv", "LSTM"]).describe()
     assert "fp32 (keep_fp32)" in kept and "tensor cores" not in kept
 

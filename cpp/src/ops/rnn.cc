@@ -38,14 +38,24 @@ std::string Lower(std::string s) {
 /// Validates X (0), W (1), R (2), B (3), sequence_lens (4), initial_h (5) for an
 /// RNN with `gates` gates, reads direction/hidden_size/layout/clip into p and
 /// sets outputs Y (0) and Y_h (1).
+///
+/// X and W may also both be float16 or both bfloat16 (the mixed-precision pass
+/// of half device sessions: the input projection reads them in 16 bits); Y then
+/// has X's type, and R, B, the states and Y_h / Y_c stay float32. Backends key
+/// the kernel by X's dtype, so one without such a kernel refuses the node.
 void InferRnnCommon(OpContext& ctx, int gates, RnnParams& p) {
   const Node& node = ctx.node;
   RnnDims& d = p.dims;
   p.gates = gates;
   for (int i : {0, 1, 2}) {
     if (!ctx.HasInput(i)) ctx.Error("input ", i, " is required");
-    ctx.ExpectDType(i, {DType::kFloat32});
   }
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  const DType x_type = ctx.in(0).dtype;
+  if (ctx.in(1).dtype != x_type)
+    ctx.Error("W is ", DTypeName(ctx.in(1).dtype), " but X is ", DTypeName(x_type),
+              " (X and W share one type)");
+  ctx.ExpectDType(2, {DType::kFloat32});
   std::string direction = node.GetString("direction", "forward");
   if (direction == "bidirectional") d.dirs = 2;
   else if (direction == "reverse") d.reverse = true;
@@ -97,7 +107,7 @@ void InferRnnCommon(OpContext& ctx, int gates, RnnParams& p) {
     d.clip = node.GetFloat("clip", 0.f);
     if (!(d.clip > 0.f)) ctx.Error("clip must be positive, got ", d.clip);
   }
-  ctx.SetOutput(0, DType::kFloat32,
+  ctx.SetOutput(0, x_type,
                 d.layout == 0 ? Shape{d.seq, d.dirs, d.batch, d.hidden}
                               : Shape{d.batch, d.seq, d.dirs, d.hidden});
   if (ctx.outputs.size() > 1) ctx.SetOutput(1, DType::kFloat32, state);

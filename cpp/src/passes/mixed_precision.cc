@@ -162,7 +162,7 @@ class Rewriter {
     for (int v : snapshot.inputs) any_fp32_input = any_fp32_input || IsFp32(v);
 
     std::string reason;
-    bool half = false;
+    bool half = false, half_io = false;
     if (rule.role == Role::kCompute || rule.role == Role::kMovement || rule.role == Role::kHalfIo) {
       const std::vector<int> t_in = TInputs(snapshot, rule);
       bool all_fp32 = !t_in.empty(), any_half = false, all_static = true;
@@ -196,12 +196,36 @@ class Rewriter {
       if (!kept && any_fp32_input && IsRecurrent(snapshot.op_type)) {
         g_.nodes[i].tf32_gemms = true;
         reason = "float32 by rule, GEMMs on tensor cores";
+        // X already made in half: the input projection reads X and W (cast with
+        // the weights) in 16 bits and Y is written in 16 bits, so neither X nor Y
+        // is cast; R, B, the states and Y_h / Y_c stay float32.
+        if (RecurrentHalfIo(snapshot)) {
+          half_io = true;
+          reason += std::string(", X, W and Y in ") + DTypeName(o_.half);
+        }
       }
     } else {
       reason = "float32 by rule";
     }
 
-    if (half) {
+    if (half_io) {
+      g_.nodes[i].inputs[0] = HalfVersion(snapshot.inputs[0]);
+      g_.nodes[i].inputs[1] = HalfVersion(snapshot.inputs[1]);
+      for (int k = 2; k < snapshot.num_inputs(); ++k) {
+        const int v = snapshot.inputs[k];
+        if (v >= 0 && pending_[v]) Materialize(v);
+      }
+      const int y = snapshot.outputs.empty() ? -1 : snapshot.outputs[0];
+      if (y >= 0) {
+        const int yh = NewHalfValue(y);
+        g_.nodes[i].outputs[0] = yh;
+        Mark(y);
+        half_of_[y] = yh;
+        produced_half_.insert(y);
+        pending_[y] = true;
+      }
+      for (size_t j = 1; j < snapshot.outputs.size(); ++j) Mark(snapshot.outputs[j]);
+    } else if (half) {
       for (int k : TInputs(snapshot, rule)) {
         const int v = snapshot.inputs[k];
         if (v >= 0) g_.nodes[i].inputs[k] = HalfVersion(v);
@@ -244,6 +268,16 @@ class Rewriter {
     }
     if (any_fp32_input)
       report_.nodes.push_back({snapshot.name, snapshot.op_type, half, half ? "" : reason});
+  }
+
+  // A recurrent node whose X (input 0) a half node already made, with a float32
+  // W, where the backend has the op's half kernel (keyed by X): it reads X and
+  // W in half and writes Y in half.
+  bool RecurrentHalfIo(const Node& n) const {
+    if (n.num_inputs() < 2 || n.inputs[0] < 0 || n.inputs[1] < 0) return false;
+    const int x = n.inputs[0], w = n.inputs[1];
+    const bool x_half = pending_[x] || (half_of_[x] >= 0 && produced_half_.count(x));
+    return x_half && IsFp32(w) && static_[w] && o_.has_kernel(NodeOp(n), o_.half);
   }
 
   void Mark(int v) {

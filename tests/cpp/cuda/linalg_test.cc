@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_harness.h"
+#include "half_harness.h"
 
 namespace kaiwu {
 namespace testing {
@@ -438,6 +439,38 @@ TEST(CudaLinalg, RnnTf32Gemms) {
         node.tf32_gemms = true;
         ExpectCudaMatchesCpu(node, in, c.Describe() + " tf32", 2e-2f, 3e-3f);
       }
+}
+
+// A half session's recurrent nodes where X is made in half (passes/mixed_precision):
+// X and W float16 / bfloat16, Y in that type; R, B, the states and Y_h / Y_c
+// float32. Against the float32 CPU kernel on X and W rounded to the 16-bit type
+// (CheckHalf), the tolerance of RnnTf32Gemms. GRU hidden 128 (the tensor-core
+// sequence kernels) and 40 (the per-step path), the LSTM; batches 1, 17 (both
+// directions, layout 1, ended sequences: Y's zeroed steps in 16 bits) and 300.
+TEST(CudaLinalg, RnnHalfInputProjection) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(212);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16})
+    for (const char* op : {"LSTM", "GRU"})
+      for (int64_t batch : {1, 17, 300})
+        for (int64_t hidden : {128, 40}) {
+          RnnCase c;
+          c.op = op;
+          c.lbr = 1;
+          c.seq = 5, c.batch = batch, c.input = 96, c.hidden = hidden;
+          c.layout = batch == 17 ? 1 : 0;
+          c.direction = batch == 17 ? "bidirectional" : "forward";
+          if (batch == 17) {
+            c.lens.resize(batch);
+            for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
+          }
+          auto [node, in] = MakeRnn(c, rng);
+          node.tf32_gemms = true;
+          std::vector<int> keep;
+          for (int k = 2; k < static_cast<int>(in.size()); ++k) keep.push_back(k);
+          SCOPED_TRACE(c.Describe() + " " + DTypeName(dt));
+          CheckHalf(node, in, dt, 2e-2f, 3e-3f, {}, keep);
+        }
 }
 
 // The tensor-core GRU sequence kernel split over clusters of 4 and 2 blocks

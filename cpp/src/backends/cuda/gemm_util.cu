@@ -37,6 +37,23 @@ void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t
             "cublasSgemm");
 }
 
+void RowMajorGemmHalfIn(const DeviceContext& dev, bool bf16, int64_t m, int64_t n, int64_t k,
+                        const void* a, int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, dev.stream),
+              "GEMM zero fill");
+    return;
+  }
+  const float alpha = 1.f, beta = 0.f;
+  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  CheckBlas(cublasGemmEx(dev.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                         static_cast<int>(k), &alpha, b, type, static_cast<int>(ldb), a, type,
+                         static_cast<int>(lda), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx (16-bit inputs, float32 output)");
+}
+
 void RowMajorSgemmStridedBatched(const DeviceContext& dev, int64_t m, int64_t n, int64_t k,
                                  const float* a, int64_t stride_a, const float* b, int64_t stride_b,
                                  float* c, int64_t batch) {

@@ -78,8 +78,9 @@ void RnnStoreStates(const DeviceContext& dev, const RnnGeometry& g, int64_t d, c
 }
 
 void RegisterRnnKernels(KernelRegistry& r) {
-  r.Register(OpId::kLSTM, {DType::kFloat32}, &MakeLstmKernel);
-  r.Register(OpId::kGRU, {DType::kFloat32}, &MakeGruKernel);
+  // Keyed by X: float16 / bfloat16 X and W (a half session's input projection).
+  r.Register(OpId::kLSTM, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, &MakeLstmKernel);
+  r.Register(OpId::kGRU, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, &MakeGruKernel);
 }
 
 }  // namespace cuda

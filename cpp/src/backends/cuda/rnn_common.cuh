@@ -3,8 +3,9 @@
 // (sequence_lens), and the state load/store kernels.
 //
 // Method (both ops, per direction): one GEMM computes X * W^T for every time
-// step into scratch (rows in X's own order, so both layouts read it through
-// XRow); each step runs one GEMM h * R^T into a [batch, gates * hidden]
+// step into float32 scratch (rows in X's own order, so both layouts read it
+// through XRow; X and W float32, or both float16 / bfloat16 in half sessions,
+// which also write Y in that type); each step runs one GEMM h * R^T into a [batch, gates * hidden]
 // scratch and a fused gate kernel (one thread per batch row and hidden unit)
 // that adds X * W^T and the biases, applies the gate math and writes the
 // states and Y[t]. Weights, biases and sequence_lens are read on the device in
@@ -19,6 +20,7 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm_util.h"
+#include "backends/cuda/half.cuh"
 #include "ops/rnn.h"
 
 namespace kaiwu {
@@ -103,7 +105,8 @@ struct RnnStepArgs {
   const float* xw = nullptr;      // [seq * batch, gates * H]: X * W^T, rows in X's order
   const float* bias = nullptr;    // [2 * gates * H]: Wb then Rb of direction d, or null
   float* h = nullptr;             // [batch, H] state, updated in place
-  float* y = nullptr;             // Y, or null
+  void* y = nullptr;              // Y (float32, or y_type), or null
+  int y_type = 0;                 // 0: float32, 1: float16, 2: bfloat16 (X's type)
   int* error_flag = nullptr;
   int step = 0;
   // Folded state copies (RnnKernel::fold_states_): with load_init, step 0 reads
@@ -115,6 +118,12 @@ struct RnnStepArgs {
   const float* init_h = nullptr;  // initial_h, or null
   float* y_h = nullptr;           // Y_h, or null
 
+  /// Writes element `at` of Y (not null) in Y's type.
+  __device__ void StoreY(int64_t at, float v) const {
+    if (y_type == 1) static_cast<__half*>(y)[at] = __float2half_rn(v);
+    else if (y_type == 2) static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(v);
+    else static_cast<float*>(y)[at] = v;
+  }
   /// Time index of this step for batch row b, or -1 (see RnnStepTime).
   __device__ int64_t Time(int64_t b) const { return RnnStepTime(g, lens, d, s, b, error_flag, step); }
   /// initial_h of direction d, row b, unit j (0 without initial_h).
@@ -149,6 +158,8 @@ class RnnKernel : public CudaKernel {
     present_ = {true, true, true, p.has_bias, p.has_lens, p.has_init_h, p.has_init_c, p.has_peep};
     num_outputs_ = static_cast<int>(ctx.outputs.size());
     tf32_ = ctx.node.tf32_gemms;
+    x_type_ = ctx.in(0).dtype;
+    gates_ = gates;
     // KAIWU_RNN_FOLD_STATES=0: separate state load / store kernels (A/B).
     const char* fold = std::getenv("KAIWU_RNN_FOLD_STATES");
     fold_states_ = !(fold && std::string(fold) == "0");
@@ -160,6 +171,19 @@ class RnnKernel : public CudaKernel {
   const float* Input(const KernelIO& io, int i) const {
     return i < static_cast<int>(present_.size()) && present_[i] ? static_cast<const float*>(io.inputs[i])
                                                                  : nullptr;
+  }
+  /// X * W^T of direction d for every time step into xw ([seq * batch, gates *
+  /// hidden], float32): an SGEMM (TF32 with tf32_) for float32 X and W, else a
+  /// 16-bit GEMM with float32 output and accumulation on tensor cores.
+  void ProjectInput(const DeviceContext& dev, const KernelIO& io, int64_t d, float* xw) const {
+    const int64_t G = gates_ * g_.hidden, I = g_.input, rows = g_.seq * g_.batch;
+    if (x_type_ == DType::kFloat32) {
+      RowMajorSgemm(dev, false, true, rows, G, I, 1.f, Input(io, 0), I, Input(io, 1) + d * G * I, I, xw, G,
+                    tf32_);
+      return;
+    }
+    const auto* w = static_cast<const uint16_t*>(io.inputs[1]) + d * G * I;
+    RowMajorGemmHalfIn(dev, x_type_ == DType::kBFloat16, rows, G, I, io.inputs[0], I, w, I, xw, G);
   }
   /// Output k's device data, or null when the node does not produce it.
   float* Output(const KernelIO& io, int k) const {
@@ -188,17 +212,21 @@ class RnnKernel : public CudaKernel {
     a->gates = scratch_.gates(io.scratch);
     a->xw = scratch_.xw(io.scratch);
     a->h = scratch_.state(io.scratch, 0);
-    a->y = Output(io, 0);
+    a->y = num_outputs_ > 0 ? io.outputs[0] : nullptr;
+    a->y_type = x_type_ == DType::kFloat16 ? 1 : x_type_ == DType::kBFloat16 ? 2 : 0;
     a->error_flag = dev.error_flag;
     a->step = dev.step;
+    const size_t y_element = x_type_ == DType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
     if (a->y && a->lens)
-      CheckCuda(cudaMemsetAsync(a->y, 0, sizeof(float) * g_.seq * g_.dirs * g_.batch * g_.hidden, dev.stream),
+      CheckCuda(cudaMemsetAsync(a->y, 0, y_element * g_.seq * g_.dirs * g_.batch * g_.hidden, dev.stream),
                 what);
   }
 
   RnnGeometry g_;
   RnnScratch scratch_;
   bool tf32_ = false;  // GEMMs on TF32 tensor cores (Node::tf32_gemms)
+  DType x_type_ = DType::kFloat32;  // X's and W's type; Y's too
+  int gates_ = 0;
   bool fold_states_ = true;  // kernels read initial_h/c and write Y_h/Y_c themselves
 
  private:

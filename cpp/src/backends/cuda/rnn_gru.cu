@@ -91,7 +91,7 @@ __global__ void GruStepKernel(GruStepArgs a) {
     float h_new = h_old;
     if (t >= 0) {
       h_new = GruNewH(a, t, b, j, h_old);
-      if (a.y) a.y[a.g.YOffset(t, a.d, b) + j] = h_new;
+      if (a.y) a.StoreY(a.g.YOffset(t, a.d, b) + j, h_new);
     }
     if (t >= 0 || a.FromInit()) a.h[i] = h_new;
     if (a.ToFinal() && a.y_h) a.y_h[a.g.StateOffset(a.d, b) + j] = h_new;
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceKernel(GruStepArgs 
       const int i = r * H + j;
       const float h_new = unit.Update(a, k, hr + r * G + j, hs[i], H);
       hs[i] = h_new;  // only this thread reads or writes hs[i] until the next barrier
-      if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h_new;
+      if (a.y) a.StoreY(a.g.YOffset(unit.t[k], a.d, b0 + r) + j, h_new);
     }
     __syncthreads();
   }
@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
       const float h_new = unit.Update(a, k, hr + r * G + j, hs[i], H);
       hs[i] = h_new;  // only this thread touches (r, j) until the next barrier
       hh[r * S + j] = __float2half_rn(h_new);
-      if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h_new;
+      if (a.y) a.StoreY(a.g.YOffset(unit.t[k], a.d, b0 + r) + j, h_new);
     }
     __syncthreads();
   }
@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(kGruThreads, 1)
       if (unit.t[k] >= 0) {
         h = unit.Update(a, k, hr + r * 3 * U + jj, h, U);
         hs[i] = h;
-        if (a.y) a.y[a.g.YOffset(unit.t[k], a.d, b0 + r) + j] = h;
+        if (a.y) a.StoreY(a.g.YOffset(unit.t[k], a.d, b0 + r) + j, h);
       }
       const __half hv = __float2half_rn(h);
 #pragma unroll
@@ -550,9 +550,9 @@ class GruKernel : public RnnKernel {
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
-    const int64_t H = g_.hidden, G = 3 * H, I = g_.input, batch = g_.batch;
+    const int64_t H = g_.hidden, G = 3 * H, batch = g_.batch;
     if (batch == 0 || H == 0) return;  // every output is empty
-    const float *x = Input(io, 0), *w = Input(io, 1), *r = Input(io, 2), *bias = Input(io, 3);
+    const float *r = Input(io, 2), *bias = Input(io, 3);
     const float* init_h = Input(io, 5);
     GruStepArgs args;
     BindRun(io, &args, "GRU zero Y");
@@ -563,7 +563,7 @@ class GruKernel : public RnnKernel {
     float* gates = args.gates;
     const unsigned grid = GridFor(batch * H);
     for (int64_t d = 0; d < g_.dirs; ++d) {
-      RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G, tf32_);
+      ProjectInput(dev, io, d, xw);
       args.d = d;
       args.bias = bias ? bias + d * 2 * G : nullptr;
       const float* rd = r + d * G * H;

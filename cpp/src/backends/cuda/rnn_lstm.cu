@@ -44,7 +44,7 @@ __device__ inline void LstmCell(const LstmStepArgs& a, int64_t t, int64_t b, int
   const float h_new = SigmoidF(a.g.Clip(pre[1])) * tanhf(c_new);
   *c = c_new;
   *h = h_new;
-  if (a.y) a.y[a.g.YOffset(t, a.d, b) + j] = h_new;
+  if (a.y) a.StoreY(a.g.YOffset(t, a.d, b) + j, h_new);
 }
 
 // One time step for every (batch row, hidden unit). With folded
@@ -80,9 +80,9 @@ class LstmKernel : public RnnKernel {
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
-    const int64_t H = g_.hidden, G = 4 * H, I = g_.input, batch = g_.batch;
+    const int64_t H = g_.hidden, G = 4 * H, batch = g_.batch;
     if (batch == 0 || H == 0) return;  // every output is empty
-    const float *x = Input(io, 0), *w = Input(io, 1), *r = Input(io, 2), *bias = Input(io, 3);
+    const float *r = Input(io, 2), *bias = Input(io, 3);
     const float *init_h = Input(io, 5), *init_c = Input(io, 6), *peep = Input(io, 7);
     LstmStepArgs args;
     BindRun(io, &args, "LSTM zero Y");
@@ -93,7 +93,7 @@ class LstmKernel : public RnnKernel {
     float* xw = scratch_.xw(io.scratch);  // written by the X * W^T GEMM, read by the steps
     const unsigned grid = GridFor(batch * H);
     for (int64_t d = 0; d < g_.dirs; ++d) {
-      RowMajorSgemm(dev, false, true, g_.seq * batch, G, I, 1.f, x, I, w + d * G * I, I, xw, G, tf32_);
+      ProjectInput(dev, io, d, xw);
       const bool folded = FoldStepStates(io, &args);
       if (!folded) RnnLoadStates(dev, g_, d, init_h, args.h, init_c, args.c);
       args.d = d;
