@@ -234,6 +234,56 @@ TEST(MixedPrecision, RecurrentNodesKeepFloat32WithTf32Gemms) {
   }
 }
 
+// A GRU with linear_before_reset and hidden <= 128, a multiple of 16, also
+// reads R in float16 in fp16 sessions (a static Cast, like W): hidden 32 does,
+// hidden 40, linear_before_reset 0 and bfloat16 sessions keep R float32.
+TEST(MixedPrecision, GruTakesFloat16RWhereItsSequenceKernelReadsIt) {
+  struct Case {
+    int64_t hidden;
+    int lbr;
+    DType half;
+    bool half_r;
+  };
+  for (const Case& c : {Case{32, 1, DType::kFloat16, true}, Case{40, 1, DType::kFloat16, false},
+                        Case{32, 0, DType::kFloat16, false}, Case{32, 1, DType::kBFloat16, false}}) {
+    const std::string what = "hidden " + std::to_string(c.hidden) + " lbr " + std::to_string(c.lbr) + " " +
+                             DTypeName(c.half);
+    Graph g;
+    const int obs = Val(g, "obs", ValueKind::kInput, DType::kFloat32);
+    g.inputs = {obs};
+    const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
+    const int gw = Val(g, "GW", ValueKind::kWeight, DType::kFloat32);
+    const int gr = Val(g, "GR", ValueKind::kWeight, DType::kFloat32);
+    g.values[gr].dims = {Dim{1, ""}, Dim{3 * c.hidden, ""}, Dim{c.hidden, ""}};
+    const int x = Val(g, "x", ValueKind::kRuntime, DType::kFloat32);
+    const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
+    const int yh = Val(g, "y_h", ValueKind::kRuntime, DType::kFloat32);
+    g.AddNode(Op("MatMul", "enc", {obs, w}, {x}));
+    Node gru = Op("GRU", "gru", {x, gw, gr}, {y, yh});
+    gru.attrs["linear_before_reset"] = IntAttr(c.lbr);
+    g.AddNode(gru);
+    g.outputs = {y, yh};
+    g.Verify();
+    MixedPrecisionReport r = ApplyMixedPrecision(&g, Options(c.half));
+    const Node* n = NodeNamed(g, "gru");
+    ASSERT_NE(n, nullptr) << what;
+    EXPECT_EQ(g.values[n->inputs[0]].dtype, c.half) << what;  // X and W in half in every case
+    if (c.half_r) {
+      const Node* cast = ProducerOf(g, n->inputs[2]);
+      ASSERT_NE(cast, nullptr) << what;
+      EXPECT_EQ(cast->op_type, "Cast") << what;
+      EXPECT_EQ(cast->inputs[0], gr) << what;
+      EXPECT_EQ(g.values[n->inputs[2]].dtype, DType::kFloat16) << what;
+      EXPECT_EQ(Find(r, "gru")->reason, "float32 by rule, GEMMs on tensor cores, X, W, R and Y in float16");
+    } else {
+      EXPECT_EQ(n->inputs[2], gr) << what;
+      EXPECT_EQ(Find(r, "gru")->reason,
+                std::string("float32 by rule, GEMMs on tensor cores, X, W and Y in ") + DTypeName(c.half))
+          << what;
+    }
+  }
+}
+
 TEST(MixedPrecision, MissingKernelKeepsFloat32) {
   Policy p;
   MixedPrecisionReport r = ApplyMixedPrecision(&p.g, Options(DType::kFloat16, {}, {"Conv"}));

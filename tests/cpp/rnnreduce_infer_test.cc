@@ -170,8 +170,16 @@ TEST(RnnReduceInfer, GruParamsAndErrors) {
   ExpectModelError(MakeNode("GRU", 3, 2),
                    {Info(DType::kFloat16, x), Info(DType::kFloat32, w), Info(DType::kFloat32, r)},
                    "W is float32 but X is float16 (X and W share one type)");
+  // R may be float16 with a float16 X (a GRU's FP16 recurrent products), not with bfloat16.
+  OpContext half_r = Infer(MakeNode("GRU", 3, 2), {Info(DType::kFloat16, x), Info(DType::kFloat16, w),
+                                                   Info(DType::kFloat16, r)});
+  EXPECT_EQ(half_r.outputs[0].dtype, DType::kFloat16);
+  EXPECT_EQ(half_r.outputs[1].dtype, DType::kFloat32);
   ExpectModelError(MakeNode("GRU", 3, 2),
-                   {Info(DType::kFloat16, x), Info(DType::kFloat16, w), Info(DType::kFloat16, r)},
+                   {Info(DType::kBFloat16, x), Info(DType::kBFloat16, w), Info(DType::kBFloat16, r)},
+                   "input 2 has dtype bfloat16, expected one of: float32");
+  ExpectModelError(MakeNode("GRU", 3, 2),
+                   {Info(DType::kFloat32, x), Info(DType::kFloat32, w), Info(DType::kFloat16, r)},
                    "input 2 has dtype float16, expected one of: float32");
 }
 

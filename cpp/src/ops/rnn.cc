@@ -41,8 +41,10 @@ std::string Lower(std::string s) {
 ///
 /// X and W may also both be float16 or both bfloat16 (the mixed-precision pass
 /// of half device sessions: the input projection reads them in 16 bits); Y then
-/// has X's type, and R, B, the states and Y_h / Y_c stay float32. Backends key
-/// the kernel by X's dtype, so one without such a kernel refuses the node.
+/// has X's type, and B, the states and Y_h / Y_c stay float32. R is float32, or
+/// float16 where X is (a GRU whose recurrent products run on FP16 operands).
+/// Backends key the kernel by X's dtype, so one without such a kernel refuses
+/// the node.
 void InferRnnCommon(OpContext& ctx, int gates, RnnParams& p) {
   const Node& node = ctx.node;
   RnnDims& d = p.dims;
@@ -55,7 +57,8 @@ void InferRnnCommon(OpContext& ctx, int gates, RnnParams& p) {
   if (ctx.in(1).dtype != x_type)
     ctx.Error("W is ", DTypeName(ctx.in(1).dtype), " but X is ", DTypeName(x_type),
               " (X and W share one type)");
-  ctx.ExpectDType(2, {DType::kFloat32});
+  if (x_type == DType::kFloat16 && node.op_type == "GRU") ctx.ExpectDType(2, {DType::kFloat32, DType::kFloat16});
+  else ctx.ExpectDType(2, {DType::kFloat32});
   std::string direction = node.GetString("direction", "forward");
   if (direction == "bidirectional") d.dirs = 2;
   else if (direction == "reverse") d.reverse = true;

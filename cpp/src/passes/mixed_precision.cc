@@ -162,7 +162,7 @@ class Rewriter {
     for (int v : snapshot.inputs) any_fp32_input = any_fp32_input || IsFp32(v);
 
     std::string reason;
-    bool half = false, half_io = false;
+    bool half = false, half_io = false, half_r = false;
     if (rule.role == Role::kCompute || rule.role == Role::kMovement || rule.role == Role::kHalfIo) {
       const std::vector<int> t_in = TInputs(snapshot, rule);
       bool all_fp32 = !t_in.empty(), any_half = false, all_static = true;
@@ -201,7 +201,8 @@ class Rewriter {
         // is cast; R, B, the states and Y_h / Y_c stay float32.
         if (RecurrentHalfIo(snapshot)) {
           half_io = true;
-          reason += std::string(", X, W and Y in ") + DTypeName(o_.half);
+          half_r = FragmentR(snapshot);
+          reason += std::string(half_r ? ", X, W, R and Y in " : ", X, W and Y in ") + DTypeName(o_.half);
         }
       }
     } else {
@@ -211,7 +212,8 @@ class Rewriter {
     if (half_io) {
       g_.nodes[i].inputs[0] = HalfVersion(snapshot.inputs[0]);
       g_.nodes[i].inputs[1] = HalfVersion(snapshot.inputs[1]);
-      for (int k = 2; k < snapshot.num_inputs(); ++k) {
+      if (half_r) g_.nodes[i].inputs[2] = HalfVersion(snapshot.inputs[2]);
+      for (int k = half_r ? 3 : 2; k < snapshot.num_inputs(); ++k) {
         const int v = snapshot.inputs[k];
         if (v >= 0 && pending_[v]) Materialize(v);
       }
@@ -278,6 +280,22 @@ class Rewriter {
     const int x = n.inputs[0], w = n.inputs[1];
     const bool x_half = pending_[x] || (half_of_[x] >= 0 && produced_half_.count(x));
     return x_half && IsFp32(w) && static_[w] && o_.has_kernel(NodeOp(n), o_.half);
+  }
+
+  // With RecurrentHalfIo, a float16 GRU whose recurrent products the device
+  // runs on FP16 operands read from R (linear_before_reset, hidden <= 128 and a
+  // multiple of 16: its tensor-core sequence kernels) also takes R in float16,
+  // cast with the weights: those kernels then load each pair of R as one word
+  // instead of rounding float32 R at every launch.
+  bool FragmentR(const Node& n) const {
+    if (o_.half != DType::kFloat16 || n.op_type != "GRU" || n.GetInt("linear_before_reset", 0) != 1 ||
+        n.num_inputs() < 3 || n.inputs[2] < 0)
+      return false;
+    const int r = n.inputs[2];
+    const Value& rv = g_.values[r];
+    if (!IsFp32(r) || !static_[r] || !rv.has_shape || rv.dims.size() != 3) return false;
+    const int64_t hidden = rv.dims[2].value;
+    return hidden > 0 && hidden <= 128 && hidden % 16 == 0;
   }
 
   void Mark(int v) {

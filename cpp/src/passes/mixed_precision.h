@@ -15,7 +15,9 @@
 //   node or op type named in keep_fp32 stay float32. LSTM and GRU keep float32
 //   state, gate math and R, with their GEMMs on tensor cores (Node::tf32_gemms);
 //   where a half node already made X and the backend has the op's half kernel
-//   they read X and W (cast with the weights) in half and write Y in half.
+//   they read X and W (cast with the weights) in half and write Y in half; an
+//   fp16 GRU with linear_before_reset and hidden <= 128, a multiple of 16, also
+//   reads R in float16 (its tensor-core sequence kernels' operand type).
 // - A Cast node is added where a float32 value enters a half node and where a
 //   half value leaves for a float32 node or a graph output. Casts of weights
 //   belong to the static weight program: weights are converted at load and at

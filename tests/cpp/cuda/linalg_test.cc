@@ -473,6 +473,41 @@ TEST(CudaLinalg, RnnHalfInputProjection) {
         }
 }
 
+// An fp16 GRU's R in float16 too (passes/mixed_precision: linear_before_reset,
+// hidden <= 128 and a multiple of 16): the tensor-core kernels read its pairs as
+// they are (clusters, and KAIWU_GRU_CLUSTER=1's single block), the other paths
+// widen it into scratch (hidden 40; KAIWU_GRU_SEQUENCE_MAX_BATCH=0's per-step
+// path). Against the float32 CPU kernel on X, W and R rounded to float16.
+TEST(CudaLinalg, GruFloat16R) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(214);
+  const std::vector<std::pair<const char*, const char*>> envs = {
+      {nullptr, nullptr}, {"KAIWU_GRU_CLUSTER", "1"}, {"KAIWU_GRU_SEQUENCE_MAX_BATCH", "0"}};
+  for (const auto& [name, value] : envs) {
+    if (name) ASSERT_EQ(setenv(name, value, 1), 0);
+    for (int64_t batch : {1, 17, 300})
+      for (int64_t hidden : {128, 48, 40}) {
+        RnnCase c;
+        c.op = "GRU";
+        c.lbr = 1;
+        c.seq = 5, c.batch = batch, c.input = 64, c.hidden = hidden;
+        c.layout = batch == 17 ? 1 : 0;
+        c.direction = batch == 17 ? "bidirectional" : "forward";
+        if (batch == 17) {
+          c.lens.resize(batch);
+          for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
+        }
+        auto [node, in] = MakeRnn(c, rng);
+        node.tf32_gemms = true;
+        std::vector<int> keep;
+        for (int k = 3; k < static_cast<int>(in.size()); ++k) keep.push_back(k);
+        SCOPED_TRACE(c.Describe() + (name ? std::string(" ") + name + "=" + value : std::string()));
+        CheckHalf(node, in, DType::kFloat16, 2e-2f, 3e-3f, {}, keep);
+      }
+    if (name) unsetenv(name);
+  }
+}
+
 // The tensor-core GRU sequence kernel split over clusters of 4 and 2 blocks
 // (sm_90; KAIWU_GRU_CLUSTER caps the size, 1 = the single-block kernel) against
 // the float32 CPU kernel: hidden 128 / 64 / 32 (4 blocks) and 48 (2), batches

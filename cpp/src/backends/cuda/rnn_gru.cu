@@ -22,6 +22,7 @@ namespace {
 // h each).
 struct GruStepArgs : RnnStepArgs {
   bool linear_before_reset = false;
+  bool r_half = false;  // the tensor-core kernels' R is float16 (a half session's derived copy)
   float* rh = nullptr;  // [batch, H]: r . h (linear_before_reset = 0)
 };
 
@@ -289,10 +290,13 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
 // Shared by the tensor-core kernels. Warp `warp` owns the 8-column tiles warp,
 // warp + 12, ... of `ntiles`; column n of its tiles is R's row row_of(n).
 // The B fragments (column-major 16 x 8 per tile): column n of tile (t, k) is
-// gate row row_of(t * 8 + gid), rows k * 16 + 2 * tig (+1, +8, +9).
+// gate row row_of(t * 8 + gid), rows k * 16 + 2 * tig (+1, +8, +9). R float32
+// is rounded to FP16 pairs; R float16 (r_half) already holds each pair as one
+// 32-bit word: half the bytes and no conversion at every launch.
 template <int kTiles, typename RowOf>
-__device__ void GruLoadRFragments(const float* __restrict__ R, int H, int ntiles, int ktiles, int warp,
-                                  int gid, int tig, RowOf row_of, uint32_t (&bf)[kTiles][kGruMmaKTiles][2]) {
+__device__ void GruLoadRFragments(const void* __restrict__ R, bool r_half, int H, int ntiles, int ktiles,
+                                  int warp, int gid, int tig, RowOf row_of,
+                                  uint32_t (&bf)[kTiles][kGruMmaKTiles][2]) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     const int nt = warp + kGruMmaWarps * i;
@@ -300,9 +304,16 @@ __device__ void GruLoadRFragments(const float* __restrict__ R, int H, int ntiles
     for (int kt = 0; kt < kGruMmaKTiles; ++kt) {
       bf[i][kt][0] = bf[i][kt][1] = 0u;
       if (nt < ntiles && kt < ktiles) {
-        const float* rr = R + static_cast<int64_t>(row_of(nt * 8 + gid)) * H + kt * 16 + 2 * tig;
-        bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
-        bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
+        const int64_t at = static_cast<int64_t>(row_of(nt * 8 + gid)) * H + kt * 16 + 2 * tig;
+        if (r_half) {
+          const __half* rr = static_cast<const __half*>(R) + at;  // H % 16 == 0: 4-byte aligned pairs
+          bf[i][kt][0] = __ldg(reinterpret_cast<const unsigned int*>(rr));
+          bf[i][kt][1] = __ldg(reinterpret_cast<const unsigned int*>(rr + 8));
+        } else {
+          const float* rr = static_cast<const float*>(R) + at;
+          bf[i][kt][0] = PackHalf2(__ldg(rr), __ldg(rr + 1));
+          bf[i][kt][1] = PackHalf2(__ldg(rr + 8), __ldg(rr + 9));
+        }
       }
     }
   }
@@ -350,7 +361,7 @@ __device__ void GruTileProducts(const __half* ha, int S, int ntiles, int ktiles,
   }
 }
 
-__global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepArgs a, const float* __restrict__ R) {
+__global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepArgs a, const void* __restrict__ R) {
   extern __shared__ __align__(16) float sm[];
   const int H = static_cast<int>(a.g.hidden), G = 3 * H, S = H + 8;
   const int ntiles = G / 8, ktiles = H / 16;
@@ -361,7 +372,7 @@ __global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepAr
   float* hr = hs + kGruMmaRows * H;                               // h * R^T [16][G]
   __half* hh = reinterpret_cast<__half*>(hr + kGruMmaRows * G);   // h [16][S], FP16
   uint32_t bf[kGruMmaTilesPerWarp][kGruMmaKTiles][2];  // this warp's R fragments
-  GruLoadRFragments(R, H, ntiles, ktiles, warp, gid, tig, [](int n) { return n; }, bf);
+  GruLoadRFragments(R, a.r_half, H, ntiles, ktiles, warp, gid, tig, [](int n) { return n; }, bf);
   const int groups = kGruThreads / H, group = tid / H, j = tid % H;
   const bool updates = group < groups;
   GruUnitRows<kGruMmaRowsPerThread> unit;
@@ -412,7 +423,7 @@ size_t GruSequenceClusterSmem(int64_t H, int cluster) {
 
 template <int kC>
 __global__ void __launch_bounds__(kGruThreads, 1)
-    GruSequenceClusterKernel(GruStepArgs a, const float* __restrict__ R) {
+    GruSequenceClusterKernel(GruStepArgs a, const void* __restrict__ R) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   constexpr int kTilesPerWarp = (3 * kGruMaxHidden / kC / 8 + kGruMmaWarps - 1) / kGruMmaWarps;
@@ -430,7 +441,7 @@ __global__ void __launch_bounds__(kGruThreads, 1)
   // Local column n (gate n / U, unit c * U + n % U) is R's row g * H + c * U + n % U;
   // U % 8 == 0, so a tile never straddles two gates.
   uint32_t bf[kTilesPerWarp][kGruMmaKTiles][2];
-  GruLoadRFragments(R, H, ntiles, ktiles, warp, gid, tig,
+  GruLoadRFragments(R, a.r_half, H, ntiles, ktiles, warp, gid, tig,
                     [H, U, c](int n) { return n / U * H + c * U + n % U; }, bf);
   const int groups = kGruThreads / U, group = tid / U, jj = tid % U, j = c * U + jj;
   const bool updates = group < groups;
@@ -508,7 +519,7 @@ int ClusterSize(int64_t batch, int64_t H) {
 }
 
 void LaunchGruSequenceCluster(int cluster, int64_t batch, size_t smem, cudaStream_t stream,
-                              const GruStepArgs& args, const float* r) {
+                              const GruStepArgs& args, const void* r) {
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeClusterDimension;
@@ -525,6 +536,11 @@ void LaunchGruSequenceCluster(int cluster, int64_t batch, size_t smem, cudaStrea
   } else {
     CheckCuda(cudaLaunchKernelEx(&config, GruSequenceClusterKernel<2>, args, r), "GRU sequence kernel (cluster of 2)");
   }
+}
+
+// A float16 R widened for the paths that read float32 R.
+__global__ void WidenHalfKernel(const __half* __restrict__ in, float* __restrict__ out, int64_t n) {
+  KAIWU_CUDA_LOOP(i, n) out[i] = __half2float(in[i]);
 }
 
 class GruKernel : public RnnKernel {
@@ -546,17 +562,37 @@ class GruKernel : public RnnKernel {
     sequence_smem_ = sequence_cluster_ > 1 ? GruSequenceClusterSmem(g_.hidden, sequence_cluster_)
                      : sequence_mma_       ? GruSequenceMmaSmem(g_.hidden)
                                            : GruSequenceSmem(g_.hidden, sequence_rows_);
+    // A float16 R (fp16 sessions, passes/mixed_precision.cc): the tensor-core
+    // kernels read it as is; the other paths read it widened into scratch.
+    r_half_ = ctx.in(2).dtype == DType::kFloat16;
+    if (r_half_) {
+      r_scratch_at_ = (ctx.scratch_bytes + 255) / 256 * 256;
+      ctx.scratch_bytes = r_scratch_at_ + sizeof(float) * static_cast<size_t>(g_.dirs * 3 * g_.hidden * g_.hidden);
+    }
   }
 
   void Run(const KernelIO& io) const override {
     const DeviceContext& dev = Dev(io);
     const int64_t H = g_.hidden, G = 3 * H, batch = g_.batch;
     if (batch == 0 || H == 0) return;  // every output is empty
-    const float *r = Input(io, 2), *bias = Input(io, 3);
+    const float* bias = Input(io, 3);
     const float* init_h = Input(io, 5);
     GruStepArgs args;
     BindRun(io, &args, "GRU zero Y");
     args.linear_before_reset = linear_before_reset_;
+    // R as the tensor-core kernels read it (float32, or float16 as the node has
+    // it: H % 16 == 0 keeps every direction's start 16-byte aligned), and as
+    // float32 for the other paths (a float16 R widened into scratch first).
+    const bool widen = r_half_ && (!sequence_mma_ || (reinterpret_cast<uintptr_t>(io.inputs[2]) & 15) != 0);
+    args.r_half = r_half_ && !widen;
+    const float* r = r_half_ ? nullptr : Input(io, 2);
+    if (widen) {
+      float* wide = reinterpret_cast<float*>(static_cast<char*>(io.scratch) + r_scratch_at_);
+      const int64_t n = g_.dirs * G * H;
+      WidenHalfKernel<<<GridFor(n), kBlock, 0, dev.stream>>>(static_cast<const __half*>(io.inputs[2]), wide, n);
+      CheckLaunch("GRU R widening");
+      r = wide;
+    }
     args.rh = scratch_.state(io.scratch, 1);
     float* xw = scratch_.xw(io.scratch);  // written by the X * W^T GEMM, read by the steps
     float* h = args.h;
@@ -566,16 +602,19 @@ class GruKernel : public RnnKernel {
       ProjectInput(dev, io, d, xw);
       args.d = d;
       args.bias = bias ? bias + d * 2 * G : nullptr;
-      const float* rd = r + d * G * H;
-      if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd) & 15) == 0) {
+      // rd: float32 R of direction d (null when only the tensor-core kernels read R).
+      const float* rd = r ? r + d * G * H : nullptr;
+      const void* rd_mma = args.r_half ? static_cast<const void*>(static_cast<const __half*>(io.inputs[2]) + d * G * H)
+                                       : static_cast<const void*>(rd);
+      if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd_mma) & 15) == 0) {
         // The sequence kernels read initial_h and write Y_h themselves.
         args.load_init = args.store_final = fold_states_;
         if (!fold_states_) RnnLoadStates(dev, g_, d, init_h, h, nullptr, nullptr);
         if (sequence_cluster_ > 1) {
-          LaunchGruSequenceCluster(sequence_cluster_, batch, sequence_smem_, dev.stream, args, rd);
+          LaunchGruSequenceCluster(sequence_cluster_, batch, sequence_smem_, dev.stream, args, rd_mma);
         } else if (sequence_mma_) {
           GruSequenceMmaKernel<<<static_cast<unsigned>((batch + kGruMmaRows - 1) / kGruMmaRows),
-                                 kGruThreads, sequence_smem_, dev.stream>>>(args, rd);
+                                 kGruThreads, sequence_smem_, dev.stream>>>(args, rd_mma);
           CheckLaunch("GRU sequence kernel (tensor cores)");
         } else {
           LaunchGruSequence(sequence_rows_, batch, sequence_smem_, dev.stream, args, rd);
@@ -609,6 +648,8 @@ class GruKernel : public RnnKernel {
 
  private:
   bool linear_before_reset_ = false;
+  bool r_half_ = false;        // R is float16
+  size_t r_scratch_at_ = 0;    // where a widened float16 R goes in scratch
   bool sequence_kernel_ = false;  // GruSequenceKernel runs the steps
   bool sequence_mma_ = false;     // ... GruSequenceMmaKernel, on tensor cores
   int sequence_rows_ = 0;         // its batch rows per block
