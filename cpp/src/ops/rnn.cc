@@ -57,8 +57,10 @@ void InferRnnCommon(OpContext& ctx, int gates, RnnParams& p) {
   if (ctx.in(1).dtype != x_type)
     ctx.Error("W is ", DTypeName(ctx.in(1).dtype), " but X is ", DTypeName(x_type),
               " (X and W share one type)");
-  if (x_type == DType::kFloat16 && node.op_type == "GRU") ctx.ExpectDType(2, {DType::kFloat32, DType::kFloat16});
-  else ctx.ExpectDType(2, {DType::kFloat32});
+  if (x_type == DType::kFloat16 && node.op_type == "GRU")
+    ctx.ExpectDType(2, {DType::kFloat32, DType::kFloat16});
+  else
+    ctx.ExpectDType(2, {DType::kFloat32});
   std::string direction = node.GetString("direction", "forward");
   if (direction == "bidirectional") d.dirs = 2;
   else if (direction == "reverse") d.reverse = true;

@@ -202,7 +202,8 @@ class Rewriter {
         if (RecurrentHalfIo(snapshot)) {
           half_io = true;
           half_r = FragmentR(snapshot);
-          reason += std::string(half_r ? ", X, W, R and Y in " : ", X, W and Y in ") + DTypeName(o_.half);
+          reason += std::string(half_r ? ", X, W, R and Y in " : ", X, W and Y in ") +
+                    DTypeName(o_.half);
         }
       }
     } else {
@@ -288,8 +289,8 @@ class Rewriter {
   // cast with the weights: those kernels then load each pair of R as one word
   // instead of rounding float32 R at every launch.
   bool FragmentR(const Node& n) const {
-    if (o_.half != DType::kFloat16 || n.op_type != "GRU" || n.GetInt("linear_before_reset", 0) != 1 ||
-        n.num_inputs() < 3 || n.inputs[2] < 0)
+    if (o_.half != DType::kFloat16 || n.op_type != "GRU" ||
+        n.GetInt("linear_before_reset", 0) != 1 || n.num_inputs() < 3 || n.inputs[2] < 0)
       return false;
     const int r = n.inputs[2];
     const Value& rv = g_.values[r];

@@ -38,7 +38,8 @@ void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t
 }
 
 void RowMajorGemmHalfIn(const DeviceContext& dev, bool bf16, int64_t m, int64_t n, int64_t k,
-                        const void* a, int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc) {
+                        const void* a, int64_t lda, const void* b, int64_t ldb, float* c,
+                        int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, dev.stream),
@@ -47,10 +48,10 @@ void RowMajorGemmHalfIn(const DeviceContext& dev, bool bf16, int64_t m, int64_t 
   }
   const float alpha = 1.f, beta = 0.f;
   const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  CheckBlas(cublasGemmEx(dev.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                         static_cast<int>(k), &alpha, b, type, static_cast<int>(ldb), a, type,
-                         static_cast<int>(lda), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
-                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  CheckBlas(cublasGemmEx(dev.blas, CUBLAS_OP_T, CUBLAS_OP_N, i(n), i(m), i(k), &alpha, b, type,
+                         i(ldb), a, type, i(lda), &beta, c, CUDA_R_32F, i(ldc), CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx (16-bit inputs, float32 output)");
 }
 

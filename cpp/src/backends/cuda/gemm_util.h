@@ -24,7 +24,8 @@ void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t
 /// bfloat16 with `bf16`), row strides lda, ldb, ldc: tensor cores, float32
 /// accumulation (a half session's recurrent input projection). k == 0 zero-fills C.
 void RowMajorGemmHalfIn(const DeviceContext& dev, bool bf16, int64_t m, int64_t n, int64_t k,
-                        const void* a, int64_t lda, const void* b, int64_t ldb, float* c, int64_t ldc);
+                        const void* a, int64_t lda, const void* b, int64_t ldb, float* c,
+                        int64_t ldc);
 
 /// `batch` dense row-major products C_i[m, n] = A_i[m, k] * B_i[k, n] with
 /// A_i = a + i * stride_a (stride 0: one A for all), B_i = b + i * stride_b and

@@ -5,8 +5,8 @@
 // Method (both ops, per direction): one GEMM computes X * W^T for every time
 // step into float32 scratch (rows in X's own order, so both layouts read it
 // through XRow; X and W float32, or both float16 / bfloat16 in half sessions,
-// which also write Y in that type); each step runs one GEMM h * R^T into a [batch, gates * hidden]
-// scratch and a fused gate kernel (one thread per batch row and hidden unit)
+// which also write Y in that type); each step runs one GEMM h * R^T into a
+// [batch, gates * hidden] scratch and a fused gate kernel (one thread per batch row and hidden unit)
 // that adds X * W^T and the biases, applies the gate math and writes the
 // states and Y[t]. Weights, biases and sequence_lens are read on the device in
 // Run, never at Prepare, so a refit reaches them.
@@ -178,8 +178,8 @@ class RnnKernel : public CudaKernel {
   void ProjectInput(const DeviceContext& dev, const KernelIO& io, int64_t d, float* xw) const {
     const int64_t G = gates_ * g_.hidden, I = g_.input, rows = g_.seq * g_.batch;
     if (x_type_ == DType::kFloat32) {
-      RowMajorSgemm(dev, false, true, rows, G, I, 1.f, Input(io, 0), I, Input(io, 1) + d * G * I, I, xw, G,
-                    tf32_);
+      RowMajorSgemm(dev, false, true, rows, G, I, 1.f, Input(io, 0), I, Input(io, 1) + d * G * I, I,
+                    xw, G, tf32_);
       return;
     }
     const auto* w = static_cast<const uint16_t*>(io.inputs[1]) + d * G * I;
@@ -218,7 +218,8 @@ class RnnKernel : public CudaKernel {
     a->step = dev.step;
     const size_t y_element = x_type_ == DType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
     if (a->y && a->lens)
-      CheckCuda(cudaMemsetAsync(a->y, 0, y_element * g_.seq * g_.dirs * g_.batch * g_.hidden, dev.stream),
+      CheckCuda(cudaMemsetAsync(a->y, 0, y_element * g_.seq * g_.dirs * g_.batch * g_.hidden,
+                                dev.stream),
                 what);
   }
 

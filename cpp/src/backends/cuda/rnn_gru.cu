@@ -294,8 +294,8 @@ __device__ inline uint32_t PackHalf2(float lo, float hi) {
 // is rounded to FP16 pairs; R float16 (r_half) already holds each pair as one
 // 32-bit word: half the bytes and no conversion at every launch.
 template <int kTiles, typename RowOf>
-__device__ void GruLoadRFragments(const void* __restrict__ R, bool r_half, int H, int ntiles, int ktiles,
-                                  int warp, int gid, int tig, RowOf row_of,
+__device__ void GruLoadRFragments(const void* __restrict__ R, bool r_half, int H, int ntiles,
+                                  int ktiles, int warp, int gid, int tig, RowOf row_of,
                                   uint32_t (&bf)[kTiles][kGruMmaKTiles][2]) {
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
@@ -306,7 +306,8 @@ __device__ void GruLoadRFragments(const void* __restrict__ R, bool r_half, int H
       if (nt < ntiles && kt < ktiles) {
         const int64_t at = static_cast<int64_t>(row_of(nt * 8 + gid)) * H + kt * 16 + 2 * tig;
         if (r_half) {
-          const __half* rr = static_cast<const __half*>(R) + at;  // H % 16 == 0: 4-byte aligned pairs
+          // H % 16 == 0: the pairs are 4-byte aligned.
+          const __half* rr = static_cast<const __half*>(R) + at;
           bf[i][kt][0] = __ldg(reinterpret_cast<const unsigned int*>(rr));
           bf[i][kt][1] = __ldg(reinterpret_cast<const unsigned int*>(rr + 8));
         } else {
@@ -361,7 +362,8 @@ __device__ void GruTileProducts(const __half* ha, int S, int ntiles, int ktiles,
   }
 }
 
-__global__ void __launch_bounds__(kGruThreads, 1) GruSequenceMmaKernel(GruStepArgs a, const void* __restrict__ R) {
+__global__ void __launch_bounds__(kGruThreads, 1)
+    GruSequenceMmaKernel(GruStepArgs a, const void* __restrict__ R) {
   extern __shared__ __align__(16) float sm[];
   const int H = static_cast<int>(a.g.hidden), G = 3 * H, S = H + 8;
   const int ntiles = G / 8, ktiles = H / 16;
@@ -567,7 +569,8 @@ class GruKernel : public RnnKernel {
     r_half_ = ctx.in(2).dtype == DType::kFloat16;
     if (r_half_) {
       r_scratch_at_ = (ctx.scratch_bytes + 255) / 256 * 256;
-      ctx.scratch_bytes = r_scratch_at_ + sizeof(float) * static_cast<size_t>(g_.dirs * 3 * g_.hidden * g_.hidden);
+      const int64_t r_floats = g_.dirs * 3 * g_.hidden * g_.hidden;
+      ctx.scratch_bytes = r_scratch_at_ + sizeof(float) * static_cast<size_t>(r_floats);
     }
   }
 
@@ -583,13 +586,15 @@ class GruKernel : public RnnKernel {
     // R as the tensor-core kernels read it (float32, or float16 as the node has
     // it: H % 16 == 0 keeps every direction's start 16-byte aligned), and as
     // float32 for the other paths (a float16 R widened into scratch first).
-    const bool widen = r_half_ && (!sequence_mma_ || (reinterpret_cast<uintptr_t>(io.inputs[2]) & 15) != 0);
+    const bool r_aligned = (reinterpret_cast<uintptr_t>(io.inputs[2]) & 15) == 0;
+    const bool widen = r_half_ && (!sequence_mma_ || !r_aligned);
     args.r_half = r_half_ && !widen;
     const float* r = r_half_ ? nullptr : Input(io, 2);
     if (widen) {
       float* wide = reinterpret_cast<float*>(static_cast<char*>(io.scratch) + r_scratch_at_);
       const int64_t n = g_.dirs * G * H;
-      WidenHalfKernel<<<GridFor(n), kBlock, 0, dev.stream>>>(static_cast<const __half*>(io.inputs[2]), wide, n);
+      const auto* r16 = static_cast<const __half*>(io.inputs[2]);
+      WidenHalfKernel<<<GridFor(n), kBlock, 0, dev.stream>>>(r16, wide, n);
       CheckLaunch("GRU R widening");
       r = wide;
     }
@@ -604,14 +609,15 @@ class GruKernel : public RnnKernel {
       args.bias = bias ? bias + d * 2 * G : nullptr;
       // rd: float32 R of direction d (null when only the tensor-core kernels read R).
       const float* rd = r ? r + d * G * H : nullptr;
-      const void* rd_mma = args.r_half ? static_cast<const void*>(static_cast<const __half*>(io.inputs[2]) + d * G * H)
-                                       : static_cast<const void*>(rd);
+      const void* rd_mma = rd;
+      if (args.r_half) rd_mma = static_cast<const __half*>(io.inputs[2]) + d * G * H;
       if (sequence_kernel_ && (reinterpret_cast<uintptr_t>(rd_mma) & 15) == 0) {
         // The sequence kernels read initial_h and write Y_h themselves.
         args.load_init = args.store_final = fold_states_;
         if (!fold_states_) RnnLoadStates(dev, g_, d, init_h, h, nullptr, nullptr);
         if (sequence_cluster_ > 1) {
-          LaunchGruSequenceCluster(sequence_cluster_, batch, sequence_smem_, dev.stream, args, rd_mma);
+          LaunchGruSequenceCluster(sequence_cluster_, batch, sequence_smem_, dev.stream, args,
+                                   rd_mma);
         } else if (sequence_mma_) {
           GruSequenceMmaKernel<<<static_cast<unsigned>((batch + kGruMmaRows - 1) / kGruMmaRows),
                                  kGruThreads, sequence_smem_, dev.stream>>>(args, rd_mma);
