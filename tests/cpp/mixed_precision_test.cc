@@ -166,6 +166,34 @@ TEST(MixedPrecision, KeepFp32ByNameOrOpType) {
   EXPECT_EQ(NodeNamed(p.g, "head")->inputs[1], p.w2);  // float32 weights as they were
 }
 
+// obs -> MatMul 'enc' (W) -> GRU 'gru' (GW, GR; linear_before_reset `lbr`, R's
+// dims [1, 3 hidden, hidden] when hidden > 0) -> Y -> MatMul 'head' (W2) -> out;
+// graph outputs out and the GRU's Y_h.
+struct EncoderGru {
+  Graph g;
+  int gw, gr, yh;
+  explicit EncoderGru(int lbr = 0, int64_t hidden = 0) {
+    const int obs = Val(g, "obs", ValueKind::kInput, DType::kFloat32);
+    g.inputs = {obs};
+    const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
+    gw = Val(g, "GW", ValueKind::kWeight, DType::kFloat32);
+    gr = Val(g, "GR", ValueKind::kWeight, DType::kFloat32);
+    if (hidden > 0) g.values[gr].dims = {Dim{1, ""}, Dim{3 * hidden, ""}, Dim{hidden, ""}};
+    const int w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
+    const int x = Val(g, "x", ValueKind::kRuntime, DType::kFloat32);
+    const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
+    yh = Val(g, "y_h", ValueKind::kRuntime, DType::kFloat32);
+    const int out = Val(g, "out", ValueKind::kRuntime, DType::kFloat32);
+    g.AddNode(Op("MatMul", "enc", {obs, w}, {x}));
+    Node gru = Op("GRU", "gru", {x, gw, gr}, {y, yh});
+    if (lbr) gru.attrs["linear_before_reset"] = IntAttr(lbr);
+    g.AddNode(gru);
+    g.AddNode(Op("MatMul", "head", {y, w2}, {out}));
+    g.outputs = {out, yh};
+    g.Verify();
+  }
+};
+
 // Gemm -> GRU -> Gemm: the GRU keeps float32 state and gate math with its
 // GEMMs marked for TF32. With a half GRU kernel it reads the half X that enc
 // makes and W through a static Cast, and writes Y in half for the head (no
@@ -180,22 +208,9 @@ TEST(MixedPrecision, RecurrentNodesKeepFloat32WithTf32Gemms) {
   for (const Case& c : std::vector<Case>{{{}, {}}, {{}, {"GRU"}}, {{"gru"}, {}}, {{"GRU"}, {}}}) {
     const std::string what = c.keep.empty() ? (c.missing.empty() ? "half GRU kernel" : "no half GRU kernel")
                                             : "keep " + c.keep[0];
-    Graph g;
-    const int obs = Val(g, "obs", ValueKind::kInput, DType::kFloat32);
-    g.inputs = {obs};
-    const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
-    const int gw = Val(g, "GW", ValueKind::kWeight, DType::kFloat32);
-    const int gr = Val(g, "GR", ValueKind::kWeight, DType::kFloat32);
-    const int w2 = Val(g, "W2", ValueKind::kWeight, DType::kFloat32);
-    const int x = Val(g, "x", ValueKind::kRuntime, DType::kFloat32);
-    const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
-    const int yh = Val(g, "y_h", ValueKind::kRuntime, DType::kFloat32);
-    const int out = Val(g, "out", ValueKind::kRuntime, DType::kFloat32);
-    g.AddNode(Op("MatMul", "enc", {obs, w}, {x}));
-    g.AddNode(Op("GRU", "gru", {x, gw, gr}, {y, yh}));
-    g.AddNode(Op("MatMul", "head", {y, w2}, {out}));
-    g.outputs = {out, yh};
-    g.Verify();
+    EncoderGru p;
+    Graph& g = p.g;
+    const int gw = p.gw, gr = p.gr, yh = p.yh;
     MixedPrecisionReport r = ApplyMixedPrecision(&g, Options(DType::kFloat16, c.keep, c.missing));
     const Node* gru = NodeNamed(g, "gru");
     ASSERT_NE(gru, nullptr) << what;
@@ -248,22 +263,9 @@ TEST(MixedPrecision, GruTakesFloat16RWhereItsSequenceKernelReadsIt) {
                         Case{32, 0, DType::kFloat16, false}, Case{32, 1, DType::kBFloat16, false}}) {
     const std::string what = "hidden " + std::to_string(c.hidden) + " lbr " + std::to_string(c.lbr) + " " +
                              DTypeName(c.half);
-    Graph g;
-    const int obs = Val(g, "obs", ValueKind::kInput, DType::kFloat32);
-    g.inputs = {obs};
-    const int w = Val(g, "W", ValueKind::kWeight, DType::kFloat32);
-    const int gw = Val(g, "GW", ValueKind::kWeight, DType::kFloat32);
-    const int gr = Val(g, "GR", ValueKind::kWeight, DType::kFloat32);
-    g.values[gr].dims = {Dim{1, ""}, Dim{3 * c.hidden, ""}, Dim{c.hidden, ""}};
-    const int x = Val(g, "x", ValueKind::kRuntime, DType::kFloat32);
-    const int y = Val(g, "y", ValueKind::kRuntime, DType::kFloat32);
-    const int yh = Val(g, "y_h", ValueKind::kRuntime, DType::kFloat32);
-    g.AddNode(Op("MatMul", "enc", {obs, w}, {x}));
-    Node gru = Op("GRU", "gru", {x, gw, gr}, {y, yh});
-    gru.attrs["linear_before_reset"] = IntAttr(c.lbr);
-    g.AddNode(gru);
-    g.outputs = {y, yh};
-    g.Verify();
+    EncoderGru p(c.lbr, c.hidden);
+    Graph& g = p.g;
+    const int gr = p.gr;
     MixedPrecisionReport r = ApplyMixedPrecision(&g, Options(c.half));
     const Node* n = NodeNamed(g, "gru");
     ASSERT_NE(n, nullptr) << what;

@@ -441,43 +441,49 @@ TEST(CudaLinalg, RnnTf32Gemms) {
       }
 }
 
-// A half session's recurrent nodes where X is made in half (passes/mixed_precision):
-// X and W float16 / bfloat16, Y in that type; R, B, the states and Y_h / Y_c
-// float32. Against the float32 CPU kernel on X and W rounded to the 16-bit type
-// (CheckHalf), the tolerance of RnnTf32Gemms. GRU hidden 128 (the tensor-core
-// sequence kernels) and 40 (the per-step path), the LSTM; batches 1, 17 (both
-// directions, layout 1, ended sequences: Y's zeroed steps in 16 bits) and 300.
+// A half session's recurrent node, tf32_gemms set: `op` with linear_before_reset,
+// 5 steps, batch 17 bidirectional in layout 1 with ended sequences (Y's zeroed
+// steps), other batches forward in layout 0; run on CUDA with inputs [0,
+// first_f32) narrowed to `dt` (X, W; R too with first_f32 3) against the float32
+// CPU kernel on the rounded values (CheckHalf), the tolerance of RnnTf32Gemms.
+void CheckHalfRnn(const char* op, int64_t batch, int64_t input, int64_t hidden, DType dt,
+                  int first_f32, std::mt19937& rng, const std::string& what) {
+  RnnCase c;
+  c.op = op;
+  c.lbr = 1;
+  c.seq = 5, c.batch = batch, c.input = input, c.hidden = hidden;
+  c.layout = batch == 17 ? 1 : 0;
+  c.direction = batch == 17 ? "bidirectional" : "forward";
+  if (batch == 17) {
+    c.lens.resize(batch);
+    for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
+  }
+  auto [node, in] = MakeRnn(c, rng);
+  node.tf32_gemms = true;
+  std::vector<int> keep;
+  for (int k = first_f32; k < static_cast<int>(in.size()); ++k) keep.push_back(k);
+  SCOPED_TRACE(c.Describe() + " " + DTypeName(dt) + what);
+  CheckHalf(node, in, dt, 2e-2f, 3e-3f, {}, keep);
+}
+
+// Where a half node made X (passes/mixed_precision): X and W float16 / bfloat16,
+// Y in that type; R, B, the states and Y_h / Y_c float32. GRU hidden 128 (the
+// tensor-core sequence kernels) and 40 (the per-step path), the LSTM; batches 1,
+// 17 and 300.
 TEST(CudaLinalg, RnnHalfInputProjection) {
   KAIWU_REQUIRE_CUDA();
   std::mt19937 rng(212);
   for (DType dt : {DType::kFloat16, DType::kBFloat16})
     for (const char* op : {"LSTM", "GRU"})
       for (int64_t batch : {1, 17, 300})
-        for (int64_t hidden : {128, 40}) {
-          RnnCase c;
-          c.op = op;
-          c.lbr = 1;
-          c.seq = 5, c.batch = batch, c.input = 96, c.hidden = hidden;
-          c.layout = batch == 17 ? 1 : 0;
-          c.direction = batch == 17 ? "bidirectional" : "forward";
-          if (batch == 17) {
-            c.lens.resize(batch);
-            for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
-          }
-          auto [node, in] = MakeRnn(c, rng);
-          node.tf32_gemms = true;
-          std::vector<int> keep;
-          for (int k = 2; k < static_cast<int>(in.size()); ++k) keep.push_back(k);
-          SCOPED_TRACE(c.Describe() + " " + DTypeName(dt));
-          CheckHalf(node, in, dt, 2e-2f, 3e-3f, {}, keep);
-        }
+        for (int64_t hidden : {128, 40}) CheckHalfRnn(op, batch, 96, hidden, dt, 2, rng, "");
 }
 
 // An fp16 GRU's R in float16 too (passes/mixed_precision: linear_before_reset,
 // hidden <= 128 and a multiple of 16): the tensor-core kernels read its pairs as
 // they are (clusters, and KAIWU_GRU_CLUSTER=1's single block), the other paths
 // widen it into scratch (hidden 40; KAIWU_GRU_SEQUENCE_MAX_BATCH=0's per-step
-// path). Against the float32 CPU kernel on X, W and R rounded to float16.
+// path).
 TEST(CudaLinalg, GruFloat16R) {
   KAIWU_REQUIRE_CUDA();
   std::mt19937 rng(214);
@@ -485,25 +491,10 @@ TEST(CudaLinalg, GruFloat16R) {
       {nullptr, nullptr}, {"KAIWU_GRU_CLUSTER", "1"}, {"KAIWU_GRU_SEQUENCE_MAX_BATCH", "0"}};
   for (const auto& [name, value] : envs) {
     if (name) ASSERT_EQ(setenv(name, value, 1), 0);
+    const std::string what = name ? std::string(" ") + name + "=" + value : std::string();
     for (int64_t batch : {1, 17, 300})
-      for (int64_t hidden : {128, 48, 40}) {
-        RnnCase c;
-        c.op = "GRU";
-        c.lbr = 1;
-        c.seq = 5, c.batch = batch, c.input = 64, c.hidden = hidden;
-        c.layout = batch == 17 ? 1 : 0;
-        c.direction = batch == 17 ? "bidirectional" : "forward";
-        if (batch == 17) {
-          c.lens.resize(batch);
-          for (int64_t b = 0; b < batch; ++b) c.lens[b] = static_cast<int32_t>((b * 5) % (c.seq + 1));
-        }
-        auto [node, in] = MakeRnn(c, rng);
-        node.tf32_gemms = true;
-        std::vector<int> keep;
-        for (int k = 3; k < static_cast<int>(in.size()); ++k) keep.push_back(k);
-        SCOPED_TRACE(c.Describe() + (name ? std::string(" ") + name + "=" + value : std::string()));
-        CheckHalf(node, in, DType::kFloat16, 2e-2f, 3e-3f, {}, keep);
-      }
+      for (int64_t hidden : {128, 48, 40})
+        CheckHalfRnn("GRU", batch, 64, hidden, DType::kFloat16, 3, rng, what);
     if (name) unsetenv(name);
   }
 }
