@@ -1,9 +1,11 @@
 // How the prepacked-B GEMM (backends/cpu/sgemm_packed.h) splits across
-// threads: row blocks of whole tiles against column panels, each over the
-// whole product on a pool of `threads`, and one thread alone, on the shapes
-// the policies' dense layers have (M = batch rows). The three are alternated
-// in rounds in one process; best wall time of the rounds, with GFLOP/s.
-// SgemmPackedB picks rows when M > N (and enough rows), columns otherwise.
+// threads: row blocks of whole tiles against single column panels, each over
+// the whole product on a pool of `threads`, the split SgemmPackedB itself
+// picks (rows when there are two tiles of rows a thread, else column groups
+// as wide as the register tile, crossed with row blocks when few), and one
+// thread alone, on the shapes the policies' dense layers have (M = batch
+// rows). The four are alternated in rounds in one process; best wall time of
+// the rounds, with GFLOP/s.
 // Build (after the library, e.g. build/dev):
 //   g++ -O2 -std=c++17 -Icpp/src -Icpp/include bench/gemm_split_bench.cc  (continued:)
 //       build/dev/libkaiwu_core.a -lpthread -o /tmp/gemm_split_bench
@@ -50,20 +52,25 @@ void Run(ThreadPool& pool, int rounds, int64_t m, int64_t n, int64_t k) {
   const auto cols = [&] {
     pool.ParallelFor(panels, 1e9, [&](int64_t q0, int64_t q1) { PackedBlock(isa, p, 0, m, q0, q1); });
   };
+  const auto chosen = [&] {
+    SgemmPackedB(isa, m, n, k, a.data(), k, packed.data(), bias.data(), act, c.data(), n, &pool);
+  };
   const auto one = [&] { PackedBlock(isa, p, 0, m, 0, panels); };
-  double best[3] = {1e30, 1e30, 1e30};
+  double best[4] = {1e30, 1e30, 1e30, 1e30};
   const int reps = std::max<int64_t>(1, static_cast<int64_t>(2e8 / (2.0 * m * n * k) + 1));
   for (int r = 0; r < rounds; ++r) {
-    for (int w = 0; w < 3; ++w) {
+    for (int w = 0; w < 4; ++w) {
       const double t0 = Now();
-      for (int i = 0; i < reps; ++i) (w == 0 ? rows() : w == 1 ? cols() : one());
+      for (int i = 0; i < reps; ++i) (w == 0 ? rows() : w == 1 ? cols() : w == 2 ? chosen() : one());
       best[w] = std::min(best[w], (Now() - t0) / reps);
     }
   }
   const double f = 2.0 * m * n * k * 1e-9;
-  std::printf("%6ld x %5ld x %5ld  rows %9.0f us (%6.1f GFLOP/s)  cols %9.0f us (%6.1f)  1 thread %9.0f us (%6.1f)\n",
-              static_cast<long>(m), static_cast<long>(n), static_cast<long>(k), best[0] * 1e6, f / best[0],
-              best[1] * 1e6, f / best[1], best[2] * 1e6, f / best[2]);
+  std::printf(
+      "%6ld x %5ld x %5ld  rows %8.0f us (%6.1f GFLOP/s)  cols %8.0f us (%6.1f)  SgemmPackedB %8.0f us "
+      "(%6.1f)  1 thread %8.0f us (%6.1f)\n",
+      static_cast<long>(m), static_cast<long>(n), static_cast<long>(k), best[0] * 1e6, f / best[0],
+      best[1] * 1e6, f / best[1], best[2] * 1e6, f / best[2], best[3] * 1e6, f / best[3]);
 }
 
 }  // namespace

@@ -62,7 +62,10 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
                          // tiles) beside whole ones, and one just past it.
                          {9, 2, 64}, {301, 8, 40}, {263, 24, 129}, {61, 25, 300},
                          // A short last row block, split across threads.
-                         {487, 18, 256}, {250, 130, 70}}) {
+                         {487, 18, 256}, {250, 130, 70},
+                         // Few rows and few column groups: row blocks crossed
+                         // with column groups (2 and 3 threads).
+                         {17, 40, 500}, {30, 90, 300}, {40, 200, 100}}) {
     for (bool trans_b : {false, true})
       for (auto kind : {FusedActivation::Kind::kNone, FusedActivation::Kind::kRelu,
                         FusedActivation::Kind::kTanh})
@@ -76,13 +79,15 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
           cpu::PackB(trans_b, k, n, b.data(), packed.data());
           cpu::Activation act;
           act.kind = kind;
-          std::vector<float> c1(m * ldc, kNaN), c2(m * ldc, kNaN);
-          ThreadPool one(1), two(2);
+          std::vector<float> c1(m * ldc, kNaN), c2(m * ldc, kNaN), c3(m * ldc, kNaN);
+          ThreadPool one(1), two(2), three(3);
           const float* bp = with_bias ? bias.data() : nullptr;
           cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c1.data(), ldc,
                             &one);
           cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c2.data(), ldc,
                             &two);
+          cpu::SgemmPackedB(isa, m, n, k, a.data(), lda, packed.data(), bp, act, c3.data(), ldc,
+                            &three);
           for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < n; ++j) {
               double s = with_bias ? bias[j] : 0.0;
@@ -93,8 +98,11 @@ TEST(SgemmPacked, MatchesFloat64Reference) {
                   << "m" << m << " n" << n << " k" << k << " trans_b " << trans_b;
               // The same summation order with any split: bit-identical.
               ASSERT_EQ(c1[i * ldc + j], c2[i * ldc + j]) << "m" << m << " n" << n << " k" << k;
+              ASSERT_EQ(c1[i * ldc + j], c3[i * ldc + j]) << "m" << m << " n" << n << " k" << k;
             }
-            for (int64_t j = n; j < ldc; ++j) ASSERT_TRUE(std::isnan(c1[i * ldc + j]));
+            for (int64_t j = n; j < ldc; ++j)
+              ASSERT_TRUE(std::isnan(c1[i * ldc + j]) && std::isnan(c2[i * ldc + j]) &&
+                          std::isnan(c3[i * ldc + j]));
           }
         }
   }

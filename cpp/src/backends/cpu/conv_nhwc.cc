@@ -173,7 +173,8 @@ class NhwcConvKernel : public Kernel {
       if (slots == 1) {
         run(0, 1);
       } else {
-        io.pool->ParallelFor(slots, flops * static_cast<double>(n_) / slots, run);
+        io.pool->ParallelFor(
+            slots, flops * static_cast<double>(n_) / slots / PackedFlopsPerCostUnit(isa_), run);
       }
       return;
     }
@@ -213,7 +214,8 @@ class NhwcConvKernel : public Kernel {
     }
     const int64_t blocks = (pixels + block - 1) / block, groups = (panels + group - 1) / group;
     const double cost = 2.0 * static_cast<double>(kh_ * kw_ * c_) *
-                        static_cast<double>(std::min(m_, group * kPackedPanel)) * block;
+                        static_cast<double>(std::min(m_, group * kPackedPanel)) * block /
+                        PackedFlopsPerCostUnit(isa_);
     pool->ParallelFor(blocks * groups, cost, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t g = t / blocks, b = t % blocks;

@@ -40,16 +40,27 @@ bool PackedIsaAvailable(PackedIsa isa);
 void PackedBlock(PackedIsa isa, const PackedProblem& p, int64_t r0, int64_t r1, int64_t q0,
                  int64_t q1);
 int64_t PackedTileRows(PackedIsa isa);
+/// Panels of B one register tile spans when the block has `rows` rows (the
+/// tile's width; a column split that cuts through a tile narrows it).
+int64_t PackedTilePanels(PackedIsa isa, int64_t rows);
+/// Flops of this variant's tiles per unit of ThreadPool::ParallelFor's cost,
+/// whose units are scalar operations (~0.075 ns: a helper costs ~20000 of
+/// them): the tiles run about 150 GFLOP/s a core with AVX-512 and 70 with
+/// AVX2, so a GEMM or convolution passing flops as cost would have the pool
+/// wake ten times the helpers that pay for themselves.
+double PackedFlopsPerCostUnit(PackedIsa isa);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KAIWU_PACKED_X86 1
 namespace isa_avx2 {
 void Block(const PackedProblem& p, int64_t r0, int64_t r1, int64_t q0, int64_t q1);
 int64_t TileRows();
+int64_t TilePanels(int64_t rows);
 }  // namespace isa_avx2
 namespace isa_avx512 {
 void Block(const PackedProblem& p, int64_t r0, int64_t r1, int64_t q0, int64_t q1);
 int64_t TileRows();
+int64_t TilePanels(int64_t rows);
 }  // namespace isa_avx512
 #endif
 
