@@ -117,6 +117,14 @@ int64_t PackedTilePanels(PackedIsa isa, int64_t rows) {
   }
 }
 
+namespace {
+// ThreadPool cost units (~0.075 ns) per float of packed B a product reads:
+// a core streams ~20-30 GB/s from the last-level cache.
+constexpr double kStreamCostPerFloat = 2.0;
+// Floats of B below which it stays in one core's L2 between runs (1 MiB).
+constexpr double kL2Floats = 262144.0;
+}  // namespace
+
 double PackedFlopsPerCostUnit(PackedIsa isa) {
   switch (isa) {
     case PackedIsa::kAvx512: return 10.0;
@@ -160,13 +168,18 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   // Row blocks of whole tiles when there are two or more a thread: each thread
   // then reads its rows of A once. Measured against column panels over the
   // whole product (bench/gemm_split_bench.cc, 2 threads), rows were as fast
-  // or faster on every policy shape with M >= 32: up to 1.9x on AVX-512,
-  // where a split into single panels halves the 2-panel register tile.
+  // or faster on every policy shape with M >= 32: up to 2x on AVX-512, where
+  // a split into single panels halves the 2-panel register tile.
   // Fewer rows: column groups as wide as the tile, crossed with row blocks
-  // when the groups alone are too few to keep every thread busy.
+  // when the groups alone are too few to keep every thread busy. Tiles of a
+  // few rows are wider (up to 8 panels for one row); such products stream B
+  // rather than compute, so their groups narrow to a full tile's width when
+  // that gives every thread a part of B.
   const int64_t unit = PackedTileRows(isa);
   const int64_t units = (m + unit - 1) / unit;
-  const int64_t width = PackedTilePanels(isa, std::min(m, unit));
+  int64_t width = PackedTilePanels(isa, std::min(m, unit));
+  const int64_t full_width = PackedTilePanels(isa, unit);
+  while (width > full_width && (job.panels + width - 1) / width < 2 * threads) width /= 2;
   const int64_t groups = (job.panels + width - 1) / width;
   int64_t row_parts = units, col_parts = 1;
   if (units < 2 * threads) {
@@ -174,7 +187,15 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
     row_parts = groups >= 2 * threads ? 1 : std::min(units, (2 * threads + groups - 1) / groups);
   }
   const int64_t tasks = row_parts * col_parts;
-  pool->ParallelFor(tasks, flops / tasks / PackedFlopsPerCostUnit(isa), [&job, unit, units, width, row_parts, col_parts](
+  // The pool's units: the tiles' flops, plus, where B is larger than a
+  // core's L2 holds, its floats streamed from the last-level cache, which
+  // bound products of few rows (one row: 2 flops a float). Measured with 16
+  // threads on AVX-512: 1 x 512 x 3136 (6.4 MB of B) 36 us against 212 on one
+  // thread; 1 x 1024 x 256 (1 MB, in L2) 9 us on one thread, 13 on five.
+  const double b_floats = static_cast<double>(k) * job.panels * kPackedPanel;
+  const double cost = flops / PackedFlopsPerCostUnit(isa) +
+                      (b_floats > kL2Floats ? kStreamCostPerFloat * b_floats : 0.0);
+  pool->ParallelFor(tasks, cost / tasks, [&job, unit, units, width, row_parts, col_parts](
                                               int64_t t0, int64_t t1) {
     const auto row = [&](int64_t r) { return std::min(job.p.m, r * units / row_parts * unit); };
     const auto panel = [&](int64_t c) { return std::min(job.panels, c * width); };
