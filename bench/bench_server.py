@@ -108,6 +108,7 @@ def actor_loop(step_fn, env, seconds, lat, counts, start_evt, stop_at):
 WORKERS = [1]
 MAX_WAIT = [500]
 SPLIT = [True]
+PAD = [True]
 DEVICE = ["cpu"]  # where the server's session runs (--device)
 PRECISION = ["fp32"]  # the server session's precision (--precision)
 
@@ -118,7 +119,7 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     path, stateful, on = policy.path, policy.stateful, policy.obs_name
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], device=DEVICE[0], precision=PRECISION[0],
+                                 split_batches=SPLIT[0], pad_batches=PAD[0], device=DEVICE[0], precision=PRECISION[0],
                                  state={"h0": "hn", "c0": "cn"} if stateful else None)
 
         def make(a):
@@ -168,7 +169,9 @@ def run_threads(mode, policy, n_actors, seconds, threads):
     if mode == "server":
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches", "sliced_batches", "batch_rows_hist")}
+                                            "run_mean_us", "gather_mean_us", "session_mean_us",
+                                            "scatter_mean_us", "batches", "sliced_batches",
+                                            "batch_rows_hist")}
         srv.close()
     return res
 
@@ -185,7 +188,7 @@ def run_async(mode, policy, n_actors, seconds, threads):
     srv = None
     if mode == "server":
         srv = ki.InferenceServer(policy.path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], device=DEVICE[0], precision=PRECISION[0],
+                                 split_batches=SPLIT[0], pad_batches=PAD[0], device=DEVICE[0], precision=PRECISION[0],
                                  state={"h0": "hn", "c0": "cn"} if policy.stateful else None)
     fixed = np.random.default_rng(0).standard_normal((1, 18)).astype(np.float32)
     envs = [FakeEnv(1, policy, a) for a in range(n_actors)]
@@ -225,7 +228,9 @@ def run_async(mode, policy, n_actors, seconds, threads):
     if srv is not None:
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches", "sliced_batches", "batch_rows_hist")}
+                                            "run_mean_us", "gather_mean_us", "session_mean_us",
+                                            "scatter_mean_us", "batches", "sliced_batches",
+                                            "batch_rows_hist")}
         srv.close()
     return res
 
@@ -296,7 +301,7 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     srv, name = None, None
     if mode == "server":
         srv = ki.InferenceServer(path, threads=threads, workers=WORKERS[0], max_wait_us=MAX_WAIT[0],
-                                 split_batches=SPLIT[0], device=DEVICE[0], precision=PRECISION[0],
+                                 split_batches=SPLIT[0], pad_batches=PAD[0], device=DEVICE[0], precision=PRECISION[0],
                                  state={"h0": "hn", "c0": "cn"} if stateful else None)
         name = srv.serve_shm(max_clients=n_procs, max_rows=rows)
     ps = [ctx.Process(target=proc_main, args=(mode, policy, rows, seconds, name, q, gos[i], i))
@@ -320,7 +325,9 @@ def run_procs(mode, policy, n_procs, rows, seconds, threads, shm_name_out=None):
     if srv:
         st = srv.stats()
         res["server"] = {k: st[k] for k in ("mean_batch_rows", "queue_wait_p50_us", "queue_wait_p99_us",
-                                            "run_mean_us", "batches", "sliced_batches", "batch_rows_hist")}
+                                            "run_mean_us", "gather_mean_us", "session_mean_us",
+                                            "scatter_mean_us", "batches", "sliced_batches",
+                                            "batch_rows_hist")}
         srv.close()
     return res
 
@@ -356,6 +363,8 @@ def main():
                     help="comma list of modes to run (no_engine: threads only, the harness's own bound)")
     ap.add_argument("--no-split", action="store_true",
                     help="server runs each batch whole with intra-op threads (split_batches=False)")
+    ap.add_argument("--no-pad", action="store_true",
+                    help="server runs batches and slices at their own row counts (pad_batches=False)")
     args = ap.parse_args()
     import tempfile
 
@@ -366,6 +375,7 @@ def main():
     WORKERS[0] = args.workers
     MAX_WAIT[0] = args.max_wait_us
     SPLIT[0] = not args.no_split
+    PAD[0] = not args.no_pad
     DEVICE[0] = args.device
     PRECISION[0] = args.precision
     if args.sweep:
@@ -446,7 +456,7 @@ def main():
         "baseline_threads": "1 per actor session (intra_op=inter_op=1 for onnxruntime)",
         "seconds_per_run": args.seconds,
         "server_options": f"max_batch=256, max_wait_us={args.max_wait_us}, workers={args.workers}, "
-                          f"pad_batches=True, split_batches={SPLIT[0]}",
+                          f"pad_batches={PAD[0]}, split_batches={SPLIT[0]}",
         "mlp_engine_rows_per_s_batch256": engine_rows_s,
     }
     os.makedirs(args.out, exist_ok=True)

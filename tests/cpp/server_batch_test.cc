@@ -109,7 +109,7 @@ TEST_P(ServerBatch, GatherLaysRowsOutSliceBySlice) {
                             (o * r.rows + row) * l.state[s].inner_bytes(),
                         0, l.state[s].inner_bytes());
   }
-  const SliceLayout sl = SliceLayout::Plan(g.rows, k, 64, pad);
+  const SliceLayout sl = SliceLayout::Plan(g.rows, k, 64, pad ? Padding::kCoarse : Padding::kNone);
   BatchScratch scratch;
   for (size_t i = 0; i < 4; ++i) std::memset(scratch.Get(i, 4096), 0xAB, 4096);  // stale bytes
   BatchAssembly as(l, sl);
@@ -169,7 +169,7 @@ TEST_P(ServerBatch, ScatterHandsEachRequestItsRowsAndNextState) {
   const auto [k, pad] = GetParam();
   const ServerLayout l = Layout();
   Group g(l, 6);
-  const SliceLayout sl = SliceLayout::Plan(g.rows, k, 64, pad);
+  const SliceLayout sl = SliceLayout::Plan(g.rows, k, 64, pad ? Padding::kCoarse : Padding::kNone);
   // Slice outputs: y [n_s, 5], hn [2, n_s, 4], g [7], cn [n_s, 5], random.
   std::vector<RunResult> res(sl.count);
   for (int64_t s = 0; s < sl.count; ++s) {
@@ -228,7 +228,7 @@ TEST(ServerBatchGroup, OneRequestOfABatchRunsAlone) {
   const ServerLayout l = Layout();
   Group g(l, 5);
   const int64_t n = g.batch[2]->rows;  // 3: padded to 4
-  const SliceLayout sl = SliceLayout::Plan(n, 1, 64, true);
+  const SliceLayout sl = SliceLayout::Plan(n, 1, 64, Padding::kCoarse);
   BatchScratch scratch;
   for (size_t i = 0; i < 4; ++i) std::memset(scratch.Get(i, 4096), 0xAB, 4096);  // stale bytes
   BatchAssembly as(l, sl);
@@ -311,7 +311,7 @@ TEST(ServerBatchGather, ParallelCopyEqualsSerialCopy) {
     states.push_back(nullptr);
     rows += n;
   }
-  const SliceLayout sl = SliceLayout::Plan(rows, 1, 1024, true);
+  const SliceLayout sl = SliceLayout::Plan(rows, 1, 1024, Padding::kCoarse);
   ASSERT_GT(sl.total(), rows);  // 388 rows run as 512
   ThreadPool pool(3);
   BatchScratch serial_scratch, parallel_scratch;
@@ -321,7 +321,7 @@ TEST(ServerBatchGather, ParallelCopyEqualsSerialCopy) {
   EXPECT_FALSE(serial.parallel());
   // Requests [2, end) first (380 rows, padded to 384), then all of them (the
   // buffer holds stale rows past 380 then).
-  BatchAssembly part(l, SliceLayout::Plan(rows - 8, 1, 1024, true));
+  BatchAssembly part(l, SliceLayout::Plan(rows - 8, 1, 1024, Padding::kCoarse));
   EXPECT_EQ(part.Gather(batch, states, 2, batch.size(), &parallel_scratch, &pool),
             bytes - 8 * (kObs * 4 + 4));
   EXPECT_TRUE(part.parallel());
@@ -336,7 +336,7 @@ TEST(ServerBatchGather, ParallelCopyEqualsSerialCopy) {
     EXPECT_TRUE(Zeros(Bytes(b[f]) + rows * row_bytes, (sl.total() - rows) * row_bytes));
   }
   // Below kParallelBytes the worker copies alone.
-  BatchAssembly small(l, SliceLayout::Plan(8, 1, 1024, true));
+  BatchAssembly small(l, SliceLayout::Plan(8, 1, 1024, Padding::kCoarse));
   small.Gather(batch, states, 1, 2, &parallel_scratch, &pool);
   EXPECT_FALSE(small.parallel());
 }

@@ -15,43 +15,65 @@ TEST(ServerSlices, PaddedRowsRoundsUpToABucketBelowMaxBatch) {
   const std::vector<int64_t> buckets = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
   for (int64_t rows = 1; rows <= 256; ++rows) {
     const int64_t want = *std::lower_bound(buckets.begin(), buckets.end(), rows);
-    EXPECT_EQ(PaddedRows(rows, 256, true), want) << rows;
-    EXPECT_EQ(PaddedRows(rows, 100, true), std::min<int64_t>(want, 100)) << rows;
-    EXPECT_EQ(PaddedRows(rows, 256, false), rows);
+    EXPECT_EQ(PaddedRows(rows, 256, Padding::kCoarse), want) << rows;
+    EXPECT_EQ(PaddedRows(rows, 100, Padding::kCoarse), std::min<int64_t>(want, 100)) << rows;
+    EXPECT_EQ(PaddedRows(rows, 256, Padding::kNone), rows);
   }
 }
 
 TEST(ServerSlices, PlanCutsRowsIntoEvenSlices) {
-  SliceLayout l = SliceLayout::Plan(10, 3, 64, false);
+  SliceLayout l = SliceLayout::Plan(10, 3, 64, Padding::kNone);
   EXPECT_EQ(l.count, 3);
   EXPECT_EQ(l.size, 4);
   EXPECT_EQ(l.total(), 12);
   EXPECT_EQ(l.Rows(0), 4);
   EXPECT_EQ(l.Rows(2), 2);  // the last slice is short without padding
-  l = SliceLayout::Plan(10, 3, 64, true);
+  l = SliceLayout::Plan(10, 3, 64, Padding::kCoarse);
   EXPECT_EQ(l.count, 3);
   EXPECT_EQ(l.Rows(2), 4);                 // padded
-  l = SliceLayout::Plan(10, 1, 64, true);  // whole: one padded run
+  l = SliceLayout::Plan(10, 1, 64, Padding::kCoarse);  // whole: one padded run
   EXPECT_EQ(l.count, 1);
   EXPECT_EQ(l.size, 12);
-  l = SliceLayout::Plan(10, 1, 64, false);
+  l = SliceLayout::Plan(10, 1, 64, Padding::kNone);
   EXPECT_EQ(l.size, 10);
-  l = SliceLayout::Plan(13, 4, 64, true);  // 4 slices of 4, the last with one real row
+  l = SliceLayout::Plan(13, 4, 64, Padding::kCoarse);  // 4 slices of 4, the last with one real row
   EXPECT_EQ(l.size, 4);
   EXPECT_EQ(l.count, 4);
-  l = SliceLayout::Plan(20, 4, 64, true);  // 5 rows pad to 8: 3 slices of 8 suffice
+  l = SliceLayout::Plan(20, 4, 64, Padding::kCoarse);  // 5 rows pad to 8: 3 slices of 8 suffice
   EXPECT_EQ(l.size, 8);
   EXPECT_EQ(l.count, 3);
 }
 
+TEST(ServerSlices, FineBucketsPadUnderAnEighth) {
+  // Every size to 16, then eight buckets an octave: 18, 20, ..., 32, 36, ...
+  EXPECT_EQ(PaddedRows(16, 1024, Padding::kFine), 16);
+  EXPECT_EQ(PaddedRows(17, 1024, Padding::kFine), 18);
+  EXPECT_EQ(PaddedRows(32, 1024, Padding::kFine), 32);
+  EXPECT_EQ(PaddedRows(33, 1024, Padding::kFine), 36);
+  EXPECT_EQ(PaddedRows(37, 1024, Padding::kFine), 40);
+  EXPECT_EQ(PaddedRows(65, 1024, Padding::kFine), 72);
+  EXPECT_EQ(PaddedRows(1000, 1024, Padding::kFine), 1024);
+  EXPECT_EQ(PaddedRows(37, 38, Padding::kFine), 38);  // capped at max_batch
+  std::vector<int64_t> sizes;
+  for (int64_t rows = 1; rows <= 1024; ++rows) {
+    const int64_t b = PaddedRows(rows, 1024, Padding::kFine);
+    EXPECT_GE(b, rows);
+    EXPECT_LT(static_cast<double>(b - rows), rows / 8.0) << rows;
+    EXPECT_EQ(PaddedRows(b, 1024, Padding::kFine), b) << rows;  // a bucket is its own bucket
+    if (sizes.empty() || sizes.back() != b) sizes.push_back(b);
+  }
+  EXPECT_EQ(sizes.size(), 64u);  // one session's plan cache holds 64
+}
+
 TEST(ServerSlices, RandomPlansCoverEveryRowWithNoEmptySlice) {
   std::mt19937 rng(1);
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     const int max_batch = 1 + static_cast<int>(rng() % 256);
     const int64_t rows = 1 + rng() % max_batch;
     const int64_t k = 1 + rng() % 16;
-    const bool pad = rng() % 2;
-    const SliceLayout l = SliceLayout::Plan(rows, k, max_batch, pad);
+    const Padding padding = static_cast<Padding>(rng() % 3);
+    const bool pad = padding != Padding::kNone;
+    const SliceLayout l = SliceLayout::Plan(rows, k, max_batch, padding);
     EXPECT_EQ(l.rows, rows);
     EXPECT_LE(l.count, k);
     EXPECT_GE(l.total(), rows);
@@ -59,7 +81,7 @@ TEST(ServerSlices, RandomPlansCoverEveryRowWithNoEmptySlice) {
     int64_t sum = 0;
     for (int64_t s = 0; s < l.count; ++s) sum += l.Rows(s);
     EXPECT_EQ(sum, pad ? l.total() : rows);
-    if (pad) EXPECT_EQ(l.size, PaddedRows(l.size, max_batch, true));
+    if (pad) EXPECT_EQ(l.size, PaddedRows(l.size, max_batch, padding));
   }
 }
 

@@ -51,6 +51,9 @@ ServerError Closed() { return ServerError(ServerError::kClosed, "the inference s
 InferenceServer::InferenceServer(std::shared_ptr<Session> session, ServerOptions options)
     : session_(std::move(session)),
       opt_(CheckedOptions(std::move(options))),
+      padding_(!opt_.pad_batches          ? Padding::kNone
+               : session_->on_device() ? Padding::kCoarse
+                                       : Padding::kFine),
       layout_(ServerLayout::Build(session_->inputs(), session_->outputs(), opt_)),
       shapes_(*session_, layout_),
       slice_pool_(SlicePool(*session_, opt_)),
@@ -73,7 +76,7 @@ std::vector<int> InferenceServer::OutputLayout(std::vector<TensorView>* at_one_r
 void InferenceServer::Submit(const std::shared_ptr<ServerRequest>& req) {
   if (closed_) throw Closed();
   const int64_t rows = layout_.CheckFeeds(*req, opt_.max_batch);
-  shapes_.Check(*req, rows, PaddedRows(rows, opt_.max_batch, opt_.pad_batches));
+  shapes_.Check(*req, rows, PaddedRows(rows, opt_.max_batch, padding_));
   req->rows = rows;
   std::vector<int64_t> row_key = RowShapeKey(req->feeds);
 
@@ -115,7 +118,7 @@ int InferenceServer::Warmup() {
   }
   int sizes = 0;
   for (int64_t rows = 1;;) {
-    const int64_t S = PaddedRows(rows, opt_.max_batch, true);
+    const int64_t S = PaddedRows(rows, opt_.max_batch, padding_);
     std::vector<Tensor> zeros;
     std::vector<TensorView> feeds(layout_.num_inputs);
     auto add = [&](int index, DType dtype, Shape shape) {
@@ -254,7 +257,7 @@ bool InferenceServer::RunGroup(Requests& batch, RequestStates& states, size_t be
   // k slices of S rows (the last one shorter without padding) run side by
   // side, one thread each; or one run of PaddedRows(rows) rows on all threads.
   const SliceLayout slices =
-      SliceLayout::Plan(rows, slice_tuner_.Slices(rows), opt_.max_batch, opt_.pad_batches);
+      SliceLayout::Plan(rows, slice_tuner_.Slices(rows), opt_.max_batch, padding_);
   const int64_t k = slices.count;
   const ServerRequest& first = *batch[begin];
   BatchAssembly assembly(layout_, slices);

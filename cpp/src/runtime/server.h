@@ -98,6 +98,7 @@ class InferenceServer {
 
   std::shared_ptr<Session> session_;
   ServerOptions opt_;
+  Padding padding_;  ///< how batch sizes round up (from pad_batches and the device)
   ServerLayout layout_;
   ServerShapes shapes_;                     ///< own locks
   std::unique_ptr<ThreadPool> slice_pool_;  ///< runs batch slices (split_batches)

@@ -43,7 +43,9 @@ struct ServerOptions {
   std::map<std::string, int> state_batch_axis;
   int64_t max_queue_rows = 0;  ///< 0: 4 * max_batch (at least 1024)
   bool queue_block = true;     ///< full queue: block (true) or throw kQueueFull
-  bool pad_batches = true;     ///< pad batch sizes to a few buckets (bounds plan count)
+  /// Pad batch sizes to buckets (bounds the plan count): coarse ones on a
+  /// device session, fine ones on the CPU (server_slices.h: Padding).
+  bool pad_batches = true;
   int workers = 1;             ///< threads running batches
   /// Run a batch as several slices of rows side by side, each on one thread
   /// (data parallel), instead of one Run with intra-op threads. Slices are

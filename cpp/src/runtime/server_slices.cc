@@ -2,28 +2,34 @@
 
 namespace kaiwu {
 
-int64_t PaddedRows(int64_t rows, int max_batch, bool pad) {
-  if (!pad) return rows;
-  int64_t b = 1;
-  while (b < rows) {
-    if (b >= 8 && b + b / 2 >= rows) {
-      b = b + b / 2;
-      break;
+int64_t PaddedRows(int64_t rows, int max_batch, Padding padding) {
+  int64_t b = rows;
+  if (padding == Padding::kCoarse) {
+    b = 1;
+    while (b < rows) {
+      if (b >= 8 && b + b / 2 >= rows) {
+        b = b + b / 2;
+        break;
+      }
+      b *= 2;
     }
-    b *= 2;
+  } else if (padding == Padding::kFine && rows > 16) {
+    int64_t octave = 16;  // the largest power of two below rows
+    while (octave * 2 < rows) octave *= 2;
+    const int64_t step = octave / 8;
+    b = (rows + step - 1) / step * step;
   }
   return std::min<int64_t>(b, max_batch);
 }
 
-SliceLayout SliceLayout::Plan(int64_t rows, int64_t slices, int max_batch, bool pad) {
+SliceLayout SliceLayout::Plan(int64_t rows, int64_t slices, int max_batch, Padding padding) {
   SliceLayout l;
   l.rows = rows;
-  l.pad = pad;
+  l.pad = padding != Padding::kNone;
   l.count = slices;
-  l.size = PaddedRows(rows, max_batch, pad);
+  l.size = PaddedRows(rows, max_batch, padding);
   if (slices > 1) {
-    l.size = (rows + slices - 1) / slices;
-    if (pad) l.size = PaddedRows(l.size, max_batch, pad);
+    l.size = PaddedRows((rows + slices - 1) / slices, max_batch, padding);
     l.count = (rows + l.size - 1) / l.size;
   }
   return l;
