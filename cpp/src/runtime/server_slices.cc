@@ -3,6 +3,7 @@
 namespace kaiwu {
 
 int64_t PaddedRows(int64_t rows, int max_batch, Padding padding) {
+  if (padding == Padding::kNone) return rows;
   int64_t b = rows;
   if (padding == Padding::kCoarse) {
     b = 1;
