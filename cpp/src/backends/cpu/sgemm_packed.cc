@@ -140,6 +140,13 @@ struct Job {
   PackedIsa isa;
   PackedProblem p;
   int64_t panels;
+  // The split: row_parts x col_parts tasks, row part r covering tiles
+  // [r * units / row_parts, (r + 1) * units / row_parts) of `unit` rows,
+  // column group c panels [c * width, (c + 1) * width).
+  int64_t unit = 1, units = 1, width = 1, row_parts = 1, col_parts = 1;
+
+  int64_t Row(int64_t r) const { return std::min(p.m, r * units / row_parts * unit); }
+  int64_t Panel(int64_t c) const { return std::min(panels, c * width); }
 };
 }  // namespace
 
@@ -153,8 +160,8 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
                   const float* packed, const float* bias, const Activation& act, float* c,
                   int64_t ldc, ThreadPool* pool) {
   if (m == 0 || n == 0) return;
-  const Job job{isa, PackedProblem{m, n, k, a, lda, packed, bias, &act, c, ldc},
-                (n + kPackedPanel - 1) / kPackedPanel};
+  Job job{isa, PackedProblem{m, n, k, a, lda, packed, bias, &act, c, ldc},
+          (n + kPackedPanel - 1) / kPackedPanel};
   const int64_t threads = pool ? pool->num_threads() : 1;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   // Below ~256K flops (3-10 us of work) a round trip to the pool costs more
@@ -175,18 +182,20 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   // few rows are wider (up to 8 panels for one row); such products stream B
   // rather than compute, so their groups narrow to a full tile's width when
   // that gives every thread a part of B.
-  const int64_t unit = PackedTileRows(isa);
-  const int64_t units = (m + unit - 1) / unit;
-  int64_t width = PackedTilePanels(isa, std::min(m, unit));
-  const int64_t full_width = PackedTilePanels(isa, unit);
-  while (width > full_width && (job.panels + width - 1) / width < 2 * threads) width /= 2;
-  const int64_t groups = (job.panels + width - 1) / width;
-  int64_t row_parts = units, col_parts = 1;
-  if (units < 2 * threads) {
-    col_parts = groups;
-    row_parts = groups >= 2 * threads ? 1 : std::min(units, (2 * threads + groups - 1) / groups);
+  job.unit = PackedTileRows(isa);
+  job.units = (m + job.unit - 1) / job.unit;
+  job.width = PackedTilePanels(isa, std::min(m, job.unit));
+  const int64_t full_width = PackedTilePanels(isa, job.unit);
+  while (job.width > full_width && (job.panels + job.width - 1) / job.width < 2 * threads)
+    job.width /= 2;
+  const int64_t groups = (job.panels + job.width - 1) / job.width;
+  job.row_parts = job.units;
+  if (job.units < 2 * threads) {
+    job.col_parts = groups;
+    job.row_parts =
+        groups >= 2 * threads ? 1 : std::min(job.units, (2 * threads + groups - 1) / groups);
   }
-  const int64_t tasks = row_parts * col_parts;
+  const int64_t tasks = job.row_parts * job.col_parts;
   // The pool's units: the tiles' flops, plus, where B is larger than a
   // core's L2 holds, its floats streamed from the last-level cache, which
   // bound products of few rows (one row: 2 flops a float). Measured with 16
@@ -195,19 +204,17 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   const double b_floats = static_cast<double>(k) * job.panels * kPackedPanel;
   const double cost = flops / PackedFlopsPerCostUnit(isa) +
                       (b_floats > kL2Floats ? kStreamCostPerFloat * b_floats : 0.0);
-  pool->ParallelFor(tasks, cost / tasks, [&job, unit, units, width, row_parts, col_parts](
-                                              int64_t t0, int64_t t1) {
-    const auto row = [&](int64_t r) { return std::min(job.p.m, r * units / row_parts * unit); };
-    const auto panel = [&](int64_t c) { return std::min(job.panels, c * width); };
-    if (col_parts == 1) {
-      PackedBlock(job.isa, job.p, row(t0), row(t1), 0, job.panels);
+  // One reference captured: std::function holds it without allocating.
+  pool->ParallelFor(tasks, cost / tasks, [&job](int64_t t0, int64_t t1) {
+    if (job.col_parts == 1) {
+      PackedBlock(job.isa, job.p, job.Row(t0), job.Row(t1), 0, job.panels);
       return;
     }
     // Tasks run row part by row part; each part's run of column groups is one block.
     for (int64_t t = t0; t < t1;) {
-      const int64_t r = t / col_parts, end = std::min(t1, (r + 1) * col_parts);
-      PackedBlock(job.isa, job.p, row(r), row(r + 1), panel(t - r * col_parts),
-                  panel(end - r * col_parts));
+      const int64_t r = t / job.col_parts, end = std::min(t1, (r + 1) * job.col_parts);
+      PackedBlock(job.isa, job.p, job.Row(r), job.Row(r + 1), job.Panel(t - r * job.col_parts),
+                  job.Panel(end - r * job.col_parts));
       t = end;
     }
   });
