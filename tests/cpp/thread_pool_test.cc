@@ -1,13 +1,17 @@
 // ThreadPool: every index runs exactly once, from one caller or many at once,
 // nested calls finish, and a call admits no more workers than its chunks need
-// (a counter, not a timing: a two-chunk op on a large pool wakes one worker).
+// (a counter, not a timing: a two-chunk op on a large pool wakes one worker),
+// and a call allocates nothing on the caller, whatever its lambda captures.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 #include <vector>
+
+#include "alloc_counter.h"
 
 namespace kaiwu {
 namespace {
@@ -34,6 +38,26 @@ TEST(ThreadPool, EveryIndexOnceAtAnySize) {
       }
     }
   }
+}
+
+TEST(ThreadPool, ParallelForAllocatesNothing) {
+  // Captures past std::function's two-pointer buffer: it would allocate each call.
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  const std::array<int64_t, 6> w = {1, 2, 3, 4, 5, 6};
+  const int64_t bias = 7;
+  const auto body = [&sum, w, bias](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) sum.fetch_add(w[static_cast<size_t>(i % 6)] + bias);
+  };
+  pool.ParallelFor(600, 1e6, body);  // the pool's first job (its queue takes its capacity)
+  const int64_t before = ThreadAllocations();
+  for (int call = 0; call < 200; ++call) pool.ParallelFor(600, 1e6, body);
+  EXPECT_EQ(ThreadAllocations() - before, 0);
+  EXPECT_EQ(sum.load(), 201 * 100 * (21 + 6 * 7));
+  // The counter counts: a vector's buffer is one allocation.
+  const int64_t mark = ThreadAllocations();
+  std::vector<int64_t> one(8);
+  EXPECT_EQ(ThreadAllocations() - mark, 1);
 }
 
 TEST(ThreadPool, WorkersJoinedAreBoundedByChunks) {

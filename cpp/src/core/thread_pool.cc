@@ -11,7 +11,7 @@
 namespace kaiwu {
 
 struct ThreadPool::Job {
-  const std::function<void(int64_t, int64_t)>* fn;
+  const RangeFn* fn;
   int64_t n;
   int64_t chunk;
   std::atomic<int64_t> next{0};
@@ -23,6 +23,7 @@ struct ThreadPool::Job {
 };
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  queue_.reserve(16);
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -114,8 +115,7 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-void ThreadPool::ParallelFor(int64_t n, double cost_per_item,
-                             const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::ParallelFor(int64_t n, double cost_per_item, RangeFn fn) {
   if (n <= 0) return;
   constexpr double kMinCostPerTask = 20000.0;  // ~ a few microseconds of work
   int64_t max_tasks = static_cast<int64_t>(std::max(1.0, n * cost_per_item / kMinCostPerTask));

@@ -5,13 +5,30 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kaiwu {
+
+/// A non-owning reference to a callable void(int64_t begin, int64_t end):
+/// what ParallelFor runs. Unlike std::function it never allocates, whatever
+/// a lambda captures, so a kernel's Run stays allocation-free. The callable
+/// must outlive the reference (ParallelFor blocks until it is done).
+class RangeFn {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(const F& f)  // NOLINT(google-explicit-constructor): lambdas convert at the call
+      : obj_(&f), call_([](const void* o, int64_t b, int64_t e) {
+          (*static_cast<const F*>(o))(b, e);
+        }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(obj_, begin, end); }
+
+ private:
+  const void* obj_;
+  void (*call_)(const void*, int64_t, int64_t);
+};
 
 class ThreadPool {
  public:
@@ -26,8 +43,7 @@ class ThreadPool {
   /// Calls fn(begin, end) over disjoint ranges covering [0, n). `cost_per_item`
   /// is a rough count of scalar operations per item; small totals run inline
   /// on the caller, since waking workers costs more than the work.
-  void ParallelFor(int64_t n, double cost_per_item,
-                   const std::function<void(int64_t, int64_t)>& fn);
+  void ParallelFor(int64_t n, double cost_per_item, RangeFn fn);
 
   /// Number of physical cores (falls back to hardware_concurrency).
   static int PhysicalCores();
@@ -46,7 +62,9 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job*> queue_;  // jobs with helper slots still open
+  // Jobs with helper slots still open, oldest first. A vector: it keeps its
+  // capacity, where a deque cycling one element allocates a node every 64.
+  std::vector<Job*> queue_;
   bool stop_ = false;
   // Helper slots open over queue_'s jobs, less the slots workers have taken
   // but not yet claimed from a job (so it may dip below zero for a moment).

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -48,8 +47,7 @@ BroadcastPlan MakeBroadcastPlan(const PrepareContext& ctx, const std::vector<Sha
 /// calling thread: waking workers costs more than streaming this much memory.
 constexpr double kParallelMinCost = 131072.0;
 
-/// Calls f(begin, end) over [0, n), on the pool when the work is large. Never
-/// allocates: the pool gets a reference wrapper.
+/// Calls f(begin, end) over [0, n), on the pool when the work is large.
 template <typename F>
 void ParallelRange(ThreadPool* pool, int64_t n, double cost_per_item, const F& f) {
   if (n <= 0) return;
@@ -57,7 +55,7 @@ void ParallelRange(ThreadPool* pool, int64_t n, double cost_per_item, const F& f
     f(int64_t{0}, n);
     return;
   }
-  pool->ParallelFor(n, cost_per_item, std::function<void(int64_t, int64_t)>(std::cref(f)));
+  pool->ParallelFor(n, cost_per_item, f);
 }
 
 /// Calls f(begin, end) over the flat element range [0, n) in blocks of whole

@@ -292,7 +292,6 @@ void SkinnyGemm(bool trans_b, const Problem& p, ThreadPool* pool) {
     return;
   }
   const double cost = 2.0 * static_cast<double>(p.m * p.k * s.block);
-  // One reference: small enough for std::function to hold without allocating.
   pool->ParallelFor((p.n + s.block - 1) / s.block, cost, [&s](int64_t b0, int64_t b1) {
     s.columns(s.p, b0 * s.block, std::min(s.p.n, b1 * s.block));
   });

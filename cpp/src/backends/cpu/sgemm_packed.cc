@@ -134,8 +134,7 @@ double PackedFlopsPerCostUnit(PackedIsa isa) {
 }
 
 namespace {
-// What the parallel loops need, behind one reference (std::function holds
-// that without allocating).
+// What the parallel loops need, behind one reference.
 struct Job {
   PackedIsa isa;
   PackedProblem p;
@@ -204,7 +203,6 @@ void SgemmPackedB(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   const double b_floats = static_cast<double>(k) * job.panels * kPackedPanel;
   const double cost = flops / PackedFlopsPerCostUnit(isa) +
                       (b_floats > kL2Floats ? kStreamCostPerFloat * b_floats : 0.0);
-  // One reference captured: std::function holds it without allocating.
   pool->ParallelFor(tasks, cost / tasks, [&job](int64_t t0, int64_t t1) {
     if (job.col_parts == 1) {
       PackedBlock(job.isa, job.p, job.Row(t0), job.Row(t1), 0, job.panels);
