@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_counter.h"
 #include "backends/kernel.h"
 #include "plan/node_plan.h"
 #include "ir/graph.h"
@@ -82,35 +83,75 @@ inline void ExpectModelError(const Node& node, std::vector<TensorInfo> inputs,
   }
 }
 
-/// Infers the node (op layer), prepares and runs its CPU kernel on `inputs` (an undefined-dtype Tensor
-/// marks an omitted optional input). All input data is visible to Prepare.
-inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& inputs,
-                                   int threads = 1) {
-  PrepareContext ctx(node);
-  ctx.num_threads = threads;
+/// The infos of `inputs` for a context (an undefined-dtype Tensor marks an
+/// omitted optional input), with their data visible to Prepare.
+inline std::vector<TensorInfo> InputInfos(const std::vector<Tensor>& inputs) {
+  std::vector<TensorInfo> infos;
   for (const Tensor& t : inputs) {
     TensorInfo info;
     info.present = t.dtype() != DType::kUndefined;
     info.dtype = t.dtype();
     info.shape = t.shape();
     info.data = info.present ? t.data() : nullptr;
-    ctx.inputs.push_back(info);
+    infos.push_back(info);
   }
-  InferOp(ctx);
-  std::unique_ptr<Kernel> kernel = PrepareHostKernel(ctx);
-  std::vector<Tensor> outputs;
-  std::vector<void*> out_ptrs;
-  for (const TensorInfo& o : ctx.outputs) {
-    outputs.emplace_back(o.present ? Tensor(o.dtype, o.shape) : Tensor());
-    out_ptrs.push_back(outputs.back().data());
+  return infos;
+}
+
+/// A node's CPU kernel inferred (op layer) and prepared on `inputs` (an
+/// undefined-dtype Tensor marks an omitted optional input; all input data is
+/// visible to Prepare), with its outputs, scratch and a pool of `threads`.
+class HostKernelRun {
+ public:
+  HostKernelRun(const Node& node, const std::vector<Tensor>& inputs, int threads)
+      : ctx_(node), pool_(threads) {
+    ctx_.num_threads = threads;
+    ctx_.inputs = InputInfos(inputs);
+    for (const Tensor& t : inputs) in_ptrs_.push_back(t.data());
+    InferOp(ctx_);
+    kernel_ = PrepareHostKernel(ctx_);
+    for (const TensorInfo& o : ctx_.outputs) {
+      outputs_.emplace_back(o.present ? Tensor(o.dtype, o.shape) : Tensor());
+      out_ptrs_.push_back(outputs_.back().data());
+    }
+    scratch_.resize(ctx_.scratch_bytes + 64);
   }
-  std::vector<const void*> in_ptrs;
-  for (const Tensor& t : inputs) in_ptrs.push_back(t.data());
-  std::vector<char> scratch(ctx.scratch_bytes + 64);
-  ThreadPool pool(threads);
-  KernelIO io{in_ptrs.data(), out_ptrs.data(), scratch.data(), &pool};
-  kernel->Run(io);
-  return outputs;
+  HostKernelRun(const HostKernelRun&) = delete;
+  HostKernelRun& operator=(const HostKernelRun&) = delete;
+
+  void Run() {
+    KernelIO io{in_ptrs_.data(), out_ptrs_.data(), scratch_.data(), &pool_};
+    kernel_->Run(io);
+  }
+  std::vector<Tensor>& outputs() { return outputs_; }
+
+ private:
+  PrepareContext ctx_;
+  ThreadPool pool_;
+  std::unique_ptr<Kernel> kernel_;
+  std::vector<const void*> in_ptrs_;
+  std::vector<Tensor> outputs_;
+  std::vector<void*> out_ptrs_;
+  std::vector<char> scratch_;
+};
+
+/// Infers the node, prepares and runs its CPU kernel on `inputs` (HostKernelRun).
+inline std::vector<Tensor> RunNode(const Node& node, const std::vector<Tensor>& inputs,
+                                   int threads = 1) {
+  HostKernelRun run(node, inputs, threads);
+  run.Run();
+  return std::move(run.outputs());
+}
+
+/// Heap allocations the calling thread makes over `runs` runs of the node's
+/// CPU kernel (HostKernelRun), after one run that is not counted.
+inline int64_t RunAllocations(const Node& node, const std::vector<Tensor>& inputs, int threads,
+                              int runs) {
+  HostKernelRun run(node, inputs, threads);
+  run.Run();
+  const int64_t before = ThreadAllocations();
+  for (int r = 0; r < runs; ++r) run.Run();
+  return ThreadAllocations() - before;
 }
 
 /// Expects `fn` to throw kaiwu::Error with `code`.

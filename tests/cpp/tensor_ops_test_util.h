@@ -98,14 +98,7 @@ inline void ExpectTensor(const Tensor& got, const Shape& shape, const std::vecto
 /// aliases, shape_only).
 inline PrepareContext PrepareOnly(const Node& node, const std::vector<Tensor>& inputs) {
   PrepareContext ctx(node);
-  for (const Tensor& t : inputs) {
-    TensorInfo info;
-    info.present = t.dtype() != DType::kUndefined;
-    info.dtype = t.dtype();
-    info.shape = t.shape();
-    info.data = info.present ? t.data() : nullptr;
-    ctx.inputs.push_back(info);
-  }
+  ctx.inputs = InputInfos(inputs);
   InferOp(ctx);
   PrepareHostKernel(ctx);
   return ctx;
