@@ -9,14 +9,22 @@
 
 namespace kaiwu {
 namespace cuda {
+namespace {
+
+// C = 0 where k == 0 leaves no product: m rows of n elements of `elem`
+// bytes, ldc elements apart.
+void ZeroRows(const DeviceContext& dev, void* c, int64_t m, int64_t n, int64_t ldc, size_t elem) {
+  CheckCuda(cudaMemset2DAsync(c, ldc * elem, 0, n * elem, m, dev.stream), "GEMM zero fill");
+}
+
+}  // namespace
 
 void RowMajorSgemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t m, int64_t n,
                    int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                    float* c, int64_t ldc, bool tf32) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, dev.stream),
-              "GEMM zero fill");
+    ZeroRows(dev, c, m, n, ldc, sizeof(float));
     return;
   }
   const float beta = 0.f;
@@ -42,8 +50,7 @@ void RowMajorGemmHalfIn(const DeviceContext& dev, bool bf16, int64_t m, int64_t 
                         int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(float), 0, n * sizeof(float), m, dev.stream),
-              "GEMM zero fill");
+    ZeroRows(dev, c, m, n, ldc, sizeof(float));
     return;
   }
   const float alpha = 1.f, beta = 0.f;
@@ -111,8 +118,7 @@ void RowMajorGemm(const DeviceContext& dev, bool trans_a, bool trans_b, int64_t 
                   int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    CheckCuda(cudaMemset2DAsync(c, ldc * sizeof(T), 0, n * sizeof(T), m, dev.stream),
-              "GEMM zero fill");
+    ZeroRows(dev, c, m, n, ldc, sizeof(T));
     return;
   }
   GemmStridedBatched<T>(dev, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
