@@ -12,7 +12,9 @@ against onnxruntime running the QDQ graph literally and against kaiwu's CPU int8
 quantization steps of the output, and the relative L2 error against fp32 onnxruntime.
 --profile: torch.profiler's CUDA kernel times per run of int8 and fp16 for one (policy, batch).
 The column "int8 no split" is a fourth int8 session whose plans are made under
-KAIWU_INT8_SPLIT_K=0 (dense layers of small batches in one pass over k): the split-K A/B.
+KAIWU_INT8_SPLIT_K=0 (dense layers of small batches in one pass over k): the split-K A/B;
+"int8 NCHW" a fifth, made under KAIWU_INT8_NHWC=0 (integer convs NCHW, the tap-table loads):
+the channels-last A/B.
 
     PYTHONPATH=python python bench/bench_cuda_int8.py [--policies mlp,atari_cnn] [--batch 1,32,256,1024]
         [--seconds 0.3] [--out bench/results/h100] [--name cuda_int8] [--profile atari_cnn:256]
@@ -114,6 +116,9 @@ def main():
         steps = qdq_steps(q_path)
         sess = {"fp32": ki.Session(data, device="cuda"), "fp16": ki.Session(data, device="cuda", precision="fp16"),
                 "int8": ki.Session(qdata, device="cuda"), "int8_nosplit": ki.Session(qdata, device="cuda")}
+        os.environ["KAIWU_INT8_NHWC"] = "0"  # read when the session is made
+        sess["int8_nchw"] = ki.Session(qdata, device="cuda")
+        os.environ.pop("KAIWU_INT8_NHWC")
         cpu8 = ki.Session(qdata)
         for b in [int(x) for x in args.batch.split(",")]:
             feeds = policies.make_inputs(name, b, seed=b)
@@ -131,7 +136,7 @@ def main():
                 r["int8_argmax_agree_fp32"] = float(np.mean(got[k0].argmax(-1) == ref.argmax(-1)))
             dfeeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
             torch.cuda.synchronize()
-            order = ["fp32", "fp16", "int8", "int8_nosplit"]
+            order = ["fp32", "fp16", "int8", "int8_nosplit", "int8_nchw"]
             for rep in range(2):
                 for p in order[rep:] + order[:rep]:
                     s = sess[p]
@@ -145,7 +150,7 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
             if name == prof_name and str(b) == prof_batch:
-                for p in ("int8", "fp16"):
+                for p in ("int8", "int8_nchw", "fp16"):
                     profiles[f"{name} batch {b} {p}"] = profile(sess[p], dfeeds)
 
     try:
@@ -164,12 +169,14 @@ def main():
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     lines += ["", "Rows/s, device-resident (torch CUDA tensors in, output_device=\"cuda\"), same run. "
               "int8/fp16 = kaiwu int8 rows/s over kaiwu fp16 rows/s in that cell.", "",
-              "| policy | batch | kaiwu fp32 | kaiwu fp16 | kaiwu int8 | int8/fp16 | int8/fp32 | int8 no split | split/no split |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| policy | batch | kaiwu fp32 | kaiwu fp16 | kaiwu int8 | int8/fp16 | int8/fp32 | int8 no split | "
+              "split/no split | int8 NCHW | NHWC/NCHW |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['policy']} | {r['batch']} | {r['kaiwu_fp32']:.0f} | {r['kaiwu_fp16']:.0f} | "
                      f"{r['kaiwu_int8']:.0f} | **{r['int8_over_fp16']:.2f}** | {r['int8_over_fp32']:.2f} | "
-                     f"{r['kaiwu_int8_nosplit']:.0f} | {r['kaiwu_int8'] / r['kaiwu_int8_nosplit']:.2f} |")
+                     f"{r['kaiwu_int8_nosplit']:.0f} | {r['kaiwu_int8'] / r['kaiwu_int8_nosplit']:.2f} | "
+                     f"{r['kaiwu_int8_nchw']:.0f} | {r['kaiwu_int8'] / r['kaiwu_int8_nchw']:.2f} |")
     lines += ["", "## Accuracy of the int8 GPU run", "",
               "Max error in quantization steps of the output (the scale of the DequantizeLinear writing it) "
               "against onnxruntime running the QDQ graph literally and against kaiwu's CPU int8 run; "

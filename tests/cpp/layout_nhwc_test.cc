@@ -1,8 +1,11 @@
-// passes/layout_nhwc.cc on hand-built half-precision graphs: which nodes
-// become channels-last, which transposes are left, and what is never touched.
-// The numbers (NhwcConv / NhwcMaxPool kernels against onnxruntime) are checked
-// on a GPU by tests/python/test_precision.py.
+// passes/layout_nhwc.cc on hand-built half-precision and integer graphs:
+// which nodes become channels-last, which transposes are left, and what is
+// never touched. The numbers (NhwcConv / NhwcMaxPool kernels against
+// onnxruntime, channels-last integer convs against the CPU and onnxruntime)
+// are checked on a GPU by tests/python/test_precision.py and test_cuda_int8.py.
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "passes/layout_nhwc.h"
 #include "passes/rewrite_util.h"
@@ -151,6 +154,125 @@ TEST(LayoutNhwc, GraphOutputsKeepTheirNamesAndLayout) {
   const Node& last = g.nodes[g.values[g.outputs[0]].producer];
   EXPECT_EQ(last.op_type, "Transpose");
   EXPECT_EQ(last.GetInts("perm"), (std::vector<int64_t>{0, 3, 1, 2}));
+}
+
+int Typed(Graph& g, const std::string& name, DType t, Shape shape, ValueKind kind) {
+  Value v;
+  v.name = name;
+  v.kind = kind;
+  v.dtype = t;
+  v.data = std::make_shared<Tensor>(t, shape);
+  v.has_shape = true;
+  for (int64_t d : shape) v.dims.push_back(Dim{d, ""});
+  return g.AddValue(v);
+}
+
+Node Kaiwu(const std::string& op, std::vector<int> in, std::vector<int> out) {
+  Node n = Op(op, std::move(in), std::move(out));
+  n.domain = "kaiwu";
+  n.opset = 1;
+  return n;
+}
+
+// x (float) -> [Transpose(0,3,1,2) when channels_last_input] -> QuantizeLinear
+//   -> QLinearFused conv 1 -> QLinearFused conv 2 -> DequantizeLinear -> Flatten -> y,
+// each conv's packed operand from its own QPackWeights over an int8 [M, C, 3, 3] weight.
+Graph IntegerStack(bool channels_last_input) {
+  Graph g;
+  int x = Val(g, "x", DType::kFloat32, ValueKind::kInput);
+  g.inputs = {x};
+  int a = x;
+  if (channels_last_input) {
+    a = Val(g, "a", DType::kFloat32);
+    Node t = Op("Transpose", {x}, {a});
+    t.attrs["perm"] = IntsAttr({0, 3, 1, 2});
+    g.AddNode(t);
+  }
+  int scale = Typed(g, "scale", DType::kFloat32, {}, ValueKind::kConstant);
+  int zp = Typed(g, "zp", DType::kUInt8, {}, ValueKind::kConstant);
+  int q = Val(g, "q", DType::kUInt8);
+  g.AddNode(Op("QuantizeLinear", {a, scale, zp}, {q}));
+  int prev = q;
+  for (int i = 1; i <= 2; ++i) {
+    const std::string s = std::to_string(i);
+    int w = Typed(g, "w" + s, DType::kInt8, {8, i == 1 ? 3 : 8, 3, 3}, ValueKind::kWeight);
+    int packed = Val(g, "packed" + s, DType::kUInt8);
+    g.AddNode(Kaiwu("QPackWeights", {w, scale, -1, scale, zp, -1, scale, zp}, {packed}));
+    int c = Val(g, "c" + s, DType::kUInt8);
+    Node conv = Kaiwu("QLinearFused", {prev, packed}, {c});
+    conv.attrs["conv"] = IntAttr(1);
+    conv.attrs["kernel_shape"] = IntsAttr({3, 3});
+    conv.attrs["pads"] = IntsAttr({1, 1, 1, 1});
+    g.AddNode(conv);
+    prev = c;
+  }
+  int d = Val(g, "d", DType::kFloat32), y = Val(g, "y", DType::kFloat32);
+  g.AddNode(Op("DequantizeLinear", {prev, scale, zp}, {d}));
+  g.AddNode(Op("Flatten", {d}, {y}));
+  g.outputs = {y};
+  g.Verify();
+  return g;
+}
+
+const Node& ProducerOf(const Graph& g, int v) { return g.nodes[g.values[v].producer]; }
+
+TEST(LayoutNhwc, IntegerConvStackRunsChannelsLastWithItsWeightsPackedTransposed) {
+  Graph g = IntegerStack(/*channels_last_input=*/false);
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g), 2);
+  // Into NHWC after the QuantizeLinear (bytes), the two weights, and back before
+  // the DequantizeLinear (not moved below it: that would transpose floats).
+  EXPECT_EQ(Count(g, "Transpose"), 4);
+  int convs = 0;
+  std::map<std::string, int> from;
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "QLinearFused") {
+      ++convs;
+      EXPECT_EQ(n.GetInt("channels_last", 0), 1);
+    }
+    if (n.op_type == "QPackWeights") {
+      const Node& t = ProducerOf(g, n.inputs[0]);
+      EXPECT_EQ(t.op_type, "Transpose");
+      EXPECT_EQ(t.GetInts("perm"), (std::vector<int64_t>{0, 2, 3, 1}));
+    }
+    if (n.op_type == "DequantizeLinear") {
+      const Node& t = ProducerOf(g, n.inputs[0]);
+      EXPECT_EQ(t.op_type, "Transpose");
+      EXPECT_EQ(t.GetInts("perm"), (std::vector<int64_t>{0, 3, 1, 2}));
+    }
+    // The first conv reads the quantized input through a Transpose, the second
+    // the first one's NHWC output directly.
+    if (n.op_type == "QLinearFused") from[ProducerOf(g, n.inputs[0]).op_type]++;
+  }
+  EXPECT_EQ(convs, 2);
+  EXPECT_EQ(from["Transpose"], 1);
+  EXPECT_EQ(from["QLinearFused"], 1);
+}
+
+TEST(LayoutNhwc, ChannelsLastFloatInputLosesItsTransposeThroughQuantizeLinear) {
+  Graph g = IntegerStack(/*channels_last_input=*/true);
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g), 2);
+  EXPECT_EQ(Count(g, "Transpose"), 3);  // two weights, one before the DequantizeLinear
+  for (const Node& n : g.nodes)
+    if (n.op_type == "QuantizeLinear") EXPECT_EQ(n.inputs[0], g.inputs[0]);
+}
+
+TEST(LayoutNhwc, LeavesIntegerGemmsAndSharedPackedOperandsAlone) {
+  Graph g = IntegerStack(false);
+  for (Node& n : g.nodes)
+    if (n.op_type == "QLinearFused") n.attrs["conv"] = IntAttr(0);
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g), 0);
+  EXPECT_EQ(Count(g, "Transpose"), 0);
+
+  // A packed operand that a second node also reads is not rewritten.
+  Graph h = IntegerStack(false);
+  int first_packed = -1;
+  for (const Node& n : h.nodes)
+    if (n.op_type == "QPackWeights" && first_packed < 0) first_packed = n.outputs[0];
+  int extra = Val(h, "extra", DType::kUInt8);
+  h.AddNode(Op("Identity", {first_packed}, {extra}));
+  h.outputs.push_back(extra);
+  h.Verify();
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&h), 1);
 }
 
 }  // namespace

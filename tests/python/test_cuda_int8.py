@@ -16,7 +16,8 @@ partial tiles, 300 rows over several row tiles); weights use the full int8 range
 activations saturate at both ends, uint8 and int8 activations with nonzero zero points, weight
 zero points, float outputs (no Q after the op). Policies (tests/python/policies.py quantized by
 kaiwu_infer.quantize) at batch 1, 7, 64, 300; refit of a quantized GPU session against a fresh
-one; CUDA graphs on and off; device-resident runs make no host round trip.
+one; CUDA graphs on and off; device-resident runs make no host round trip; channels-last integer
+convs (the device default) equal to NCHW ones.
 """
 
 from __future__ import annotations
@@ -86,11 +87,21 @@ def _float_output(model):
     return m
 
 
+# Device sessions run integer convs channels-last (16-byte row pieces where C, W, stride and pad
+# allow, else bytes): pieces of one pixel in the padding and dilated, of 4 pixels in the padding.
+CONV_CASES = tqf.CONV_CASES + [
+    ((2, 16, 9, 11), (20, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((3, 32, 7, 6), (9, 32, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    ((2, 4, 20, 24), (6, 4, 8, 8), dict(strides=[4, 4], pads=[4, 4, 4, 4])),
+    ((1, 8, 10, 12), (17, 8, 4, 2), dict(strides=[2, 2], pads=[2, 2, 1, 0])),
+]
+
+
 @pytest.mark.parametrize("x_dt,x_zp", tqf.ACT)
 @pytest.mark.parametrize("with_min", [False, True])
-@pytest.mark.parametrize("case", range(len(tqf.CONV_CASES)))
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
 def test_fused_conv(rng, x_dt, x_zp, with_min, case):
-    xs, wshape, attrs = tqf.CONV_CASES[case]
+    xs, wshape, attrs = CONV_CASES[case]
     w = tqf._weights(rng, wshape, with_min)
     bias = rng.uniform(-1, 1, wshape[0]).astype(F32)
     model, step = tqf._qdq_model("conv", xs, w, bias, x_dt, x_zp, attrs, relu=case % 2 == 0)
@@ -219,6 +230,25 @@ def test_policy_on_gpu_within_one_step(qmodels, name, act, batch):
         assert err.max() <= 2 * steps[k] * 1.001, f"{k} vs onnxruntime: {err.max() / steps[k]} steps"
         assert np.mean(err > steps[k] * 1.001) < 0.01, f"{k} vs onnxruntime"
         assert np.abs(g - cpu[k]).max() <= steps[k] * 1.001, f"{k} vs CPU"
+
+
+@pytest.mark.parametrize("name", ["atari_cnn", "conv_bn"])
+@pytest.mark.parametrize("act", ["uint8", "int8"])
+def test_channels_last_integer_convs_equal_nchw(qmodels, monkeypatch, name, act):
+    """Device sessions run the integer convs channels-last (transposes only at the edges of the
+    conv stack); KAIWU_INT8_NHWC=0 keeps them NCHW: the same integer sums and epilogue, so the
+    same bytes out."""
+    path = qmodels[name, act]
+    feeds = tqp._inputs(name, 5, 3)
+    sess = ki.Session(path, device="cuda")
+    assert "layout_nhwc_int8" in sess.describe()
+    nhwc = {k: np.array(v) for k, v in sess.run(feeds).items()}
+    monkeypatch.setenv("KAIWU_INT8_NHWC", "0")
+    nchw_sess = ki.Session(path, device="cuda")
+    assert "layout_nhwc_int8" not in nchw_sess.describe()
+    nchw = nchw_sess.run(feeds)
+    for k in nhwc:
+        np.testing.assert_array_equal(nhwc[k], np.array(nchw[k]))
 
 
 def test_split_k_equals_one_pass(qmodels, monkeypatch):

@@ -105,6 +105,9 @@ class DeviceBackend {
   /// True when 16-bit float convolutions run faster channels-last here (the
   /// session then runs passes/layout_nhwc.cc after the mixed-precision pass).
   virtual bool ChannelsLastHalfConvs() const { return false; }
+  /// True when integer convolutions (kaiwu QLinearFused) run channels-last here
+  /// (the session then runs ConvertQLinearConvsToNhwc, passes/layout_nhwc.h).
+  virtual bool ChannelsLastInt8Convs() const { return false; }
 
   /// Pools of equal-sized device blocks for results handed to callers.
   class ResultPool {

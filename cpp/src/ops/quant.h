@@ -60,8 +60,13 @@ struct QConvParams : OpParams {
 /// +activation, +residual Add) -> Q. Inputs: x (uint8), the packed weights
 /// from QPackWeights, and optionally a float residual added before the
 /// activation. Output: quantized (the Q's dtype) or float32 when no Q follows.
+/// Attribute channels_last (2-D convs, set by passes/layout_nhwc.cc for device
+/// sessions): x, the residual and the output are [N, H, W, C] and the packed
+/// weights' k runs (kernel row, kernel column, channel), packed from the
+/// weight transposed to [M, KH, KW, C].
 struct QFusedParams : OpParams {
   bool conv = false;
+  bool channels_last = false;  // conv only
   SpatialGeometry geo;     // conv only
   int64_t group = 1;       // conv only (1: the fused path takes no grouped conv)
   int64_t rows = 0;        // Gemm: rows of X (product of X's leading dims)

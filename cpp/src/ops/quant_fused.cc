@@ -88,18 +88,30 @@ void InferQLinearFused(OpContext& ctx) {
               QPackedLayout(p.k, p.n).bytes(), " for k=", p.k, ", n=", p.n);
   const Shape& x = ctx.in(0).shape;
   Shape out;
+  p.channels_last = ctx.node.GetInt("channels_last", 0) != 0;
+  if (p.channels_last && !p.conv) ctx.Error("channels_last needs conv=1");
   if (p.conv) {
     if (x.size() < 3 || x.size() > 5) ctx.Error("X must have rank 3 to 5, got ", ShapeToString(x));
+    if (p.channels_last && x.size() != 4)
+      ctx.Error("a channels-last X must be [N, H, W, C], got ", ShapeToString(x));
     if (!ctx.node.Has("kernel_shape")) ctx.Error("missing attribute 'kernel_shape'");
     p.group = ctx.node.GetInt("group", 1);
     if (p.group != 1) ctx.Error("group must be 1, got ", p.group);
     const std::vector<int64_t> kernel = ctx.node.GetInts("kernel_shape");
     if (kernel.size() + 2 != x.size()) ctx.Error("kernel_shape must have ", x.size() - 2, " dims");
-    p.geo = MakeGeometry(ctx, Shape(x.begin() + 2, x.end()), kernel, /*allow_ceil=*/false);
-    if (x[1] * p.geo.kernel_size() != p.k)
+    const Shape spatial = p.channels_last ? Shape(x.begin() + 1, x.end() - 1) : Shape(x.begin() + 2, x.end());
+    const int64_t channels = p.channels_last ? x.back() : x[1];
+    p.geo = MakeGeometry(ctx, spatial, kernel, /*allow_ceil=*/false);
+    if (channels * p.geo.kernel_size() != p.k)
       ctx.Error("X ", ShapeToString(x), " with kernel ", p.geo.kernel_size(), " does not give k=", p.k);
-    out = {x[0], p.n};
-    for (int64_t d : p.geo.OutShape()) out.push_back(d);
+    if (p.channels_last) {
+      out = {x[0]};
+      for (int64_t d : p.geo.OutShape()) out.push_back(d);
+      out.push_back(p.n);
+    } else {
+      out = {x[0], p.n};
+      for (int64_t d : p.geo.OutShape()) out.push_back(d);
+    }
   } else {
     if (x.empty() || x.back() != p.k) ctx.Error("X ", ShapeToString(x), " must end in k=", p.k);
     p.rows = NumElements(Shape(x.begin(), x.end() - 1));

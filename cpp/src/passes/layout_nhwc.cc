@@ -137,6 +137,52 @@ bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
   return true;
 }
 
+// kaiwu QLinearFused conv node i (2-D, group 1, its packed operand written
+// by a QPackWeights that only it reads) -> T(NCHW->NHWC) -> the node with
+// channels_last = 1 -> T(NHWC->NCHW); QPackWeights then packs the weight
+// transposed to [M, KH, KW, C] (a static node: refit re-derives it), and a
+// residual input is transposed like x.
+bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector<int>& uses, size_t i) {
+  const Node n = g->nodes[i];
+  if (n.domain != "kaiwu" || n.op_type != "QLinearFused" || n.GetInt("conv", 0) == 0 ||
+      n.GetInt("channels_last", 0) != 0 || n.GetInt("group", 1) != 1 ||
+      n.GetInts("kernel_shape").size() != 2)
+    return false;
+  if (n.num_inputs() < 2 || n.inputs[0] < 0 || n.inputs[1] < 0 || n.outputs.empty() || n.outputs[0] < 0)
+    return false;
+  const int pack = producer[n.inputs[1]];
+  if (pack < 0 || g->nodes[pack].op_type != "QPackWeights" || g->nodes[pack].domain != "kaiwu" ||
+      uses[n.inputs[1]] != 1 || IsGraphOutput(*g, n.inputs[1]))
+    return false;
+  const int w = g->nodes[pack].inputs[0];
+  if (w < 0 || RankOf(*g, producer, w) != 4) return false;
+  Node op = n;
+  op.attrs["channels_last"] = IntAttr(1);
+  op.inputs[0] = AddTranspose(g, n.inputs[0], kToNhwc, n.name + "_in_nhwc");
+  if (n.num_inputs() > 2 && n.inputs[2] >= 0)
+    op.inputs[2] = AddTranspose(g, n.inputs[2], kToNhwc, n.name + "_residual_nhwc");
+  const int w_nhwc = AddTranspose(g, w, kToNhwc, n.name + "_w_nhwc");
+  g->nodes[pack].inputs[0] = w_nhwc;
+  const int y = n.outputs[0];
+  const int y_nhwc = AddIntermediate(g, n.name + "_nhwc");
+  g->values[y_nhwc].dtype = g->values[y].dtype;
+  op.outputs[0] = y_nhwc;
+  MarkRemoved(&g->nodes[i]);
+  g->AddNode(std::move(op));
+  AddTranspose(g, y_nhwc, kToNchw, "", y);
+  return true;
+}
+
+// The ops a Transpose moves below: the elementwise ones, and QuantizeLinear
+// when its scale and zero point hold one element (SinkTransposes checks the
+// operands), which moves it onto the narrower type. Not DequantizeLinear:
+// that would transpose 4-byte floats instead of bytes.
+bool SinksThrough(const Node& n) {
+  if (n.op_type == "FusedElementwise" && n.domain == "kaiwu") return true;
+  if (!n.domain.empty()) return false;
+  return kElementwise.count(n.op_type) || (n.op_type == "QuantizeLinear" && n.GetInt("block_size", 0) == 0);
+}
+
 // The perm of a default-domain Transpose with an explicit perm, or empty.
 std::vector<int64_t> PermOf(const Node& t) {
   if (t.op_type != "Transpose" || !t.domain.empty() || !t.HasInput(0)) return {};
@@ -151,8 +197,7 @@ int SinkTransposes(Graph* g) {
   const size_t count = g->nodes.size();
   for (size_t i = 0; i < count; ++i) {
     const Node& n = g->nodes[i];
-    const bool fused = n.op_type == "FusedElementwise" && n.domain == "kaiwu";
-    if (!fused && (!n.domain.empty() || !kElementwise.count(n.op_type))) continue;
+    if (!SinksThrough(n)) continue;
     if (n.outputs.size() != 1 || n.outputs[0] < 0) continue;
     std::vector<int64_t> perm;
     bool ok = true;
@@ -223,6 +268,14 @@ int FoldTransposes(Graph* g) {
   return fired;
 }
 
+// Transposes moved down through elementwise ops and inverse pairs cancelled.
+void SinkAndFold(Graph* g) {
+  for (int round = 0; round < 1000; ++round)
+    if (!SinkTransposes(g) && !FoldTransposes(g)) break;
+  g->RemoveDeadNodes();
+  g->Verify();
+}
+
 }  // namespace
 
 int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel) {
@@ -247,10 +300,21 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
   }
   if (!converted) return 0;
   RemoveMarkedNodes(g);
-  for (int round = 0; round < 1000; ++round)
-    if (!SinkTransposes(g) && !FoldTransposes(g)) break;
-  g->RemoveDeadNodes();
-  g->Verify();
+  SinkAndFold(g);
+  return converted;
+}
+
+int ConvertQLinearConvsToNhwc(Graph* g) {
+  int converted = 0;
+  {
+    const std::vector<int> producer = Producers(*g);
+    const std::vector<int> uses = UseCounts(*g);
+    const size_t count = g->nodes.size();
+    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i) ? 1 : 0;
+  }
+  if (!converted) return 0;
+  RemoveMarkedNodes(g);
+  SinkAndFold(g);
   return converted;
 }
 

@@ -310,6 +310,8 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
       }
     }
   }
+  if (options.optimize && impl->device && impl->device->ChannelsLastInt8Convs())
+    if (int n = ConvertQLinearConvsToNhwc(&g)) impl->pass_stats.fired["layout_nhwc_int8"] += n;
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).
   const char* fused_mlp_env = std::getenv("KAIWU_FUSED_MLP");

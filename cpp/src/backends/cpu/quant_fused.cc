@@ -49,6 +49,9 @@ class QFusedKernel : public Kernel {
   void Prepare(PrepareContext& ctx) override {
     CheckQIsaEnv();
     p_ = ctx.Params<QFusedParams>();
+    if (p_.channels_last)  // only device sessions convert integer convs to channels-last
+      Fail(StatusCode::kUnsupported, ctx.node.Describe(),
+           ": a channels-last integer conv is not supported by the CPU backend");
     act_ = p_.act;
     x_int8_ = ctx.in(0).dtype == DType::kInt8;
     const QPackedLayout L(p_.k, p_.n);

@@ -604,6 +604,12 @@ class Device final : public DeviceBackend {
   Location Locate(const void* p) const override { return cuda::Locate(p); }
   int ordinal() const override { return ordinal_; }
   bool ChannelsLastHalfConvs() const override { return DnnChannelsLast(); }
+  // The integer conv kernel reads channels-last rows in 16-byte pieces
+  // (backends/cuda/quant_fused.cu); KAIWU_INT8_NHWC=0 keeps NCHW (A/B switch).
+  bool ChannelsLastInt8Convs() const override {
+    const char* v = std::getenv("KAIWU_INT8_NHWC");
+    return !(v && std::string(v) == "0");
+  }
   std::shared_ptr<ResultPool> NewResultPool(size_t bytes) const override {
     return cuda::NewResultPool(ordinal_, bytes);
   }

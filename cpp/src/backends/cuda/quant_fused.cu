@@ -36,7 +36,9 @@ namespace {
 constexpr int kBM = 64, kBK = 64, kThreads = 128;
 constexpr int kRowWords = kBK / 4 + 4;  // shared rows padded: fragment reads are conflict-free
 
-enum class ALoad { kGemmVec, kGemmBytes, kConv, kConvTable };
+enum class ALoad { kGemmVec, kGemmBytes, kConv, kConvTable, kNhwcVec, kNhwcBytes };
+__host__ __device__ constexpr bool IsConv(ALoad l) { return l != ALoad::kGemmVec && l != ALoad::kGemmBytes; }
+__host__ __device__ constexpr bool IsNhwc(ALoad l) { return l == ALoad::kNhwcVec || l == ALoad::kNhwcBytes; }
 constexpr int kConvTableK = 4096;  // taps of the shared-memory table (8 bytes each)
 
 struct FusedArgs {
@@ -48,7 +50,8 @@ struct FusedArgs {
   int n, K, kp;
   int rows_from;  // Gemm: channels from here are stored as rows [t][kp] (n: none)
   int64_t corr, mult, bias, wzp, wsum;  // byte offsets in packed (QPackedLayout)
-  // Conv (1-D as H = 1): input [images, C, H, W], output [images, n, P = OH * OW].
+  // Conv (1-D as H = 1): input [images, C, H, W], output [images, n, P = OH * OW]; channels-last
+  // (kNhwc*): input [images, H, W, C], output [images, P, n], k in (kernel row, column, channel).
   int C, H, W, OW, P, KH, KW, sh, sw, ph, pw, dh, dw;
   int y_kind;  // 0: float32, 1: uint8, 2: int8
   DeviceActivation act;
@@ -113,7 +116,7 @@ __device__ inline ConvRow MakeConvRow(const FusedArgs& a, int64_t m) {
   int p;
   const int64_t img = DivMod(m, a.P, &p);
   const int oh = p / a.OW, ow = p - oh * a.OW;
-  r.img = a.x + img * a.C * static_cast<int64_t>(a.H) * a.W;
+  r.img = a.x + img * a.C * static_cast<int64_t>(a.H) * a.W;  // the same in either layout
   r.ih0 = oh * a.sh - a.ph;
   r.iw0 = ow * a.sw - a.pw;
   return r;
@@ -148,6 +151,71 @@ __device__ inline void GatherConv(const FusedArgs& a, const ConvRow& r, int k0, 
       }
     }
     out[wd] = v;
+  }
+}
+
+// 32 consecutive bytes k0 .. k0 + 32 of one channels-last conv row (k order:
+// kernel row, kernel column, channel), one byte at a time; pad: the x zero point.
+__device__ inline void GatherNhwc(const FusedArgs& a, const ConvRow& r, int k0, uint32_t pad,
+                                  uint32_t (&out)[8]) {
+  const int seg = a.KW * a.C;
+  int kh = k0 / seg, rem = k0 - kh * seg;
+  int kw = rem / a.C, c = rem - kw * a.C;
+#pragma unroll
+  for (int wd = 0; wd < 8; ++wd) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int k = k0 + wd * 4 + b;
+      uint32_t byte = 0;
+      if (r.img && k < a.K) {
+        const int ih = r.ih0 + kh * a.dh, iw = r.iw0 + kw * a.dw;
+        byte = (ih >= 0 && ih < a.H && iw >= 0 && iw < a.W)
+                   ? r.img[(static_cast<int64_t>(ih) * a.W + iw) * a.C + c]
+                   : pad;
+      }
+      v |= byte << (8 * b);
+      if (++c == a.C) {
+        c = 0;
+        if (++kw == a.KW) {
+          kw = 0;
+          ++kh;
+        }
+      }
+    }
+    out[wd] = v;
+  }
+}
+
+// The same with 16-byte loads: each 16 bytes of k lie in one kernel row's run
+// of KW * C contiguous bytes (KW * C % 16 == 0) at 16-byte aligned addresses
+// (W * C, stride * C and pad * C multiples of 16), and hold one pixel's
+// channels (C % 16 == 0) or 16 / C whole pixels (16 % C == 0, unit column
+// dilation). Such a group of pixels starts at a multiple of 16 / C in the
+// row and W is one too, so a piece lies wholly inside the image or wholly
+// in its padding.
+__device__ inline void GatherNhwcVec(const FusedArgs& a, const ConvRow& r, int k0, uint32_t pad,
+                                     uint32_t (&out)[8]) {
+  const int seg = a.KW * a.C;
+  const uint32_t p4 = pad * 0x01010101u;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = k0 + 16 * h;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r.img && k < a.K) {
+      const int kh = k / seg, rem = k - kh * seg;
+      const int px = rem / a.C;
+      const int ih = r.ih0 + kh * a.dh, iw = r.iw0 + px * a.dw;
+      if (ih >= 0 && ih < a.H && iw >= 0 && iw < a.W)
+        v = *reinterpret_cast<const uint4*>(r.img + (static_cast<int64_t>(ih) * a.W + iw) * a.C +
+                                            (rem - px * a.C));
+      else
+        v = make_uint4(p4, p4, p4, p4);
+    }
+    out[h * 4 + 0] = v.x;
+    out[h * 4 + 1] = v.y;
+    out[h * 4 + 2] = v.z;
+    out[h * 4 + 3] = v.w;
   }
 }
 
@@ -214,10 +282,11 @@ __device__ inline void GatherTaps(const FusedArgs& a, const Tap* taps, const uin
   }
 }
 
-// Where output row m starts and how far apart its channels are.
-template <bool kConv>
+// Where output row m starts and how far apart its channels are (kNchw: a
+// conv's [images, n, P] output; else rows of n, as Gemm and channels-last).
+template <bool kNchw>
 __device__ inline int64_t RowBase(const FusedArgs& a, int64_t m, int64_t* cstride) {
-  if (!kConv) {
+  if (!kNchw) {
     *cstride = 1;
     return m * a.n;
   }
@@ -261,7 +330,7 @@ __device__ inline void Emit(const FusedArgs& a, int64_t idx, const Channel& ch, 
 }
 
 // Split-K: adds the partial sums of every split, then the epilogue; one thread an element.
-template <bool kXS8, bool kConv>
+template <bool kXS8, bool kNchw>
 __global__ void QFusedSplitEpilogue(FusedArgs a, int splits) {
   const int32_t* hdr = reinterpret_cast<const int32_t*>(a.packed);
   const int any_wzp = hdr[0];
@@ -273,14 +342,15 @@ __global__ void QFusedSplitEpilogue(FusedArgs a, int splits) {
     int c;
     const int64_t m = DivMod(i, a.n, &c);
     int64_t cstride;
-    const int64_t base = RowBase<kConv>(a, m, &cstride);
+    const int64_t base = RowBase<kNchw>(a, m, &cstride);
     Emit(a, base + c * cstride, LoadChannel<kXS8>(a, c), acc, any_wzp ? a.rowsums[m] : 0, inv, yz);
   }
 }
 
 template <bool kXS8, ALoad kLoad, int kBN>
 __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
-  constexpr bool kConv = kLoad == ALoad::kConv || kLoad == ALoad::kConvTable;
+  constexpr bool kConv = IsConv(kLoad);
+  constexpr bool kNchw = kConv && !IsNhwc(kLoad);
   constexpr int kMT = 2, kNT = kBN / 16;  // m16 / n8 tiles per warp (warps: 2 x 2)
   constexpr int kBWords = kBN * (kBK / 4) / kThreads;
   __shared__ __align__(16) uint32_t as[kBM * kRowWords];
@@ -348,6 +418,10 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
       }
     } else if (kLoad == ALoad::kConvTable) {
       GatherTaps(a, taps, tbase, crow.ih0, crow.iw0, inside, k0 + a_half * 32, pad, areg);
+    } else if (kLoad == ALoad::kNhwcVec) {
+      GatherNhwcVec(a, crow, k0 + a_half * 32, pad, areg);
+    } else if (kLoad == ALoad::kNhwcBytes) {
+      GatherNhwc(a, crow, k0 + a_half * 32, pad, areg);
     } else {
       GatherConv(a, crow, k0 + a_half * 32, pad, areg);
     }
@@ -432,7 +506,8 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
         const ConvRow r = MakeConvRow(a, m);
         for (int k0 = 0; k0 < a.K; k0 += 32) {
           uint32_t words[8];
-          GatherConv(a, r, k0, pad, words);
+          if (IsNhwc(kLoad)) GatherNhwc(a, r, k0, pad, words);
+          else GatherConv(a, r, k0, pad, words);
           for (int i = 0; i < 32 && k0 + i < a.K; ++i) {
             const int v = (words[i >> 2] >> (8 * (i & 3))) & 0xff;
             s += kXS8 ? ((v ^ 0x80) & 0xff) : v;
@@ -467,7 +542,7 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
       if (m >= a.M) continue;
       const int xs = !split && any_wzp ? rowsum[lr] : 0;
       int64_t cstride = 1, base = 0;
-      if (!split) base = RowBase<kConv>(a, m, &cstride);
+      if (!split) base = RowBase<kNchw>(a, m, &cstride);
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
@@ -502,6 +577,7 @@ class QFusedKernel : public CudaKernel {
     a.y_kind = p.y_dtype == DType::kFloat32 ? 0 : p.y_dtype == DType::kUInt8 ? 1 : 2;
     a.act = DeviceActivation::From(p.act);
     conv_ = p.conv;
+    nhwc_ = p.channels_last;
     has_residual_ = p.has_residual;
     if (p.conv) {
       const SpatialGeometry& g = p.geo;
@@ -525,8 +601,12 @@ class QFusedKernel : public CudaKernel {
       a.M = ctx.in(0).shape[0] * g.out_size();
       a.rows_from = a.n;
       // The tap table: short displacements, and taps past K pushed outside every image.
-      table_ = p.k <= kConvTableK && g.in[1] < 8192 && g.in[2] < 8192 &&
+      table_ = !nhwc_ && p.k <= kConvTableK && g.in[1] < 8192 && g.in[2] < 8192 &&
                (g.kernel[1] - 1) * g.dilation[1] < 8192 && (g.kernel[2] - 1) * g.dilation[2] < 8192;
+      // Channels-last rows in 16-byte pieces (GatherNhwcVec), given 16-byte aligned X.
+      const bool pieces = a.C % 16 == 0 || (16 % a.C == 0 && a.dw == 1);
+      nhwc_vec_ = nhwc_ && pieces && (a.KW * a.C) % 16 == 0 && (int64_t{a.W} * a.C) % 16 == 0 &&
+                  (a.sw * a.C) % 16 == 0 && (a.pw * a.C) % 16 == 0;
     } else {
       a.M = p.rows;
       a.rows_from = static_cast<int>(p.n - L.dot_tail());
@@ -564,7 +644,8 @@ class QFusedKernel : public CudaKernel {
       a.partial = static_cast<int32_t*>(io.scratch);
       a.rowsums = reinterpret_cast<int32_t*>(static_cast<char*>(io.scratch) + partial_bytes_);
     }
-    const bool vec = !conv_ && a.K % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    const bool aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    const bool vec = conv_ ? nhwc_vec_ && aligned : a.K % 16 == 0 && aligned;
     if (x_int8_) Dispatch<true>(a, vec, Dev(io));
     else Dispatch<false>(a, vec, Dev(io));
     CheckLaunch("QLinearFused kernel");
@@ -578,7 +659,9 @@ class QFusedKernel : public CudaKernel {
   }
   template <bool kXS8>
   void Dispatch(const FusedArgs& a, bool vec, const DeviceContext& dev) const {
-    if (conv_ && table_) Launch<kXS8, ALoad::kConvTable>(a, dev);
+    if (conv_ && nhwc_ && vec) Launch<kXS8, ALoad::kNhwcVec>(a, dev);
+    else if (conv_ && nhwc_) Launch<kXS8, ALoad::kNhwcBytes>(a, dev);
+    else if (conv_ && table_) Launch<kXS8, ALoad::kConvTable>(a, dev);
     else if (conv_) Launch<kXS8, ALoad::kConv>(a, dev);
     else if (vec) Launch<kXS8, ALoad::kGemmVec>(a, dev);
     else Launch<kXS8, ALoad::kGemmBytes>(a, dev);
@@ -596,13 +679,14 @@ class QFusedKernel : public CudaKernel {
           <<<dim3(gx, (a.n + 31) / 32, splits_), kThreads, table, dev.stream>>>(a);
     }
     if (splits_ > 1) {
-      constexpr bool kConv = kLoad == ALoad::kConv || kLoad == ALoad::kConvTable;
-      QFusedSplitEpilogue<kXS8, kConv><<<GridFor(a.M * a.n), kBlock, 0, dev.stream>>>(a, splits_);
+      constexpr bool kNchw = IsConv(kLoad) && !IsNhwc(kLoad);
+      QFusedSplitEpilogue<kXS8, kNchw><<<GridFor(a.M * a.n), kBlock, 0, dev.stream>>>(a, splits_);
     }
   }
 
   FusedArgs args_{};
   bool x_int8_ = false, conv_ = false, wide_ = false, has_residual_ = false, table_ = false;
+  bool nhwc_ = false, nhwc_vec_ = false;
   int splits_ = 1;
   size_t partial_bytes_ = 0;
 };
