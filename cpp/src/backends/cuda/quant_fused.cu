@@ -79,6 +79,14 @@ __device__ inline void Mma(int (&c)[4], const uint32_t (&a)[4], const uint32_t (
   }
 }
 
+// Four 8x8 16-bit matrices from shared memory (ldmatrix), one row address a lane.
+__device__ inline void Ldsm4(uint32_t (&r)[4], const uint32_t* p) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // Word `kw` (4 consecutive k) of channel c of the packed weights; 0 outside.
 template <bool kConv>
 __device__ inline uint32_t WeightWord(const FusedArgs& a, const uint32_t* w, int c, int kw) {
@@ -353,6 +361,7 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
   constexpr bool kNchw = kConv && !IsNhwc(kLoad);
   constexpr int kMT = 2, kNT = kBN / 16;  // m16 / n8 tiles per warp (warps: 2 x 2)
   constexpr int kBWords = kBN * (kBK / 4) / kThreads;
+  constexpr int kBVecs = kBN * (kBK / 16) / kThreads;  // 16-byte pieces of B a thread
   __shared__ __align__(16) uint32_t as[kBM * kRowWords];
   __shared__ __align__(16) uint32_t bs[kBN * kRowWords];
   __shared__ int rowsum[kBM];
@@ -388,6 +397,10 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
     __syncthreads();
   }
   uint32_t areg[8], breg[kBWords];
+  uint4 bvec[kBVecs];
+  // Conv weights are rows [np][kp]: with kp % 16 == 0, 16-byte pieces of a channel's row.
+  const bool b_vec = kConv && a.kp % 16 == 0;
+  const int kpw = a.kp / 4;
 
   auto load = [&](int kt) {
     const int k0 = kt * kBK;
@@ -425,6 +438,16 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
     } else {
       GatherConv(a, crow, k0 + a_half * 32, pad, areg);
     }
+    if (b_vec) {
+#pragma unroll
+      for (int i = 0; i < kBVecs; ++i) {
+        const int q = tid + i * kThreads, col = q >> 2, kw = k0 / 4 + (q & 3) * 4;
+        const int c = c0 + col;
+        bvec[i] = c < a.n && kw < kpw ? *reinterpret_cast<const uint4*>(w + static_cast<int64_t>(c) * kpw + kw)
+                                      : make_uint4(0, 0, 0, 0);
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kBWords; ++i) {
       const int q = tid + i * kThreads, kw = q / kBN, col = q - kw * kBN;
@@ -443,6 +466,14 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
       uint4* dst = reinterpret_cast<uint4*>(&as[a_row * kRowWords + a_half * 8]);
       dst[0] = make_uint4(areg[0], areg[1], areg[2], areg[3]);
       dst[1] = make_uint4(areg[4], areg[5], areg[6], areg[7]);
+    }
+    if (b_vec) {
+#pragma unroll
+      for (int i = 0; i < kBVecs; ++i) {
+        const int q = tid + i * kThreads, col = q >> 2;
+        *reinterpret_cast<uint4*>(&bs[col * kRowWords + (q & 3) * 4]) = bvec[i];
+      }
+      return;
     }
 #pragma unroll
     for (int i = 0; i < kBWords; ++i) {
@@ -468,20 +499,24 @@ __global__ void __launch_bounds__(kThreads) QFusedGemmKernel(FusedArgs a) {
     if (kt + 1 < kt_end) load(kt + 1);
 #pragma unroll
     for (int kk = 0; kk < kBK / 32; ++kk) {
+      // Fragments by ldmatrix (rows of 80 bytes: conflict-free). A: lanes 0-15 address
+      // rows 0-15 of the m16 tile at k bytes 0-15, lanes 16-31 the same rows at 16-31,
+      // giving a0 (rows g, k 0-15), a1 (rows g + 8), a2 and a3 (k 16-31). B: two n8
+      // tiles per x4, lanes 0-7 / 8-15 / 16-23 / 24-31 the first tile's k 0-15 / 16-31,
+      // then the second's.
       uint32_t af[kMT][4], bf[kNT][2];
 #pragma unroll
-      for (int i = 0; i < kMT; ++i) {
-        const int r = wm * 32 + i * 16 + g;
-        af[i][0] = as[r * kRowWords + kk * 8 + tig];
-        af[i][1] = as[(r + 8) * kRowWords + kk * 8 + tig];
-        af[i][2] = as[r * kRowWords + kk * 8 + 4 + tig];
-        af[i][3] = as[(r + 8) * kRowWords + kk * 8 + 4 + tig];
-      }
+      for (int i = 0; i < kMT; ++i)
+        Ldsm4(af[i], &as[(wm * 32 + i * 16 + (lane & 15)) * kRowWords + kk * 8 + (lane >> 4) * 4]);
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        const int cc = wn * (kBN / 2) + j * 8 + g;
-        bf[j][0] = bs[cc * kRowWords + kk * 8 + tig];
-        bf[j][1] = bs[cc * kRowWords + kk * 8 + 4 + tig];
+      for (int j = 0; j < kNT; j += 2) {
+        uint32_t r[4];
+        Ldsm4(r, &bs[(wn * (kBN / 2) + (j + (lane >> 4)) * 8 + (lane & 7)) * kRowWords + kk * 8 +
+                     ((lane >> 3) & 1) * 4]);
+        bf[j][0] = r[0];
+        bf[j][1] = r[1];
+        bf[j + 1][0] = r[2];
+        bf[j + 1][1] = r[3];
       }
 #pragma unroll
       for (int i = 0; i < kMT; ++i)
