@@ -256,6 +256,28 @@ TEST(LayoutNhwc, ChannelsLastFloatInputLosesItsTransposeThroughQuantizeLinear) {
     if (n.op_type == "QuantizeLinear") EXPECT_EQ(n.inputs[0], g.inputs[0]);
 }
 
+TEST(LayoutNhwc, IntegerConvsAroundAFloatSectionStayNchw) {
+  // conv 1 -> DequantizeLinear -> MaxPool -> QuantizeLinear -> conv 2: channels-last convs
+  // would need a transpose pair around the float MaxPool on top of the edges' two.
+  Graph g = IntegerStack(false);
+  int c1 = g.Find("c1");
+  int scale = g.Find("scale"), zp = g.Find("zp");
+  int d = Val(g, "d1", DType::kFloat32), p = Val(g, "p1", DType::kFloat32), q = Val(g, "q1", DType::kUInt8);
+  for (Node& n : g.nodes)
+    if (n.op_type == "QLinearFused" && n.inputs[0] == c1) n.inputs[0] = q;
+  g.AddNode(Op("DequantizeLinear", {c1, scale, zp}, {d}));
+  Node pool = Op("MaxPool", {d}, {p});
+  pool.attrs["kernel_shape"] = IntsAttr({2, 2});
+  g.AddNode(pool);
+  g.AddNode(Op("QuantizeLinear", {p, scale, zp}, {q}));
+  g.Verify();
+  const size_t nodes = g.nodes.size();
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g), 0);
+  EXPECT_EQ(Count(g, "Transpose"), 0);
+  EXPECT_EQ(g.nodes.size(), nodes);
+  for (const Node& n : g.nodes) EXPECT_EQ(n.GetInt("channels_last", 0), 0) << n.Describe();
+}
+
 TEST(LayoutNhwc, LeavesIntegerGemmsAndSharedPackedOperandsAlone) {
   Graph g = IntegerStack(false);
   for (Node& n : g.nodes)

@@ -305,6 +305,15 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
 }
 
 int ConvertQLinearConvsToNhwc(Graph* g) {
+  const auto runtime_transposes = [](const Graph& graph) {
+    const std::vector<bool> st = StaticValues(graph);
+    int n = 0;
+    for (const Node& node : graph.nodes)
+      n += !PermOf(node).empty() && !st[node.inputs[0]] ? 1 : 0;
+    return n;
+  };
+  const Graph before = *g;
+  const int transposes_before = runtime_transposes(before);
   int converted = 0;
   {
     const std::vector<int> producer = Producers(*g);
@@ -315,6 +324,14 @@ int ConvertQLinearConvsToNhwc(Graph* g) {
   if (!converted) return 0;
   RemoveMarkedNodes(g);
   SinkAndFold(g);
+  // One conversion into the conv stack and one out of it pay for themselves;
+  // float sections between integer convs (DequantizeLinear -> MaxPool / Add ->
+  // QuantizeLinear, as IMPALA's quantized blocks have) would each add a pair
+  // over full feature maps: such graphs stay NCHW.
+  if (runtime_transposes(*g) - transposes_before > 2) {
+    *g = before;
+    return 0;
+  }
   return converted;
 }
 

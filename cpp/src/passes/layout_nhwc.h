@@ -31,8 +31,10 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
 /// Device sessions: each 2-D integer conv (kaiwu QLinearFused, conv = 1) gets
 /// channels_last = 1 between the same transposes, its QPackWeights packing the
 /// weight transposed to [M, KH, KW, C]; transposes then sink through per-tensor
-/// QuantizeLinear as through the elementwise ops, and inverse pairs cancel (consecutive integer convs read each other's NHWC
-/// output). Returns the convs converted.
+/// QuantizeLinear as through the elementwise ops, and inverse pairs cancel
+/// (consecutive integer convs read each other's NHWC output). A graph that
+/// would then run more than two transposes per run more than before (float
+/// sections between the convs) is left as it was. Returns the convs converted.
 int ConvertQLinearConvsToNhwc(Graph* g);
 
 }  // namespace kaiwu
