@@ -99,6 +99,18 @@ int AddTranspose(Graph* g, int x, const std::vector<int64_t>& perm, const std::s
   return out;
 }
 
+// Node i gives way to `op` (its inputs already channels-last), which writes a
+// new NHWC value that a Transpose turns back into node i's output.
+void ReplaceWithChannelsLast(Graph* g, size_t i, Node op) {
+  const int y = g->nodes[i].outputs[0];
+  const int y_nhwc = AddIntermediate(g, g->nodes[i].name + "_nhwc");
+  g->values[y_nhwc].dtype = g->values[y].dtype;
+  op.outputs[0] = y_nhwc;
+  MarkRemoved(&g->nodes[i]);
+  g->AddNode(std::move(op));
+  AddTranspose(g, y_nhwc, kToNchw, "", y);
+}
+
 // Conv / MaxPool node i -> T(NCHW->NHWC) -> op -> T(NHWC->NCHW); false when it does not qualify.
 bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
              const std::function<bool(OpId, DType)>& has_kernel,
@@ -126,14 +138,8 @@ bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
   op.attrs.erase("storage_order");
   op.inputs[0] = AddTranspose(g, x, kToNhwc, n.name + "_in_nhwc");
   if (conv) op.inputs[1] = AddTranspose(g, n.inputs[1], kToNhwc, n.name + "_w_nhwc");
-  const int y = n.outputs[0];
-  const int y_nhwc = AddIntermediate(g, n.name + "_nhwc");
-  g->values[y_nhwc].dtype = g->values[y].dtype;
-  op.outputs[0] = y_nhwc;
   op.name = n.name;
-  MarkRemoved(&g->nodes[i]);
-  g->AddNode(std::move(op));
-  AddTranspose(g, y_nhwc, kToNchw, "", y);
+  ReplaceWithChannelsLast(g, i, std::move(op));
   return true;
 }
 
@@ -163,13 +169,7 @@ bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector
     op.inputs[2] = AddTranspose(g, n.inputs[2], kToNhwc, n.name + "_residual_nhwc");
   const int w_nhwc = AddTranspose(g, w, kToNhwc, n.name + "_w_nhwc");
   g->nodes[pack].inputs[0] = w_nhwc;
-  const int y = n.outputs[0];
-  const int y_nhwc = AddIntermediate(g, n.name + "_nhwc");
-  g->values[y_nhwc].dtype = g->values[y].dtype;
-  op.outputs[0] = y_nhwc;
-  MarkRemoved(&g->nodes[i]);
-  g->AddNode(std::move(op));
-  AddTranspose(g, y_nhwc, kToNchw, "", y);
+  ReplaceWithChannelsLast(g, i, std::move(op));
   return true;
 }
 
