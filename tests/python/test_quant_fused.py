@@ -195,3 +195,30 @@ def test_reshape_between_dq_and_q(engine, rng, op, same):
         got = sess.run({"x": x})["y"]
         assert got.shape == ref.shape == (3, 385)
         assert np.abs(got - ref).max() <= ys * 1.001
+
+
+def _kaiwu_fused_conv_model(conv, channels_last, x_shape):
+    """QPackWeights -> QLinearFused written directly in the kaiwu domain (what the optimizer
+    makes), a 3x3 conv of 3 channels into 4."""
+    w = np.random.default_rng(0).integers(-5, 5, (4, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.1), "s"),
+             numpy_helper.from_array(np.uint8(3), "z")]
+    nodes = [helper.make_node("QPackWeights", ["w", "s", "", "s", "z", "", "s", "z"], ["p"], domain="kaiwu"),
+             helper.make_node("QLinearFused", ["x", "p"], ["y"], domain="kaiwu", name="qf", conv=conv, k=27,
+                              n=4, kernel_shape=[3, 3], channels_last=channels_last, y_dtype=2)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("kaiwu", 1)],
+                             ir_version=IR).SerializeToString()
+
+
+def test_channels_last_integer_conv_is_refused_on_the_cpu_naming_the_node(engine):
+    """Only device sessions run integer convs channels-last (passes/layout_nhwc.cc); the CPU
+    kernel refuses the attribute, and shape inference checks it, each error naming the node."""
+    x = np.zeros((2, 5, 6, 3), np.uint8)
+    with pytest.raises(engine.UnsupportedOpError, match="qf.*channels-last integer conv"):
+        engine.Session(_kaiwu_fused_conv_model(1, 1, [2, 5, 6, 3])).run({"x": x})
+    with pytest.raises(engine.InputError, match="qf.*channels_last needs conv=1"):
+        engine.Session(_kaiwu_fused_conv_model(0, 1, [2, 27])).run({"x": np.zeros((2, 27), np.uint8)})
+    with pytest.raises(engine.InputError, match=r"qf.*channels-last X must be \[N, H, W, C\]"):
+        engine.Session(_kaiwu_fused_conv_model(1, 1, [2, 5, 6, 3, 1])).run({"x": x[..., None]})
