@@ -25,15 +25,19 @@ int Val(Graph& g, const std::string& name, DType t, ValueKind kind = ValueKind::
   return g.AddValue(v);
 }
 
-int Data(Graph& g, const std::string& name, Shape shape, ValueKind kind) {
+int Typed(Graph& g, const std::string& name, DType t, Shape shape, ValueKind kind) {
   Value v;
   v.name = name;
   v.kind = kind;
-  v.dtype = DType::kFloat16;
-  v.data = std::make_shared<Tensor>(DType::kFloat16, shape);
+  v.dtype = t;
+  v.data = std::make_shared<Tensor>(t, shape);
   v.has_shape = true;
   for (int64_t d : shape) v.dims.push_back(Dim{d, ""});
   return g.AddValue(v);
+}
+
+int Data(Graph& g, const std::string& name, Shape shape, ValueKind kind) {
+  return Typed(g, name, DType::kFloat16, std::move(shape), kind);
 }
 
 
@@ -154,17 +158,6 @@ TEST(LayoutNhwc, GraphOutputsKeepTheirNamesAndLayout) {
   const Node& last = g.nodes[g.values[g.outputs[0]].producer];
   EXPECT_EQ(last.op_type, "Transpose");
   EXPECT_EQ(last.GetInts("perm"), (std::vector<int64_t>{0, 3, 1, 2}));
-}
-
-int Typed(Graph& g, const std::string& name, DType t, Shape shape, ValueKind kind) {
-  Value v;
-  v.name = name;
-  v.kind = kind;
-  v.dtype = t;
-  v.data = std::make_shared<Tensor>(t, shape);
-  v.has_shape = true;
-  for (int64_t d : shape) v.dims.push_back(Dim{d, ""});
-  return g.AddValue(v);
 }
 
 Node Kaiwu(const std::string& op, std::vector<int> in, std::vector<int> out) {
