@@ -2,8 +2,9 @@
 # One device call for the int8 kernels on the GPU machine's AVX-512 VNNI host (CPU only):
 # a CPU build (kaiwu_core and the Python module; the int8 GoogleTest files compiled
 # alone against the library), the int8 gtests and tests/python/test_quant*.py with
-# KAIWU_INT8_ISA unset (the best path: VNNI there) and =avx2, and bench_int8.py at 1 and 2
-# threads for both (each bench pinned to two cores of its own, the tests on the others).
+# KAIWU_INT8_ISA unset (the best path: AMX there) and =$ALT (default avx512vnni), then
+# bench_int8.py at 1 and 2 threads for both (each bench pinned to two cores of its own, both
+# at once, after the tests).
 # Run from the repository root; writes logs and the results under $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
@@ -11,6 +12,7 @@ mkdir -p $OUT
 B=${BUILD_DIR:-/tmp/kaiwu_cpu}
 BATCH=${BATCH:-32,256,1024}
 REPEATS=${REPEATS:-3}
+ALT=${ALT:-avx512vnni}
 grep -m1 "model name" /proc/cpuinfo; nproc
 grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E "avx512(f|bw)|vnni|amx_int8" | tr '\n' ' '; echo
 t0=$(date +%s)
@@ -29,12 +31,8 @@ bench() {  # $1: cores, $2: KAIWU_INT8_ISA value or 'unset', $3: name
     PYTHONPATH=python taskset -c $1 timeout ${BENCH_TIMEOUT:-150} python3 bench/bench_int8.py --batch $BATCH \
       --threads 1,2 --repeats $REPEATS --block-s ${BLOCK_S:-0.1} --out-dir $OUT --name $3 > $OUT/$3.log 2>&1 )
 }
-bench 0,1 unset int8 &
-b1=$!
-bench 2,3 avx2 int8_avx2 &
-b2=$!
 tests=()
-for isa in unset avx2; do
+for isa in unset $ALT; do
   ( [ $isa = unset ] && unset KAIWU_INT8_ISA || export KAIWU_INT8_ISA=$isa
     echo "== int8 gtests, KAIWU_INT8_ISA=$isa"
     taskset -c 4-15 timeout 60 $B/quant_tests --gtest_brief=1 2>&1 | tail -4
@@ -46,7 +44,11 @@ for isa in unset avx2; do
   tests+=($!)
 done
 wait ${tests[@]}
-cat $OUT/tests_unset.log $OUT/tests_avx2.log
+cat $OUT/tests_unset.log $OUT/tests_$ALT.log
+bench 0,1 unset int8 &
+b1=$!
+bench 2,3 $ALT int8_$ALT &
+b2=$!
 wait $b1 $b2
-for n in int8 int8_avx2; do echo "== bench $n"; tail -3 $OUT/$n.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$n.md; done
+for n in int8 int8_$ALT; do echo "== bench $n"; tail -3 $OUT/$n.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$n.md; done
 echo "total $(( $(date +%s) - t0 )) s"

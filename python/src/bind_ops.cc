@@ -43,7 +43,7 @@ void BindOps(py::module_& m) {
       "(dtype, precision) and the reasons for ops a backend leaves out.");
   m.def(
       "int8_isa", [] { return std::string(cpu::QIsaName(cpu::QGemmIsa())); },
-      "The instruction set of the CPU int8 kernels in this process: 'avx512vnni', 'avx2' or "
+      "The instruction set of the CPU int8 kernels in this process: 'amx', 'avx512vnni', 'avx2' or "
       "'scalar' (the best the CPU has, capped by the environment variable KAIWU_INT8_ISA).");
 }
 

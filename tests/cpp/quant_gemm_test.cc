@@ -57,7 +57,7 @@ void Check(QIsa isa, const Case& c, bool extreme, bool pairs_fit, std::mt19937& 
 
 TEST(QuantGemm, MicroTilesMatchInt64ReferenceOnEveryIsa) {
   std::mt19937 rng(7);
-  for (QIsa isa : {QIsa::kScalar, QIsa::kAvx2, QIsa::kAvx512Vnni}) {
+  for (QIsa isa : {QIsa::kScalar, QIsa::kAvx2, QIsa::kAvx512Vnni, QIsa::kAmx}) {
     if (!QIsaSupported(isa)) continue;
     for (Case c : {Case{1, 1, 1, true}, Case{6, 2, 37, true}, Case{5, 1, 64, false}, Case{3, 2, 13, false},
                    Case{2, 2, 200, true}, Case{4, 1, 7, true}})
@@ -67,6 +67,46 @@ TEST(QuantGemm, MicroTilesMatchInt64ReferenceOnEveryIsa) {
           Check(isa, c, extreme, pairs_fit, rng);
         }
   }
+}
+
+// QAmxTile (AMX-INT8) against an int64 reference: every shape (16 or 32 rows,
+// 16 or 32 lanes), both operand signs, K of 1, 3 and 49 steps of 64 (3136: a
+// Nature CNN's fc), strides with gaps (rows of A, quads and lane blocks of B),
+// random and extreme operands (255 x -128 everywhere).
+TEST(QuantGemm, AmxTilesMatchInt64Reference) {
+  if (!QAmxSupported()) GTEST_SKIP() << "no AMX-INT8 (or the OS did not grant it)";
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127);
+  for (int64_t ks : {1, 3, 49})
+    for (int mt : {1, 2})
+      for (int nt : {1, 2})
+        for (bool a_signed : {false, true})
+          for (bool extreme : {false, true}) {
+            const int64_t lda = 64 * ks + 8, b_q = 64 + 16, b_blk = 16 * ks * b_q + 24;
+            std::vector<uint8_t> a(32 * lda), b(2 * b_blk);
+            for (auto& v : a) v = static_cast<uint8_t>(extreme ? (a_signed ? -128 : 255) : (a_signed ? s8(rng) : u8(rng)));
+            for (auto& v : b) v = static_cast<uint8_t>(extreme ? (a_signed ? 255 : -128) : (a_signed ? u8(rng) : s8(rng)));
+            std::vector<int32_t> acc(kQAmxRows * kQAmxLanes, -7);
+            {
+              const QAmxScope scope(true);
+              QAmxTile(mt, nt, ks, a.data(), lda, b.data(), b_q, b_blk, a_signed, acc.data());
+            }
+            for (int r = 0; r < 16 * mt; ++r)
+              for (int j = 0; j < 16 * nt; ++j) {
+                int64_t want = 0;
+                for (int64_t k = 0; k < 64 * ks; ++k) {
+                  const uint8_t av = a[r * lda + k], bv = b[(j / 16) * b_blk + (k / 4) * b_q + (j % 16) * 4 + k % 4];
+                  want += (a_signed ? int64_t(int8_t(av)) : int64_t(av)) * (a_signed ? int64_t(bv) : int64_t(int8_t(bv)));
+                }
+                ASSERT_EQ(acc[r * kQAmxLanes + j], want) << "ks=" << ks << " mt=" << mt << " nt=" << nt
+                                                         << " a_signed=" << a_signed << " extreme=" << extreme
+                                                         << " r=" << r << " j=" << j;
+              }
+            // Outside the shape: untouched.
+            for (int r = 0; r < kQAmxRows; ++r)
+              for (int j = 0; j < kQAmxLanes; ++j)
+                if (r >= 16 * mt || j >= 16 * nt) ASSERT_EQ(acc[r * kQAmxLanes + j], -7) << r << " " << j;
+          }
 }
 
 // QMicroTileShiftedAvx2: activations stored as x ^ 0x80 (x - 128 as int8),
@@ -119,10 +159,10 @@ TEST(QuantGemm, ShiftedAvx2TileMatchesInt64Reference) {
 TEST(QuantGemm, RowDotsMatchInt64ReferenceOnEveryIsa) {
   std::mt19937 rng(13);
   std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127), s7(-64, 64), s127(-127, 127), bit(0, 1);
-  for (QIsa isa : {QIsa::kScalar, QIsa::kAvx2, QIsa::kAvx512Vnni}) {
+  for (QIsa isa : {QIsa::kScalar, QIsa::kAvx2, QIsa::kAvx512Vnni, QIsa::kAmx}) {
     if (!QIsaSupported(isa)) continue;
     for (int mode = 0; mode < 3; ++mode) {  // 0 full range, 1 pairs fit int16, 2 shifted
-      if (mode == 2 && isa == QIsa::kAvx512Vnni) continue;  // the shifted operands are AVX2's
+      if (mode == 2 && isa >= QIsa::kAvx512Vnni) continue;  // the shifted operands are AVX2's
       for (int64_t kp : {4, 32, 36, 64, 100, 256, 3136})
         for (bool extreme : {false, true}) {
           if (extreme && mode == 1) continue;

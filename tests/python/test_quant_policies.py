@@ -265,11 +265,13 @@ import kaiwu_infer as k
 from test_quant_policies import _inputs
 outs = {}
 for name, path in json.loads(sys.argv[1]).items():
-    outs[name] = {o: v.tolist() for o, v in k.Session(path, threads=int(sys.argv[2])).run(_inputs(name, 9, 4)).items()}
+    sess = k.Session(path, threads=int(sys.argv[2]))
+    # 9 rows: AMX's Gemm rows all in VNNI tails; 37: two whole 16-row tiles and a tail
+    outs[name] = {f"{o}@{b}": v.tolist() for b in (9, 37) for o, v in sess.run(_inputs(name, b, 4)).items()}
 print(json.dumps({"isa": k.int8_isa(), "outs": outs}))
 """
 
-_ISAS = ["scalar", "avx2", "avx512vnni"]  # in order: each path the CPU has, up to its best
+_ISAS = ["scalar", "avx2", "avx512vnni", "amx"]  # in order: each path the CPU has, up to its best
 
 
 def _best_isa():
@@ -280,7 +282,8 @@ def _best_isa():
                 flags = set(line.split(":", 1)[1].split())
                 break
     if {"avx512f", "avx512bw", "avx512_vnni"} <= flags:
-        return "avx512vnni"
+        # AMX also needs the kernel's grant (Linux >= 5.16 gives it on request)
+        return "amx" if {"amx_tile", "amx_int8"} <= flags else "avx512vnni"
     return "avx2" if "avx2" in flags else "scalar"
 
 

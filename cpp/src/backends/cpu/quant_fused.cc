@@ -26,21 +26,53 @@ struct Header {
   int32_t no_min;           // no weight is -128: see QMicroTileShiftedAvx2
 };
 
-// The product path of a run: the shifted AVX2 tiles (activations enter as
-// x - 128) for full-range weights without -128, else QMicroTile. Rows per
-// tile: 4 for the shifted tiles (their register budget), else kQTileRows.
+// The product path of a run: AMX tiles where the CPU has them and K is at
+// least 64 (the quads past the last whole 64 of K, and the rows of a tile past
+// its last whole 16, go to the VNNI tiles); the shifted AVX2 tiles
+// (activations enter as x - 128) for full-range weights without -128; else
+// QMicroTile. Rows per tile: kQAmxRows for AMX, 4 for the shifted tiles (their
+// register budget), else kQTileRows.
 struct TilePath {
   QIsa isa;
-  bool shifted;
+  bool amx, shifted;
   int rows;
-  TilePath(QIsa i, const Header& h)
-      : isa(i), shifted(i == QIsa::kAvx2 && !h.pairs_fit_int16 && h.no_min), rows(shifted ? 4 : kQTileRows) {}
+  TilePath(QIsa i, const Header& h, int64_t kp)
+      : isa(i == QIsa::kAmx ? QIsa::kAvx512Vnni : i),
+        amx(i == QIsa::kAmx && kp >= 64),
+        shifted(i == QIsa::kAvx2 && !h.pairs_fit_int16 && h.no_min),
+        rows(amx ? kQAmxRows : shifted ? 4 : kQTileRows) {}
+  // acc: row r at acc + r * kQTileLanes. Callers of an AMX path hold a QAmxScope.
   void Tile(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
             int64_t q_stride, int64_t blk_stride, bool lanes_x, int32_t* acc, const Header& h) const {
+    if (amx) {
+      const int whole = mr / 16;
+      const int64_t ks = kq / 16, tail_q = kq - 16 * ks;
+      if (whole) {
+        QAmxTile(whole, nb, ks, bcast, ldb, lanes, q_stride, blk_stride, /*a_signed=*/lanes_x, acc);
+        if (tail_q) {
+          alignas(64) int32_t part[kQTileRows * kQTileLanes];
+          for (int r = 0; r < 16 * whole; r += kQTileRows) {
+            const int rr = std::min(kQTileRows, 16 * whole - r);
+            QMicroTile(isa, rr, nb, tail_q, bcast + r * ldb + 64 * ks, ldb, lanes + 16 * ks * q_stride, q_stride,
+                       blk_stride, lanes_x, part);
+            for (int i = 0; i < rr; ++i)
+              for (int j = 0; j < 16 * nb; ++j) acc[(r + i) * kQTileLanes + j] += part[i * kQTileLanes + j];
+          }
+        }
+      }
+      for (int r = 16 * whole; r < mr; r += kQTileRows)
+        QMicroTile(isa, std::min(kQTileRows, mr - r), nb, kq, bcast + r * ldb, ldb, lanes, q_stride, blk_stride,
+                   lanes_x, acc + r * kQTileLanes);
+      return;
+    }
     if (shifted) QMicroTileShiftedAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_x, acc);
     else QMicroTile(isa, mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_x, acc, h.pairs_fit_int16 != 0);
   }
 };
+
+// int32 sums of one tile call, rows of kQTileLanes (the AMX tiles' rows).
+constexpr int kAccRows = kQAmxRows > kQTileRows ? kQAmxRows : kQTileRows;
+static_assert(kQAmxLanes == kQTileLanes, "one acc row stride for every path");
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -135,7 +167,7 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
   uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
   int32_t* rowsum = reinterpret_cast<int32_t*>(scratch + rows * kp_);
   const bool need_sums = h.any_wzp != 0;
-  const TilePath path(QGemmIsa(), h);
+  const TilePath path(QGemmIsa(), h, kp_);
   const bool copy_x = copy_x_ || path.shifted;
   // The copy holds x in the uint8 domain (x + 128 for int8 x), or x - 128
   // for the shifted tiles; sums are of the uint8 domain.
@@ -199,7 +231,8 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
     }
   };
   io.pool->ParallelFor(tasks, cost, [&](int64_t t0, int64_t t1) {
-    alignas(64) int32_t acc[kQTileRows * kQTileLanes];
+    const QAmxScope amx(path.amx);
+    alignas(64) int32_t acc[kAccRows * kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
       if (t >= tile_tasks) {
         const int64_t r0 = (t - tile_tasks) * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
@@ -231,7 +264,7 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
   const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]) + img0 * C * g.in_size();
   // Lanes hold x in the uint8 domain (x + 128 for int8 x), or x - 128 for the
   // shifted tiles; the column sums are of the uint8 domain.
-  const TilePath path(QGemmIsa(), h);
+  const TilePath path(QGemmIsa(), h, kp_);
   const uint8_t shift = path.shifted ? 0x80 : 0;
   const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift, pad = static_cast<uint8_t>(h.x_zp) ^ shift;
   auto quads = [&](int64_t q0, int64_t q1) {
@@ -259,7 +292,8 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
   const int64_t lane_tiles = (L + kQTileLanes - 1) / kQTileLanes;
   const int64_t row_tiles = (p_.n + path.rows - 1) / path.rows;
   auto tiles = [&](int64_t t0, int64_t t1) {
-    alignas(64) int32_t acc[kQTileRows * kQTileLanes];
+    const QAmxScope amx(path.amx);
+    alignas(64) int32_t acc[kAccRows * kQTileLanes];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t lt = t / row_tiles, rt = t % row_tiles;
       const int64_t l0 = lt * kQTileLanes, count = std::min<int64_t>(kQTileLanes, L - l0);

@@ -17,7 +17,7 @@ QIsa BestIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vnni"))
-    return QIsa::kAvx512Vnni;
+    return QAmxSupported() ? QIsa::kAmx : QIsa::kAvx512Vnni;  // AMX leaves its tails to VNNI
   if (__builtin_cpu_supports("avx2")) return QIsa::kAvx2;
 #endif
   return QIsa::kScalar;
@@ -26,7 +26,7 @@ QIsa BestIsa() {
 // The best path the CPU has, or the one KAIWU_INT8_ISA names when the CPU has
 // it ("best" or unset: the best; a path above the best, or a name that is none
 // of these, leaves the best: CheckQIsaEnv() names it for the kernels to refuse).
-const char* kIsaNames[] = {"scalar", "avx2", "avx512vnni"};
+const char* kIsaNames[] = {"scalar", "avx2", "avx512vnni", "amx"};
 
 const char*& BadEnvSlot() {
   static const char* bad = nullptr;
@@ -37,7 +37,7 @@ QIsa InitialIsa() {
   const QIsa best = BestIsa();
   const char* env = std::getenv("KAIWU_INT8_ISA");
   if (!env || !*env || std::strcmp(env, "best") == 0) return best;
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < 4; ++i)
     if (std::strcmp(env, kIsaNames[i]) == 0) return std::min(static_cast<QIsa>(i), best);
   BadEnvSlot() = env;
   return best;
@@ -83,7 +83,7 @@ void RowDotsScalar(bool shifted, int rows, int nw, int64_t kp, const uint8_t* x,
 void QRowDots(QIsa isa, bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp,
               const uint8_t* x, int64_t ldx, const uint8_t* w, int32_t* acc) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (isa == QIsa::kAvx512Vnni && !shifted) return QRowDotsVnni(rows, nw, kp, x, ldx, w, acc);
+  if (isa >= QIsa::kAvx512Vnni && !shifted) return QRowDotsVnni(rows, nw, kp, x, ldx, w, acc);
   if (isa != QIsa::kScalar) return QRowDotsAvx2(shifted, pairs_fit_int16, rows, nw, kp, x, ldx, w, acc);
 #endif
   RowDotsScalar(shifted, rows, nw, kp, x, ldx, w, acc);
@@ -93,7 +93,7 @@ void CheckQIsaEnv() {
   IsaSlot();
   const char* bad = BadEnvSlot();
   KAIWU_CHECK(!bad, StatusCode::kUnsupported, "KAIWU_INT8_ISA=", bad,
-              " names no int8 kernel path (scalar, avx2, avx512vnni or best)");
+              " names no int8 kernel path (scalar, avx2, avx512vnni, amx or best)");
 }
 
 bool QIsaSupported(QIsa isa) { return static_cast<int>(isa) <= static_cast<int>(BestIsa()); }
@@ -108,6 +108,7 @@ void SetQGemmIsa(QIsa isa) {
 
 const char* QIsaName(QIsa isa) {
   switch (isa) {
+    case QIsa::kAmx: return "amx";
     case QIsa::kAvx512Vnni: return "avx512vnni";
     case QIsa::kAvx2: return "avx2";
     default: return "scalar";
@@ -118,7 +119,7 @@ void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int6
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                 int32_t* acc, bool pairs_fit_int16) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (isa == QIsa::kAvx512Vnni)
+  if (isa >= QIsa::kAvx512Vnni)  // AMX's rows and K tails
     return QMicroTileVnni(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
   if (isa == QIsa::kAvx2)
     return QMicroTileAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc,

@@ -2,11 +2,13 @@
 // u8 x s8 products with int32 accumulation, on the best ISA the CPU has,
 // chosen at run time by cpuid (the functions carry their own target
 // attributes, so the build needs no -march flag):
+//   kAmx         AMX-INT8 tiles (QAmxTile) where K is a multiple of 64 and
+//                16 rows are there, the AVX-512 VNNI tiles for the rest;
 //   kAvx512Vnni  vpdpbusd, 16 int32 lanes per register;
 //   kAvx2        vpmovzx/sx to int16 then vpmaddwd (exact: no int16 saturation,
 //                unlike vpmaddubsw);
 //   kScalar      plain C++.
-// KAIWU_INT8_ISA=avx512vnni, =avx2 or =scalar caps the path (tests of each
+// KAIWU_INT8_ISA=amx, =avx512vnni, =avx2 or =scalar caps the path (tests of each
 // path; a path the CPU lacks gives the best it has), =best or unset: the best.
 #pragma once
 
@@ -15,7 +17,7 @@
 namespace kaiwu {
 namespace cpu {
 
-enum class QIsa { kScalar, kAvx2, kAvx512Vnni };
+enum class QIsa { kScalar, kAvx2, kAvx512Vnni, kAmx };
 
 /// The path in use: the best the CPU supports, capped by KAIWU_INT8_ISA (read once).
 QIsa QGemmIsa();
@@ -65,6 +67,36 @@ void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int
 /// does not vectorize (GCC keeps its selects as branches). AVX2 only.
 void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp, float lo, float hi,
                        bool is_signed, uint8_t* y);
+
+constexpr int kQAmxRows = 32;   // rows of one AMX tile call (two 16-row tiles)
+constexpr int kQAmxLanes = 32;  // lanes of one AMX tile call, also its acc row stride
+
+/// The CPU has AMX-INT8 and the OS lets this process use it (Linux: granted
+/// on the first call through arch_prctl).
+bool QAmxSupported();
+
+/// Holds the AMX tile configuration of QAmxTile on this thread while alive
+/// (loaded on construction, released on destruction): every task that calls
+/// QAmxTile opens one, since other code on the thread (another library's
+/// AMX kernels) may load its own configuration between runs.
+class QAmxScope {
+ public:
+  explicit QAmxScope(bool active);
+  ~QAmxScope();
+  QAmxScope(const QAmxScope&) = delete;
+  QAmxScope& operator=(const QAmxScope&) = delete;
+
+ private:
+  bool active_;
+};
+
+/// One AMX step of 16 * mt rows x 16 * nt lanes (mt, nt 1 or 2) over K = 64 * ks:
+///   acc[r * kQAmxLanes + j] = sum over k < 64 ks of A(r, k) * B(k, j),
+///   A(r, k) = a[r * lda + k], B(k, j) = b[(j / 16) * b_blk + (k / 4) * b_q + (j % 16) * 4 + k % 4],
+/// A int8 and B uint8 when a_signed, else A uint8 and B int8 (QMicroTile's
+/// bcast and lanes operands). Needs a live QAmxScope on the thread; exact.
+void QAmxTile(int mt, int nt, int64_t ks, const uint8_t* a, int64_t lda, const uint8_t* b, int64_t b_q,
+              int64_t b_blk, bool a_signed, int32_t* acc);
 
 // The ISA-specific tiles (quant_gemm_x86.cc).
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
