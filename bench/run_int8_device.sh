@@ -3,8 +3,8 @@
 # a CPU build (kaiwu_core and the Python module; the int8 GoogleTest files compiled
 # alone against the library), the int8 gtests and tests/python/test_quant*.py with
 # KAIWU_INT8_ISA unset (the best path: AMX there) and =$ALT (default avx512vnni), then
-# bench_int8.py at 1 and 2 threads for both (each bench pinned to two cores of its own, both
-# at once, after the tests).
+# bench_int8.py at 1 and 2 threads for both and for the best path with KAIWU_INT8_NHWC=0
+# (each bench pinned to two cores of its own, all at once, after the tests).
 # Run from the repository root; writes logs and the results under $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
@@ -49,6 +49,8 @@ bench 0,1 unset int8 &
 b1=$!
 bench 2,3 $ALT int8_$ALT &
 b2=$!
-wait $b1 $b2
-for n in int8 int8_$ALT; do echo "== bench $n"; tail -3 $OUT/$n.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$n.md; done
+KAIWU_INT8_NHWC=0 bench 4,5 unset int8_nchw &  # the best path with integer convs kept NCHW
+b3=$!
+wait $b1 $b2 $b3
+for n in int8 int8_$ALT int8_nchw; do echo "== bench $n"; tail -3 $OUT/$n.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$n.md; done
 echo "total $(( $(date +%s) - t0 )) s"

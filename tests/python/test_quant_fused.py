@@ -119,9 +119,12 @@ def test_fused_conv_full_range_weights(engine, rng, x_dt, x_zp, with_min, case):
 
 @pytest.mark.parametrize("x_dt,x_zp", ACT)
 @pytest.mark.parametrize("with_min", [False, True])
-# n % 16 <= 8: the last block's channels are multiplied as row dots (value heads: n = 1)
+# n % 16 <= 8: the last block's channels are multiplied as row dots (value heads: n = 1);
+# on AMX CPUs (33, 16, 3, 3) convs and (37, 200, 40) take AMX tiles with VNNI tails of K and rows
 @pytest.mark.parametrize("rows,k,n", [(1, 37, 21), (7, 64, 16), (33, 129, 5), (6, 3, 40), (19, 301, 1),
-                                      (64, 256, 18), (13, 100, 25)])
+                                      (64, 256, 18), (13, 100, 25),
+                                      # AMX: whole 16-row tiles and a 5-row tail, K past the last 64
+                                      (37, 200, 40)])
 def test_fused_gemm_full_range_weights(engine, rng, x_dt, x_zp, with_min, rows, k, n):
     w = _weights(rng, (n, k), with_min)
     bias = rng.uniform(-1, 1, n).astype(F32)
@@ -197,13 +200,17 @@ def test_reshape_between_dq_and_q(engine, rng, op, same):
         assert np.abs(got - ref).max() <= ys * 1.001
 
 
-def _kaiwu_fused_conv_model(conv, channels_last, x_shape):
+def _kaiwu_fused_conv_model(conv, channels_last, x_shape, gemm_layout=None, nhwc_weight=False):
     """QPackWeights -> QLinearFused written directly in the kaiwu domain (what the optimizer
-    makes), a 3x3 conv of 3 channels into 4."""
+    makes), a 3x3 conv of 3 channels into 4 (nhwc_weight: the weight as [M, KH, KW, C])."""
     w = np.random.default_rng(0).integers(-5, 5, (4, 3, 3, 3)).astype(np.int8)
+    if nhwc_weight:
+        w = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.1), "s"),
              numpy_helper.from_array(np.uint8(3), "z")]
-    nodes = [helper.make_node("QPackWeights", ["w", "s", "", "s", "z", "", "s", "z"], ["p"], domain="kaiwu"),
+    pack_attrs = {} if gemm_layout is None else {"gemm_layout": gemm_layout}
+    nodes = [helper.make_node("QPackWeights", ["w", "s", "", "s", "z", "", "s", "z"], ["p"], domain="kaiwu",
+                              conv=conv, **pack_attrs),
              helper.make_node("QLinearFused", ["x", "p"], ["y"], domain="kaiwu", name="qf", conv=conv, k=27,
                               n=4, kernel_shape=[3, 3], channels_last=channels_last, y_dtype=2)]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, x_shape)],
@@ -212,13 +219,39 @@ def _kaiwu_fused_conv_model(conv, channels_last, x_shape):
                              ir_version=IR).SerializeToString()
 
 
-def test_channels_last_integer_conv_is_refused_on_the_cpu_naming_the_node(engine):
-    """Only device sessions run integer convs channels-last (passes/layout_nhwc.cc); the CPU
-    kernel refuses the attribute, and shape inference checks it, each error naming the node."""
-    x = np.zeros((2, 5, 6, 3), np.uint8)
-    with pytest.raises(engine.UnsupportedOpError, match="qf.*channels-last integer conv"):
-        engine.Session(_kaiwu_fused_conv_model(1, 1, [2, 5, 6, 3])).run({"x": x})
+def test_channels_last_integer_conv_on_the_cpu_and_its_packing_checked(engine):
+    """A channels-last integer conv (what passes/layout_nhwc.cc makes of CPU sessions' convs)
+    equals the NCHW one; its packed weights must be in the Gemm blocks (gemm_layout=1), and
+    a packing for the other product is refused naming the node, as are the shape checks."""
+    x = np.random.default_rng(1).integers(0, 256, (2, 3, 5, 6)).astype(np.uint8)
+    ref = engine.Session(_kaiwu_fused_conv_model(1, 0, [2, 3, 5, 6]), optimize=False).run({"x": x})["y"]
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    got = engine.Session(_kaiwu_fused_conv_model(1, 1, [2, 5, 6, 3], gemm_layout=1, nhwc_weight=True),
+                         optimize=False).run({"x": xl})["y"]
+    assert got.shape == (2, 3, 4, 4)
+    np.testing.assert_array_equal(got, ref.transpose(0, 2, 3, 1))
+    assert len(np.unique(ref)) > 10  # not saturated: the comparison can fail
+    for conv, cl, gl, shape, xin in [(1, 1, None, [2, 5, 6, 3], xl), (1, 0, 1, [2, 3, 5, 6], x)]:
+        with pytest.raises(engine.UnsupportedOpError, match="qf.*packed weights are in"):
+            engine.Session(_kaiwu_fused_conv_model(conv, cl, shape, gemm_layout=gl), optimize=False).run({"x": xin})
     with pytest.raises(engine.InputError, match="qf.*channels_last needs conv=1"):
         engine.Session(_kaiwu_fused_conv_model(0, 1, [2, 27])).run({"x": np.zeros((2, 27), np.uint8)})
     with pytest.raises(engine.InputError, match=r"qf.*channels-last X must be \[N, H, W, C\]"):
-        engine.Session(_kaiwu_fused_conv_model(1, 1, [2, 5, 6, 3, 1])).run({"x": x[..., None]})
+        engine.Session(_kaiwu_fused_conv_model(1, 1, [2, 5, 6, 3, 1])).run({"x": xl[..., None]})
+
+
+def test_int8_convs_run_channels_last_on_the_cpu_unless_switched_off(engine, rng, monkeypatch):
+    """CPU sessions convert integer convs to channels-last (KAIWU_INT8_NHWC=0 keeps NCHW); both
+    give the same bytes."""
+    xs, wshape, attrs = CONV_CASES[0]
+    w = _weights(rng, wshape, False)
+    bias = rng.uniform(-1, 1, wshape[0]).astype(F32)
+    model, _ = _qdq_model("conv", xs, w, bias, np.uint8, 37, attrs, relu=True)
+    x = _inputs(rng, xs)
+    outs = {}
+    for env in ("1", "0"):
+        monkeypatch.setenv("KAIWU_INT8_NHWC", env)
+        sess = engine.Session(model.SerializeToString(), threads=2)
+        assert ("layout_nhwc_int8: 1" in sess.describe()) == (env == "1"), sess.describe()
+        outs[env] = sess.run({"x": x})["y"]
+    np.testing.assert_array_equal(outs["1"], outs["0"])

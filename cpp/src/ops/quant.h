@@ -95,13 +95,16 @@ struct QPackParams : OpParams {
 ///                  uint8 domain: an int8 x is read as x + 128), float
 ///                  1 / y_scale, int32 y_zero_point, int32 pairs_fit_int16
 ///                  (|w[k]| + |w[k+1]| <= 128 for all even k: quant_gemm.h),
-///                  int32 no_min (no weight is -128: QMicroTileShiftedAvx2)
+///                  int32 no_min (no weight is -128: QMicroTileShiftedAvx2),
+///                  int32 gemm_blocks (the weights below are in the Gemm blocks)
 ///   weights        int8, np * kp bytes: Gemm: blocks of 16 channels, each
 ///                  [kp / 4][16][4] (4 consecutive k of one channel per int32
 ///                  lane), except a last block of at most kQDotTail channels
 ///                  (dot_tail(): value heads, n = 1), whose channels are rows
 ///                  [t][kp] at the block's start (row dots, not 16-lane tiles);
-///                  Conv: row-major [np][kp]
+///                  Conv: row-major [np][kp], but the Gemm blocks with
+///                  QPackWeights attribute gemm_layout = 1 (channels-last
+///                  convs on the CPU, whose product's rows are pixels)
 ///   corr  int32[np]  -x_zp * sum_k w[c] + k * x_zp * w_zp[c]
 ///   mult  float[np]  x_scale * w_scale[c]
 ///   bias  float[np]  the float bias (0 without one)

@@ -148,7 +148,8 @@ bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
 // channels_last = 1 -> T(NHWC->NCHW); QPackWeights then packs the weight
 // transposed to [M, KH, KW, C] (a static node: refit re-derives it), and a
 // residual input is transposed like x.
-bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector<int>& uses, size_t i) {
+bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector<int>& uses, size_t i,
+                   bool gemm_packed) {
   const Node n = g->nodes[i];
   if (n.domain != "kaiwu" || n.op_type != "QLinearFused" || n.GetInt("conv", 0) == 0 ||
       n.GetInt("channels_last", 0) != 0 || n.GetInt("group", 1) != 1 ||
@@ -169,6 +170,9 @@ bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector
     op.inputs[2] = AddTranspose(g, n.inputs[2], kToNhwc, n.name + "_residual_nhwc");
   const int w_nhwc = AddTranspose(g, w, kToNhwc, n.name + "_w_nhwc");
   g->nodes[pack].inputs[0] = w_nhwc;
+  // The CPU kernel's product has pixels as rows: weights in the Gemm blocks
+  // (ops/quant.h QPackedLayout).
+  if (gemm_packed) g->nodes[pack].attrs["gemm_layout"] = IntAttr(1);
   ReplaceWithChannelsLast(g, i, std::move(op));
   return true;
 }
@@ -304,7 +308,7 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
   return converted;
 }
 
-int ConvertQLinearConvsToNhwc(Graph* g) {
+int ConvertQLinearConvsToNhwc(Graph* g, bool gemm_packed) {
   const auto runtime_transposes = [](const Graph& graph) {
     const std::vector<bool> st = StaticValues(graph);
     int n = 0;
@@ -319,7 +323,7 @@ int ConvertQLinearConvsToNhwc(Graph* g) {
     const std::vector<int> producer = Producers(*g);
     const std::vector<int> uses = UseCounts(*g);
     const size_t count = g->nodes.size();
-    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i) ? 1 : 0;
+    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i, gemm_packed) ? 1 : 0;
   }
   if (!converted) return 0;
   RemoveMarkedNodes(g);

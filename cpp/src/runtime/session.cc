@@ -310,8 +310,15 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
       }
     }
   }
-  if (options.optimize && impl->device && impl->device->ChannelsLastInt8Convs())
-    if (int n = ConvertQLinearConvsToNhwc(&g)) impl->pass_stats.fired["layout_nhwc_int8"] += n;
+  // Integer convs channels-last: on a device when its backend asks for it, on
+  // the CPU always (rows of the product are pixels, gathered from runs of
+  // KW * C bytes: backends/cpu/quant_fused.cc); KAIWU_INT8_NHWC=0 keeps NCHW.
+  const char* int8_nhwc_env = std::getenv("KAIWU_INT8_NHWC");
+  const bool int8_nhwc = impl->device ? impl->device->ChannelsLastInt8Convs()
+                                      : !(int8_nhwc_env && std::string(int8_nhwc_env) == "0");
+  if (options.optimize && int8_nhwc)
+    if (int n = ConvertQLinearConvsToNhwc(&g, /*gemm_packed=*/!impl->device))
+      impl->pass_stats.fired["layout_nhwc_int8"] += n;
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).
   const char* fused_mlp_env = std::getenv("KAIWU_FUSED_MLP");

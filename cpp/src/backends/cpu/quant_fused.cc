@@ -8,6 +8,7 @@
 // lane) of a chunk of images, so that outputs are written along pixels.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "backends/cpu/activation.h"
 #include "backends/cpu/quant_gemm.h"
@@ -24,6 +25,7 @@ struct Header {
   int32_t y_zp;
   int32_t pairs_fit_int16;  // see QMicroTile
   int32_t no_min;           // no weight is -128: see QMicroTileShiftedAvx2
+  int32_t gemm_blocks;      // weights in the Gemm blocks, not rows (ops/quant.h)
 };
 
 // The product path of a run: AMX tiles where the CPU has them and K is at
@@ -76,21 +78,36 @@ static_assert(kQAmxLanes == kQTileLanes, "one acc row stride for every path");
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// Rows of a channels-last conv chunk come in multiples of this: whole tiles of
+// every path (32 AMX, 6 VNNI / AVX2, 4 shifted AVX2).
+constexpr int64_t kChunkRows = 96;
+
 class QFusedKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
     CheckQIsaEnv();
     p_ = ctx.Params<QFusedParams>();
-    if (p_.channels_last)  // only device sessions convert integer convs to channels-last
-      Fail(StatusCode::kUnsupported, ctx.node.Describe(),
-           ": a channels-last integer conv is not supported by the CPU backend");
+    node_ = ctx.node.Describe();
     act_ = p_.act;
     x_int8_ = ctx.in(0).dtype == DType::kInt8;
     const QPackedLayout L(p_.k, p_.n);
     kp_ = L.kp;
     threads_ = std::max(1, ctx.num_threads);
     QuantRange(p_.y_dtype == DType::kFloat32 ? DType::kUInt8 : p_.y_dtype, &lo_, &hi_);
-    if (p_.conv) {
+    if (p_.conv && p_.channels_last) {
+      // Rows of the product are output pixels; a task gathers kChunkRows-multiples
+      // of them into its slot (about 96 KiB), enough rows a chunk for every
+      // thread to take one where the batch is small.
+      P_ = p_.geo.out_size();
+      images_ = ctx.in(0).shape[0];
+      const int64_t rows = images_ * P_;
+      int64_t r = std::max<int64_t>(1, (96 << 10) / (kp_ * kChunkRows)) * kChunkRows;
+      const int64_t even = RoundUp((rows + threads_ - 1) / threads_, kChunkRows);
+      chunk_ = std::max<int64_t>(kChunkRows, std::min({r, even, int64_t{16} * kChunkRows}));
+      chunks_ = (rows + chunk_ - 1) / chunk_;
+      slot_bytes_ = RoundUp(chunk_ * kp_ + 4 * chunk_, 64);  // rows, row sums
+      ctx.scratch_bytes = static_cast<size_t>(slot_bytes_ * std::min<int64_t>(threads_, chunks_));
+    } else if (p_.conv) {
       P_ = p_.geo.out_size();
       images_ = ctx.in(0).shape[0];
       chunk_ = std::max<int64_t>(1, std::min<int64_t>(images_, (256 << 10) / std::max<int64_t>(1, kp_ * P_)));
@@ -105,7 +122,16 @@ class QFusedKernel : public Kernel {
   }
 
   void Run(const KernelIO& io) const override {
-    if (p_.conv) RunConv(io);
+    Header h;
+    std::memcpy(&h, io.inputs[1], sizeof(h));
+    // Products with pixels or Gemm rows as rows read the Gemm blocks; NCHW convs the rows.
+    const bool want_blocks = !p_.conv || p_.channels_last;
+    KAIWU_CHECK((h.gemm_blocks != 0) == want_blocks, StatusCode::kUnsupported, node_,
+                ": the packed weights are in ", h.gemm_blocks ? "Gemm blocks" : "rows", ", but this ",
+                p_.conv ? (p_.channels_last ? "channels-last conv" : "NCHW conv") : "Gemm", " reads ",
+                want_blocks ? "Gemm blocks (QPackWeights gemm_layout=1 for a channels-last conv)" : "rows");
+    if (p_.conv && p_.channels_last) RunConvNhwc(io);
+    else if (p_.conv) RunConv(io);
     else RunGemm(io);
   }
 
@@ -145,11 +171,28 @@ class QFusedKernel : public Kernel {
     }
   }
 
+  // Row tiles of a product whose rows are rows of x (row r at x + r * ldx,
+  // row sums at rowsum when weights have zero points), written as output rows
+  // out_row0 + r: tasks [t0, t1) of GemmTasks(rows, path).
+  struct Operands {
+    const uint8_t* w;
+    const int32_t *corr, *wzp, *wsum;
+    const float *mult, *bias;
+  };
+  Operands Packed(const KernelIO& io) const;
+  int64_t GemmTasks(int64_t rows, const TilePath& path) const;
+  void GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
+                 const uint8_t* x, int64_t ldx, const int32_t* rowsum, int64_t rows, int64_t out_row0,
+                 int64_t t0, int64_t t1) const;
   void RunGemm(const KernelIO& io) const;
   void RunConv(const KernelIO& io) const;
+  void RunConvNhwc(const KernelIO& io) const;
+  void NhwcRows(const KernelIO& io, const Header& h, uint8_t shift, int64_t r0, int64_t nr, uint8_t* col,
+                int32_t* rowsum) const;
   void ConvChunk(const KernelIO& io, const Header& h, int64_t chunk, uint8_t* slot, bool parallel) const;
 
   QFusedParams p_;
+  std::string node_;
   Activation act_;
   bool x_int8_ = false, copy_x_ = false;
   int64_t kp_ = 0, P_ = 0, images_ = 0, chunk_ = 1, chunks_ = 1, lanes_ = 0, slot_bytes_ = 0;
@@ -202,52 +245,143 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
     x = scratch;
     ldx = kp_;
   }
+  const Operands op = Packed(io);
+  io.pool->ParallelFor(GemmTasks(rows, path), 2.0 * path.rows * kQTileLanes * static_cast<double>(kp_),
+                       [&](int64_t t0, int64_t t1) {
+                         GemmTiles(io, h, path, op, x, ldx, need_sums ? rowsum : nullptr, rows, 0, t0, t1);
+                       });
+}
+
+QFusedKernel::Operands QFusedKernel::Packed(const KernelIO& io) const {
+  const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
   const QPackedLayout L(p_.k, p_.n);
-  const uint8_t* w = packed + L.weights();
-  const int32_t* corr = reinterpret_cast<const int32_t*>(packed + L.corr());
-  const float* mult = reinterpret_cast<const float*>(packed + L.mult());
-  const float* bias = reinterpret_cast<const float*>(packed + L.bias());
-  const int32_t* wzp = reinterpret_cast<const int32_t*>(packed + L.wzp());
-  const int32_t* wsum = reinterpret_cast<const int32_t*>(packed + L.wsum());
-  // Tiles over the blocks of 16 channels, then (dot_tail) row dots for the
-  // channels of the last block stored as rows, one task per row tile.
+  return {packed + L.weights(),
+          reinterpret_cast<const int32_t*>(packed + L.corr()),
+          reinterpret_cast<const int32_t*>(packed + L.wzp()),
+          reinterpret_cast<const int32_t*>(packed + L.wsum()),
+          reinterpret_cast<const float*>(packed + L.mult()),
+          reinterpret_cast<const float*>(packed + L.bias())};
+}
+
+// Tiles over the blocks of 16 channels, then (dot_tail) row dots for the
+// channels of the last block stored as rows, one task per row tile.
+int64_t QFusedKernel::GemmTasks(int64_t rows, const TilePath& path) const {
+  const QPackedLayout L(p_.k, p_.n);
+  const int64_t tail = L.dot_tail();
+  const int64_t blocks = (tail ? p_.n - tail : L.np) / 16, col_tiles = (blocks + 1) / 2;
+  const int64_t row_tiles = (rows + path.rows - 1) / path.rows;
+  return col_tiles * row_tiles + (tail ? row_tiles : 0);
+}
+
+void QFusedKernel::GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
+                             const uint8_t* x, int64_t ldx, const int32_t* rowsum, int64_t rows,
+                             int64_t out_row0, int64_t t0, int64_t t1) const {
+  const QPackedLayout L(p_.k, p_.n);
   const int64_t tail = L.dot_tail(), tail_c0 = p_.n - tail;
   const int64_t blocks = (tail ? tail_c0 : L.np) / 16, col_tiles = (blocks + 1) / 2;
-  const int64_t row_tiles = (rows + path.rows - 1) / path.rows;
-  const int64_t tile_tasks = col_tiles * row_tiles, tasks = tile_tasks + (tail ? row_tiles : 0);
-  const double cost = 2.0 * path.rows * kQTileLanes * static_cast<double>(kp_);
+  const int64_t row_tiles = (rows + path.rows - 1) / path.rows, tile_tasks = col_tiles * row_tiles;
   // Writes rows r0 .. r0 + mr of channels c0 .. c0 + count from int32 sums
   // (row r at acc + r * acc_ld).
   auto emit = [&](const int32_t* acc, int64_t acc_ld, int64_t r0, int64_t mr, int64_t c0, int64_t count) {
     int32_t cc[kQTileLanes];
-    for (int64_t j = 0; j < count; ++j) cc[j] = corr[c0 + j] + (path.shifted ? 128 * wsum[c0 + j] : 0);
+    for (int64_t j = 0; j < count; ++j) cc[j] = op.corr[c0 + j] + (path.shifted ? 128 * op.wsum[c0 + j] : 0);
     float f[kQTileLanes];
     for (int64_t r = 0; r < mr; ++r) {
       const int32_t* a = acc + r * acc_ld;
-      const int32_t xs = need_sums ? rowsum[r0 + r] : 0;
+      const int32_t xs = rowsum ? rowsum[r0 + r] : 0;
       for (int64_t j = 0; j < count; ++j)
-        f[j] = static_cast<float>(a[j] + cc[j] - wzp[c0 + j] * xs) * mult[c0 + j] + bias[c0 + j];
-      EmitRun(io, h, f, count, (r0 + r) * p_.n + c0);
+        f[j] = static_cast<float>(a[j] + cc[j] - op.wzp[c0 + j] * xs) * op.mult[c0 + j] + op.bias[c0 + j];
+      EmitRun(io, h, f, count, (out_row0 + r0 + r) * p_.n + c0);
     }
   };
-  io.pool->ParallelFor(tasks, cost, [&](int64_t t0, int64_t t1) {
-    const QAmxScope amx(path.amx);
-    alignas(64) int32_t acc[kAccRows * kQTileLanes];
-    for (int64_t t = t0; t < t1; ++t) {
-      if (t >= tile_tasks) {
-        const int64_t r0 = (t - tile_tasks) * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
-        QRowDots(path.isa, path.shifted, h.pairs_fit_int16 != 0, static_cast<int>(mr), static_cast<int>(tail),
-                 kp_, x + r0 * ldx, ldx, w + (tail_c0 / 16) * kp_ * 16, acc);
-        emit(acc, tail, r0, mr, tail_c0, tail);
+  const QAmxScope amx(path.amx);
+  alignas(64) int32_t acc[kAccRows * kQTileLanes];
+  for (int64_t t = t0; t < t1; ++t) {
+    if (t >= tile_tasks) {
+      const int64_t r0 = (t - tile_tasks) * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
+      QRowDots(path.isa, path.shifted, h.pairs_fit_int16 != 0, static_cast<int>(mr), static_cast<int>(tail),
+               kp_, x + r0 * ldx, ldx, op.w + (tail_c0 / 16) * kp_ * 16, acc);
+      emit(acc, tail, r0, mr, tail_c0, tail);
+      continue;
+    }
+    const int64_t ct = t / row_tiles, rt = t % row_tiles;
+    const int64_t b0 = 2 * ct, nb = std::min<int64_t>(2, blocks - b0);
+    const int64_t r0 = rt * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
+    path.Tile(static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
+              op.w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_x=*/false, acc, h);
+    const int64_t c0 = b0 * 16;
+    emit(acc, kQTileLanes, r0, mr, c0, std::min<int64_t>(16 * nb, p_.n - c0));
+  }
+}
+
+// Channels-last conv (NHWC x and y, weights packed as [M, KH, KW, C]): the
+// product's rows are output pixels, gathered chunk by chunk into rows of
+// k = (kh, kw, c) bytes (runs of KW * C or C input bytes; padding taps read
+// the x zero point), then GemmTiles over each chunk in its thread's slot.
+void QFusedKernel::NhwcRows(const KernelIO& io, const Header& h, uint8_t shift, int64_t r0, int64_t nr,
+                            uint8_t* col, int32_t* rowsum) const {
+  const SpatialGeometry& g = p_.geo;
+  const int64_t KK = g.kernel_size(), C = p_.k / KK, K = p_.k, kp = kp_;
+  const int64_t H = g.in[1], W = g.in[2], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
+  const int64_t sh = g.stride[1], sw = g.stride[2], dh = g.dilation[1], dw = g.dilation[2];
+  const int64_t ph = g.pad_begin[1], pw = g.pad_begin[2];
+  const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
+  const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift, padv = static_cast<uint8_t>(h.x_zp) ^ shift;
+  const bool need_sums = h.any_wzp != 0;
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t pixel = r0 + r, img = pixel / P_, pix = pixel % P_, oh = pix / OW, ow = pix % OW;
+    uint8_t* dst = col + r * kp;
+    const int64_t iw0 = ow * sw - pw;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      uint8_t* d = dst + kh * KW * C;
+      const int64_t ih = oh * sh - ph + kh * dh;
+      if (ih < 0 || ih >= H) {
+        std::memset(d, padv, static_cast<size_t>(KW * C));
         continue;
       }
-      const int64_t ct = t / row_tiles, rt = t % row_tiles;
-      const int64_t b0 = 2 * ct, nb = std::min<int64_t>(2, blocks - b0);
-      const int64_t r0 = rt * path.rows, mr = std::min<int64_t>(path.rows, rows - r0);
-      path.Tile(static_cast<int>(mr), static_cast<int>(nb), kp_ / 4, x + r0 * ldx, ldx,
-                w + b0 * kp_ * 16, 64, kp_ * 16, /*lanes_x=*/false, acc, h);
-      const int64_t c0 = b0 * 16;
-      emit(acc, kQTileLanes, r0, mr, c0, std::min<int64_t>(16 * nb, p_.n - c0));
+      const uint8_t* row = x + (img * H + ih) * W * C;
+      if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
+        const uint8_t* src = row + iw0 * C;
+        for (int64_t i = 0; i < KW * C; ++i) d[i] = src[i] ^ flip;
+        continue;
+      }
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const int64_t iw = iw0 + kw * dw;
+        if (iw < 0 || iw >= W) {
+          std::memset(d + kw * C, padv, static_cast<size_t>(C));
+          continue;
+        }
+        const uint8_t* src = row + iw * C;
+        for (int64_t c = 0; c < C; ++c) d[kw * C + c] = src[c] ^ flip;
+      }
+    }
+    std::memset(dst + K, 0, static_cast<size_t>(kp - K));
+    if (need_sums) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += dst[k] ^ shift;
+      rowsum[r] = sum;
+    }
+  }
+}
+
+void QFusedKernel::RunConvNhwc(const KernelIO& io) const {
+  Header h;
+  std::memcpy(&h, io.inputs[1], sizeof(h));
+  const TilePath path(QGemmIsa(), h, kp_);
+  const uint8_t shift = path.shifted ? 0x80 : 0;  // the shifted tiles read x - 128
+  const Operands op = Packed(io);
+  const int64_t rows = images_ * P_, slots = std::min<int64_t>(threads_, chunks_);
+  uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
+  // One slot per thread; slot s takes chunks s, s + slots, ...
+  io.pool->ParallelFor(slots, 1e12, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      uint8_t* col = scratch + s * slot_bytes_;
+      int32_t* rowsum = reinterpret_cast<int32_t*>(col + chunk_ * kp_);
+      for (int64_t c = s; c < chunks_; c += slots) {
+        const int64_t r0 = c * chunk_, nr = std::min(chunk_, rows - r0);
+        NhwcRows(io, h, shift, r0, nr, col, rowsum);
+        GemmTiles(io, h, path, op, col, kp_, h.any_wzp ? rowsum : nullptr, nr, r0, 0, GemmTasks(nr, path));
+      }
     }
   });
 }

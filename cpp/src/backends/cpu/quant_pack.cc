@@ -14,7 +14,9 @@ class QPackKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
     p_ = ctx.Params<QPackParams>();
-    conv_ = ctx.node.GetInt("conv", 0) != 0;
+    // gemm_layout: a channels-last conv on the CPU, whose product has pixels
+    // as rows like a Gemm's (passes/layout_nhwc.h).
+    conv_ = ctx.node.GetInt("conv", 0) != 0 && ctx.node.GetInt("gemm_layout", 0) == 0;
     has_wzp_ = ctx.HasInput(2);
     has_xzp_ = ctx.HasInput(4);
     has_yzp_ = ctx.HasInput(7);
@@ -66,7 +68,7 @@ class QPackKernel : public Kernel {
       wsum[c] = sum;
       any_wzp |= z != 0;
     }
-    int32_t header[6];
+    int32_t header[7];
     const float inv = 1.f / ys;
     header[0] = any_wzp;
     header[1] = xz;
@@ -74,6 +76,7 @@ class QPackKernel : public Kernel {
     header[3] = yz;
     header[4] = pairs_fit;
     header[5] = no_min;
+    header[6] = conv_ ? 0 : 1;  // weights in the Gemm blocks
     std::memcpy(out, header, sizeof(header));
   }
 
