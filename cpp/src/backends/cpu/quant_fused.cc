@@ -184,6 +184,8 @@ class QFusedKernel : public Kernel {
   void GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
                  const uint8_t* x, int64_t ldx, const int32_t* rowsum, int64_t rows, int64_t out_row0,
                  int64_t t0, int64_t t1) const;
+  void EmitRows(const KernelIO& io, const Header& h, const Operands& op, bool shifted, const int32_t* acc,
+                int64_t acc_ld, const int32_t* xsum, int64_t mr, int64_t c0, int64_t count, int64_t out_row) const;
   void RunGemm(const KernelIO& io) const;
   void RunConv(const KernelIO& io) const;
   void RunConvNhwc(const KernelIO& io) const;
@@ -273,6 +275,40 @@ int64_t QFusedKernel::GemmTasks(int64_t rows, const TilePath& path) const {
   return col_tiles * row_tiles + (tail ? row_tiles : 0);
 }
 
+// The epilogue of one tile: rows [0, mr) of int32 sums (row r at acc + r *
+// acc_ld) of channels c0 .. c0 + count, as output rows out_row .. out_row + mr.
+// The floats of the whole tile first (per-channel constants loaded once),
+// then, for a quantized output without residual or activation, one call
+// quantizes every row; else EmitRun row by row.
+void QFusedKernel::EmitRows(const KernelIO& io, const Header& h, const Operands& op, bool shifted,
+                            const int32_t* acc, int64_t acc_ld, const int32_t* xsum, int64_t mr, int64_t c0,
+                            int64_t count, int64_t out_row) const {
+  alignas(64) int32_t cc[kQTileLanes], wz[kQTileLanes];
+  alignas(64) float m[kQTileLanes], b[kQTileLanes];
+  // Plain copies (a conditional in the loop made GCC gather).
+  const size_t bytes = sizeof(int32_t) * static_cast<size_t>(count);
+  std::memcpy(cc, op.corr + c0, bytes);
+  std::memcpy(wz, op.wzp + c0, bytes);
+  std::memcpy(m, op.mult + c0, bytes);
+  std::memcpy(b, op.bias + c0, bytes);
+  if (shifted)
+    for (int64_t j = 0; j < count; ++j) cc[j] += 128 * op.wsum[c0 + j];
+  alignas(64) float f[kAccRows * kQTileLanes];
+  for (int64_t r = 0; r < mr; ++r) {
+    const int32_t* a = acc + r * acc_ld;
+    float* fr = f + r * kQTileLanes;
+    const int32_t xs = xsum ? xsum[r] : 0;
+    for (int64_t j = 0; j < count; ++j) fr[j] = static_cast<float>(a[j] + cc[j] - wz[j] * xs) * m[j] + b[j];
+  }
+  const int64_t n = p_.n;
+  if (p_.has_residual || act_.active() || p_.y_dtype == DType::kFloat32 || QGemmIsa() == QIsa::kScalar) {
+    for (int64_t r = 0; r < mr; ++r) EmitRun(io, h, f + r * kQTileLanes, count, (out_row + r) * n + c0);
+    return;
+  }
+  QuantizeRowsAvx2(f, kQTileLanes, mr, count, h.inv_y_scale, /*divide=*/false, static_cast<float>(h.y_zp), lo_,
+                   hi_, p_.y_dtype == DType::kInt8, static_cast<uint8_t*>(io.outputs[0]) + out_row * n + c0, n);
+}
+
 void QFusedKernel::GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
                              const uint8_t* x, int64_t ldx, const int32_t* rowsum, int64_t rows,
                              int64_t out_row0, int64_t t0, int64_t t1) const {
@@ -280,19 +316,9 @@ void QFusedKernel::GemmTiles(const KernelIO& io, const Header& h, const TilePath
   const int64_t tail = L.dot_tail(), tail_c0 = p_.n - tail;
   const int64_t blocks = (tail ? tail_c0 : L.np) / 16, col_tiles = (blocks + 1) / 2;
   const int64_t row_tiles = (rows + path.rows - 1) / path.rows, tile_tasks = col_tiles * row_tiles;
-  // Writes rows r0 .. r0 + mr of channels c0 .. c0 + count from int32 sums
-  // (row r at acc + r * acc_ld).
   auto emit = [&](const int32_t* acc, int64_t acc_ld, int64_t r0, int64_t mr, int64_t c0, int64_t count) {
-    int32_t cc[kQTileLanes];
-    for (int64_t j = 0; j < count; ++j) cc[j] = op.corr[c0 + j] + (path.shifted ? 128 * op.wsum[c0 + j] : 0);
-    float f[kQTileLanes];
-    for (int64_t r = 0; r < mr; ++r) {
-      const int32_t* a = acc + r * acc_ld;
-      const int32_t xs = rowsum ? rowsum[r0 + r] : 0;
-      for (int64_t j = 0; j < count; ++j)
-        f[j] = static_cast<float>(a[j] + cc[j] - op.wzp[c0 + j] * xs) * op.mult[c0 + j] + op.bias[c0 + j];
-      EmitRun(io, h, f, count, (out_row0 + r0 + r) * p_.n + c0);
-    }
+    EmitRows(io, h, op, path.shifted, acc, acc_ld, rowsum ? rowsum + r0 : nullptr, mr, c0, count,
+             out_row0 + r0);
   };
   const QAmxScope amx(path.amx);
   alignas(64) int32_t acc[kAccRows * kQTileLanes];

@@ -275,37 +275,44 @@ void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int
   }
 }
 
-__attribute__((target("avx2"))) void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide,
-                                                      float zp, float lo, float hi, bool is_signed,
-                                                      uint8_t* y) {
+__attribute__((target("avx2"))) void QuantizeRowsAvx2(const float* x, int64_t x_stride, int64_t rows, int64_t n,
+                                                     float s, bool divide, float zp, float lo, float hi,
+                                                     bool is_signed, uint8_t* y, int64_t y_stride) {
   const __m256 vs = _mm256_set1_ps(s), vzp = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo),
                vhi = _mm256_set1_ps(hi), big = _mm256_set1_ps(4194304.f),
                nbig = _mm256_set1_ps(-4194304.f), magic = _mm256_set1_ps(12582912.f);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(x + i);
-    v = divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vs);
-    v = _mm256_max_ps(v, nbig);  // NaN -> -2^22 (max returns its second operand)
-    v = _mm256_min_ps(v, big);
-    v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);  // round half to even
-    v = _mm256_add_ps(v, vzp);
-    v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
-    const __m256i q = _mm256_cvtps_epi32(v);  // integers in [lo, hi]: exact
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-    const __m128i b = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
+  for (int64_t r = 0; r < rows; ++r, x += x_stride, y += y_stride) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_loadu_ps(x + i);
+      v = divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vs);
+      v = _mm256_max_ps(v, nbig);  // NaN -> -2^22 (max returns its second operand)
+      v = _mm256_min_ps(v, big);
+      v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);  // round half to even
+      v = _mm256_add_ps(v, vzp);
+      v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
+      const __m256i q = _mm256_cvtps_epi32(v);  // integers in [lo, hi]: exact
+      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      const __m128i b = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
+    }
+    for (; i < n; ++i) {
+      float v = divide ? x[i] / s : x[i] * s;
+      v = v > -4194304.f ? v : -4194304.f;
+      v = v < 4194304.f ? v : 4194304.f;
+      v = (v + 12582912.f) - 12582912.f;
+      v += zp;
+      v = v > lo ? v : lo;
+      v = v < hi ? v : hi;
+      const int32_t q = static_cast<int32_t>(v);
+      y[i] = static_cast<uint8_t>(is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : q);
+    }
   }
-  for (; i < n; ++i) {
-    float v = divide ? x[i] / s : x[i] * s;
-    v = v > -4194304.f ? v : -4194304.f;
-    v = v < 4194304.f ? v : 4194304.f;
-    v = (v + 12582912.f) - 12582912.f;
-    v += zp;
-    v = v > lo ? v : lo;
-    v = v < hi ? v : hi;
-    const int32_t q = static_cast<int32_t>(v);
-    y[i] = static_cast<uint8_t>(is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q)) : q);
-  }
+}
+
+void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp, float lo, float hi,
+                       bool is_signed, uint8_t* y) {
+  QuantizeRowsAvx2(x, n, 1, n, s, divide, zp, lo, hi, is_signed, y, n);
 }
 
 void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
