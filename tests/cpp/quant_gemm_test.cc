@@ -216,6 +216,28 @@ TEST(QuantGemm, QuantizeBytesAvx2MatchesScalar) {
             const int32_t got = is_signed ? int32_t(int8_t(y[i])) : int32_t(y[i]);
             ASSERT_EQ(got, want) << "x=" << x[i] << " s=" << s << " divide=" << divide << " signed=" << is_signed;
           }
+          // The row forms: three rows of n / 3 values at strides with gaps, AVX2 and
+          // (where the CPU has it) AVX-512, the same bytes as the single-row call.
+          const int64_t w = static_cast<int64_t>(n) / 3, xs = w + 5, ys = w + 3;
+          if (w == 0) continue;
+          std::vector<uint8_t> rows_avx2(3 * ys, 0xEE), rows_avx512(3 * ys, 0xEE);
+          std::vector<float> xr(3 * xs, 0.f);
+          for (int r = 0; r < 3; ++r)
+            for (int64_t i = 0; i < w; ++i) xr[r * xs + i] = x[r * w + i];
+          QuantizeRowsAvx2(xr.data(), xs, 3, w, s, divide, zp, lo, hi, is_signed, rows_avx2.data(), ys);
+          bool avx512 = false;
+#if defined(__x86_64__)
+          __builtin_cpu_init();
+          avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+#endif
+          if (avx512) QuantizeRowsAvx512(xr.data(), xs, 3, w, s, divide, zp, lo, hi, is_signed, rows_avx512.data(), ys);
+          for (int r = 0; r < 3; ++r)
+            for (int64_t i = 0; i < ys; ++i) {
+              const uint8_t want = i < w ? y[r * w + i] : 0xEE;  // the gaps untouched
+              ASSERT_EQ(rows_avx2[r * ys + i], want) << "avx2 rows r=" << r << " i=" << i << " n=" << n;
+              if (avx512) ASSERT_EQ(rows_avx512[r * ys + i], want) << "avx512 rows r=" << r << " i=" << i << " n=" << n;
+            }
         }
 }
 

@@ -78,6 +78,24 @@ static_assert(kQAmxLanes == kQTileLanes, "one acc row stride for every path");
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// dst[i] = src[i] ^ flip for i < n, 16 bytes a step in registers (the runs
+// are short: KW * C or C bytes, 32 for a Nature CNN's first conv, where a
+// memcpy call per run cost more than the copy).
+inline void CopyFlip(uint8_t* dst, const uint8_t* src, int64_t n, uint8_t flip) {
+  const uint64_t f8 = flip * 0x0101010101010101ull;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint64_t a, b;
+    std::memcpy(&a, src + i, 8);
+    std::memcpy(&b, src + i + 8, 8);
+    a ^= f8;
+    b ^= f8;
+    std::memcpy(dst + i, &a, 8);
+    std::memcpy(dst + i + 8, &b, 8);
+  }
+  for (; i < n; ++i) dst[i] = src[i] ^ flip;
+}
+
 // Rows of a channels-last conv chunk come in multiples of this: whole tiles of
 // every path (32 AMX, 6 VNNI / AVX2, 4 shifted AVX2).
 constexpr int64_t kChunkRows = 96;
@@ -305,7 +323,7 @@ void QFusedKernel::EmitRows(const KernelIO& io, const Header& h, const Operands&
     for (int64_t r = 0; r < mr; ++r) EmitRun(io, h, f + r * kQTileLanes, count, (out_row + r) * n + c0);
     return;
   }
-  QuantizeRowsAvx2(f, kQTileLanes, mr, count, h.inv_y_scale, /*divide=*/false, static_cast<float>(h.y_zp), lo_,
+  QuantizeRows(f, kQTileLanes, mr, count, h.inv_y_scale, /*divide=*/false, static_cast<float>(h.y_zp), lo_,
                    hi_, p_.y_dtype == DType::kInt8, static_cast<uint8_t*>(io.outputs[0]) + out_row * n + c0, n);
 }
 
@@ -367,18 +385,13 @@ void QFusedKernel::NhwcRows(const KernelIO& io, const Header& h, uint8_t shift, 
       }
       const uint8_t* row = x + (img * H + ih) * W * C;
       if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
-        const uint8_t* src = row + iw0 * C;
-        for (int64_t i = 0; i < KW * C; ++i) d[i] = src[i] ^ flip;
+        CopyFlip(d, row + iw0 * C, KW * C, flip);
         continue;
       }
       for (int64_t kw = 0; kw < KW; ++kw) {
         const int64_t iw = iw0 + kw * dw;
-        if (iw < 0 || iw >= W) {
-          std::memset(d + kw * C, padv, static_cast<size_t>(C));
-          continue;
-        }
-        const uint8_t* src = row + iw * C;
-        for (int64_t c = 0; c < C; ++c) d[kw * C + c] = src[c] ^ flip;
+        if (iw < 0 || iw >= W) std::memset(d + kw * C, padv, static_cast<size_t>(C));
+        else CopyFlip(d + kw * C, row + iw * C, C, flip);
       }
     }
     std::memset(dst + K, 0, static_cast<size_t>(kp - K));

@@ -67,9 +67,15 @@ void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int
 /// does not vectorize (GCC keeps its selects as branches). AVX2 only.
 void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp, float lo, float hi,
                        bool is_signed, uint8_t* y);
-/// QuantizeBytesAvx2 over `rows` rows of n values (x and y advance by their strides).
+/// QuantizeBytesAvx2 over `rows` rows of n values (x and y advance by their
+/// strides); QuantizeRows takes the AVX-512 version where the CPU has
+/// AVX-512 BW and VL (the same bytes: the same operations on 16 lanes).
 void QuantizeRowsAvx2(const float* x, int64_t x_stride, int64_t rows, int64_t n, float s, bool divide, float zp,
                       float lo, float hi, bool is_signed, uint8_t* y, int64_t y_stride);
+void QuantizeRowsAvx512(const float* x, int64_t x_stride, int64_t rows, int64_t n, float s, bool divide, float zp,
+                        float lo, float hi, bool is_signed, uint8_t* y, int64_t y_stride);
+void QuantizeRows(const float* x, int64_t x_stride, int64_t rows, int64_t n, float s, bool divide, float zp,
+                  float lo, float hi, bool is_signed, uint8_t* y, int64_t y_stride);
 
 constexpr int kQAmxRows = 32;   // rows of one AMX tile call (two 16-row tiles)
 constexpr int kQAmxLanes = 32;  // lanes of one AMX tile call, also its acc row stride
