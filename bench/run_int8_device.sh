@@ -1,10 +1,11 @@
 #!/bin/bash
-# One device call for the int8 kernels on the GPU machine's AVX-512 VNNI host (CPU only):
-# a CPU build (kaiwu_core and the Python module; the int8 GoogleTest files compiled
-# alone against the library), the int8 gtests and tests/python/test_quant*.py with
-# KAIWU_INT8_ISA unset (the best path: AMX there) and =$ALT (default avx512vnni), then
-# bench_int8.py at 1 and 2 threads for both and for the best path with KAIWU_INT8_NHWC=0
-# (each bench pinned to two cores of its own, all at once, after the tests).
+# One device call for the CPU int8 kernels on the GPU machine's host (AVX-512 VNNI, AMX):
+# a CPU build (kaiwu_core and the Python module; the int8 GoogleTest files compiled alone
+# against the library); the int8 gtests and tests/python/test_quant*.py with KAIWU_INT8_ISA
+# unset (the best path: AMX there) and =$ALT (default avx512vnni), side by side on cores
+# 4-15; then, one at a time on cores 0-1: bench_int8.py at 1 and 2 threads (best path),
+# bench/int8_layout_ab.py (channels-last against NCHW integer convs, same process) and
+# bench/profile_int8.py (per node, core 2). ALT_BENCH=1 adds bench_int8.py under $ALT.
 # Run from the repository root; writes logs and the results under $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp/out}
@@ -14,7 +15,7 @@ BATCH=${BATCH:-32,256,1024}
 REPEATS=${REPEATS:-3}
 ALT=${ALT:-avx512vnni}
 grep -m1 "model name" /proc/cpuinfo; nproc
-grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E "avx512(f|bw)|vnni|amx_int8" | tr '\n' ' '; echo
+grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E "avx512(f|bw|_vbmi)|vnni|amx_int8" | tr '\n' ' '; echo
 t0=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAIWU_BUILD_TESTS=OFF -DKAIWU_BUILD_PYTHON=ON \
   -Dpybind11_DIR=$(python3 -c 'import pybind11;print(pybind11.get_cmake_dir())') > $OUT/build.log 2>&1 &&
@@ -26,11 +27,6 @@ g++ -std=c++17 -O2 -march=native -DNDEBUG -DEIGEN_DONT_PARALLELIZE -DEIGEN_MPL2_
   -pthread -o $B/quant_tests >> $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 python3 -c "import onnxruntime, numpy; print('onnxruntime', onnxruntime.__version__, 'numpy', numpy.__version__)"
-bench() {  # $1: cores, $2: KAIWU_INT8_ISA value or 'unset', $3: name
-  ( [ "$2" = unset ] && unset KAIWU_INT8_ISA || export KAIWU_INT8_ISA=$2
-    PYTHONPATH=python taskset -c $1 timeout ${BENCH_TIMEOUT:-150} python3 bench/bench_int8.py --batch $BATCH \
-      --threads 1,2 --repeats $REPEATS --block-s ${BLOCK_S:-0.1} --out-dir $OUT --name $3 > $OUT/$3.log 2>&1 )
-}
 tests=()
 for isa in unset $ALT; do
   ( [ $isa = unset ] && unset KAIWU_INT8_ISA || export KAIWU_INT8_ISA=$isa
@@ -45,12 +41,18 @@ for isa in unset $ALT; do
 done
 wait ${tests[@]}
 cat $OUT/tests_unset.log $OUT/tests_$ALT.log
-bench 0,1 unset int8 &
-b1=$!
-bench 2,3 $ALT int8_$ALT &
-b2=$!
-KAIWU_INT8_NHWC=0 bench 4,5 unset int8_nchw &  # the best path with integer convs kept NCHW
-b3=$!
-wait $b1 $b2 $b3
-for n in int8 int8_$ALT int8_nchw; do echo "== bench $n"; tail -3 $OUT/$n.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$n.md; done
+bench() {  # $1: KAIWU_INT8_ISA value or 'unset', $2: name
+  ( [ "$1" = unset ] && unset KAIWU_INT8_ISA || export KAIWU_INT8_ISA=$1
+    PYTHONPATH=python taskset -c 0,1 timeout ${BENCH_TIMEOUT:-300} python3 bench/bench_int8.py --batch $BATCH \
+      --threads 1,2 --repeats $REPEATS --block-s ${BLOCK_S:-0.1} --out-dir $OUT --name $2 > $OUT/$2.log 2>&1 )
+  echo "== bench $2"; tail -3 $OUT/$2.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$2.md
+}
+bench unset int8
+[ -n "$ALT_BENCH" ] && bench $ALT int8_$ALT
+echo "== channels-last vs NCHW integer convs (bench/int8_layout_ab.py)"
+PYTHONPATH=python taskset -c 0,1 timeout 300 python3 bench/int8_layout_ab.py atari_cnn 2>&1 | grep -v WARN |
+  tee $OUT/int8_layout_ab.txt
+echo "== per node (bench/profile_int8.py)"
+PYTHONPATH=python taskset -c 2 timeout 300 python3 bench/profile_int8.py 2>&1 | grep -v WARN > $OUT/profile_int8.txt
+head -70 $OUT/profile_int8.txt
 echo "total $(( $(date +%s) - t0 )) s"

@@ -78,22 +78,20 @@ static_assert(kQAmxLanes == kQTileLanes, "one acc row stride for every path");
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// dst[i] = src[i] ^ flip for i < n, 16 bytes a step in registers (the runs
+// dst[i] = src[i] ^ flip for i < n, 32 bytes a step in registers (the runs
 // are short: KW * C or C bytes, 32 for a Nature CNN's first conv, where a
 // memcpy call per run cost more than the copy).
+using Bytes32 = uint8_t __attribute__((vector_size(32), aligned(1)));
+template <bool kFlip>
 inline void CopyFlip(uint8_t* dst, const uint8_t* src, int64_t n, uint8_t flip) {
-  const uint64_t f8 = flip * 0x0101010101010101ull;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    uint64_t a, b;
-    std::memcpy(&a, src + i, 8);
-    std::memcpy(&b, src + i + 8, 8);
-    a ^= f8;
-    b ^= f8;
-    std::memcpy(dst + i, &a, 8);
-    std::memcpy(dst + i + 8, &b, 8);
+  for (; i + 32 <= n; i += 32) {
+    Bytes32 v;
+    std::memcpy(&v, src + i, 32);
+    if (kFlip) v ^= flip;
+    std::memcpy(dst + i, &v, 32);
   }
-  for (; i < n; ++i) dst[i] = src[i] ^ flip;
+  for (; i < n; ++i) dst[i] = kFlip ? src[i] ^ flip : src[i];
 }
 
 // Rows of a channels-last conv chunk come in multiples of this: whole tiles of
@@ -209,6 +207,9 @@ class QFusedKernel : public Kernel {
   void RunConvNhwc(const KernelIO& io) const;
   void NhwcRows(const KernelIO& io, const Header& h, uint8_t shift, int64_t r0, int64_t nr, uint8_t* col,
                 int32_t* rowsum) const;
+  template <bool kFlip>
+  void NhwcRowsT(const uint8_t* x, uint8_t flip, uint8_t padv, uint8_t shift, bool need_sums, int64_t r0,
+                 int64_t nr, uint8_t* col, int32_t* rowsum) const;
   void ConvChunk(const KernelIO& io, const Header& h, int64_t chunk, uint8_t* slot, bool parallel) const;
 
   QFusedParams p_;
@@ -364,41 +365,58 @@ void QFusedKernel::GemmTiles(const KernelIO& io, const Header& h, const TilePath
 // the x zero point), then GemmTiles over each chunk in its thread's slot.
 void QFusedKernel::NhwcRows(const KernelIO& io, const Header& h, uint8_t shift, int64_t r0, int64_t nr,
                             uint8_t* col, int32_t* rowsum) const {
+  const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
+  const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift, padv = static_cast<uint8_t>(h.x_zp) ^ shift;
+  const bool need_sums = h.any_wzp != 0;
+  if (flip) NhwcRowsT<true>(x, flip, padv, shift, need_sums, r0, nr, col, rowsum);
+  else NhwcRowsT<false>(x, flip, padv, shift, need_sums, r0, nr, col, rowsum);
+}
+
+template <bool kFlip>
+void QFusedKernel::NhwcRowsT(const uint8_t* x, uint8_t flip, uint8_t padv, uint8_t shift, bool need_sums,
+                             int64_t r0, int64_t nr, uint8_t* col, int32_t* rowsum) const {
   const SpatialGeometry& g = p_.geo;
   const int64_t KK = g.kernel_size(), C = p_.k / KK, K = p_.k, kp = kp_;
   const int64_t H = g.in[1], W = g.in[2], OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
   const int64_t sh = g.stride[1], sw = g.stride[2], dh = g.dilation[1], dw = g.dilation[2];
-  const int64_t ph = g.pad_begin[1], pw = g.pad_begin[2];
-  const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
-  const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift, padv = static_cast<uint8_t>(h.x_zp) ^ shift;
-  const bool need_sums = h.any_wzp != 0;
+  const int64_t ph = g.pad_begin[1], pw = g.pad_begin[2], run = KW * C;
+  // (img, oh, ow) of row r0, then stepped row by row (no divisions per row).
+  int64_t img = r0 / P_, oh = (r0 % P_) / OW, ow = r0 % OW;
   for (int64_t r = 0; r < nr; ++r) {
-    const int64_t pixel = r0 + r, img = pixel / P_, pix = pixel % P_, oh = pix / OW, ow = pix % OW;
     uint8_t* dst = col + r * kp;
     const int64_t iw0 = ow * sw - pw;
+    const bool inside_w = dw == 1 && iw0 >= 0 && iw0 + KW <= W;
+    const uint8_t* image = x + img * H * W * C;
     for (int64_t kh = 0; kh < KH; ++kh) {
-      uint8_t* d = dst + kh * KW * C;
+      uint8_t* d = dst + kh * run;
       const int64_t ih = oh * sh - ph + kh * dh;
       if (ih < 0 || ih >= H) {
-        std::memset(d, padv, static_cast<size_t>(KW * C));
+        std::memset(d, padv, static_cast<size_t>(run));
         continue;
       }
-      const uint8_t* row = x + (img * H + ih) * W * C;
-      if (dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
-        CopyFlip(d, row + iw0 * C, KW * C, flip);
+      const uint8_t* row = image + ih * W * C;
+      if (inside_w) {
+        CopyFlip<kFlip>(d, row + iw0 * C, run, flip);
         continue;
       }
       for (int64_t kw = 0; kw < KW; ++kw) {
         const int64_t iw = iw0 + kw * dw;
         if (iw < 0 || iw >= W) std::memset(d + kw * C, padv, static_cast<size_t>(C));
-        else CopyFlip(d + kw * C, row + iw * C, C, flip);
+        else CopyFlip<kFlip>(d + kw * C, row + iw * C, C, flip);
       }
     }
-    std::memset(dst + K, 0, static_cast<size_t>(kp - K));
+    if (kp > K) std::memset(dst + K, 0, static_cast<size_t>(kp - K));
     if (need_sums) {
       int32_t sum = 0;
       for (int64_t k = 0; k < K; ++k) sum += dst[k] ^ shift;
       rowsum[r] = sum;
+    }
+    if (++ow == OW) {
+      ow = 0;
+      if (++oh == g.out[1]) {
+        oh = 0;
+        ++img;
+      }
     }
   }
 }
