@@ -7,6 +7,7 @@
 // Conv: the weights' rows broadcast against im2col lanes (4 taps per int32
 // lane) of a chunk of images, so that outputs are written along pixels.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -43,6 +44,13 @@ struct TilePath {
         amx(i == QIsa::kAmx && kp >= 64),
         shifted(i == QIsa::kAvx2 && !h.pairs_fit_int16 && h.no_min),
         rows(amx ? kQAmxRows : shifted ? 4 : kQTileRows) {}
+  // ThreadPool cost units (about 0.15 ns each) of one tile call: the epilogue's
+  // few per output, and the products at this path's rate (AMX takes ~1024
+  // multiply-adds a cycle, VNNI 128, AVX2 ~32).
+  double TileCost(int64_t kp) const {
+    const double per_mac = amx ? 0.01 : isa == QIsa::kAvx512Vnni ? 0.03 : isa == QIsa::kAvx2 ? 0.08 : 2.0;
+    return rows * kQTileLanes * (3.0 + per_mac * static_cast<double>(kp));
+  }
   // acc: row r at acc + r * kQTileLanes. Callers of an AMX path hold a QAmxScope.
   void Tile(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
             int64_t q_stride, int64_t blk_stride, bool lanes_x, int32_t* acc, const Header& h) const {
@@ -267,7 +275,7 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
     ldx = kp_;
   }
   const Operands op = Packed(io);
-  io.pool->ParallelFor(GemmTasks(rows, path), 2.0 * path.rows * kQTileLanes * static_cast<double>(kp_),
+  io.pool->ParallelFor(GemmTasks(rows, path), path.TileCost(kp_),
                        [&](int64_t t0, int64_t t1) {
                          GemmTiles(io, h, path, op, x, ldx, need_sums ? rowsum : nullptr, rows, 0, t0, t1);
                        });
@@ -427,7 +435,14 @@ void QFusedKernel::RunConvNhwc(const KernelIO& io) const {
   const TilePath path(QGemmIsa(), h, kp_);
   const uint8_t shift = path.shifted ? 0x80 : 0;  // the shifted tiles read x - 128
   const Operands op = Packed(io);
-  const int64_t rows = images_ * P_, slots = std::min<int64_t>(threads_, chunks_);
+  // Threads that pay for themselves, by ThreadPool's rule (about sqrt(work /
+  // its minimum task) of them): the tiles and about a unit a gathered byte.
+  const int64_t rows = images_ * P_;
+  const double work = static_cast<double>(chunks_) *
+                      (static_cast<double>(GemmTasks(chunk_, path)) * path.TileCost(kp_) +
+                       static_cast<double>(chunk_ * kp_));
+  const int64_t slots = std::max<int64_t>(
+      1, std::min<int64_t>({threads_, chunks_, static_cast<int64_t>(std::sqrt(work / 20000.0))}));
   uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
   // One slot per thread; slot s takes chunks s, s + slots, ...
   io.pool->ParallelFor(slots, 1e12, [&](int64_t s0, int64_t s1) {
@@ -516,7 +531,7 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
     }
   };
   const int64_t ntiles = lane_tiles * row_tiles;
-  if (parallel) io.pool->ParallelFor(ntiles, 2.0 * path.rows * kQTileLanes * kp_, tiles);
+  if (parallel) io.pool->ParallelFor(ntiles, path.TileCost(kp_), tiles);
   else tiles(0, ntiles);
 }
 
