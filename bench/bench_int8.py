@@ -122,13 +122,19 @@ def main():
                 sess[f"ort {var}"] = ort_session(m[var], t)
             for b in batches:
                 feeds = policies.make_inputs(name, b, 1)
-                err = {}
+                err, err_float = {}, {}
                 for var in ("int8", "int8/7b"):
                     ref = dict(zip([o.name for o in ort_session(m[var], 1, True).get_outputs()],
                                    ort_session(m[var], 1, True).run(None, feeds)))
                     got = sess[f"kaiwu {var}"].run(feeds)
                     st = steps(m[var])
-                    err[var] = max(float(np.abs(got[k] - r).max()) / st[k] for k, r in ref.items())
+                    # In steps where an output comes out of a DequantizeLinear; outputs left in
+                    # float (a recurrent policy's state) as the largest error relative to the
+                    # output's largest magnitude.
+                    err[var] = max([float(np.abs(got[k] - r).max()) / st[k] for k, r in ref.items() if k in st],
+                                   default=0.0)
+                    err_float[var] = max([float(np.abs(got[k] - r).max()) / max(float(np.abs(r).max()), 1e-30)
+                                          for k, r in ref.items() if k not in st], default=0.0)
                 calls = {e: (lambda s=sess[e]: s.run(feeds)) if e.startswith("kaiwu") else
                          (lambda s=sess[e]: s.run(None, feeds)) for e in engines}
                 for e in engines:
@@ -142,7 +148,7 @@ def main():
                         w, c = time_block(calls[e], args.block_s)
                         wall[e].append(w)
                         cpu[e].append(c)
-                row = {"policy": name, "threads": t, "batch": b, "err_steps": err,
+                row = {"policy": name, "threads": t, "batch": b, "err_steps": err, "err_float_rel": err_float,
                        "wall_us": {e: statistics.median(v) * 1e6 for e, v in wall.items()},
                        "cpu_us": {e: statistics.median(v) * 1e6 for e, v in cpu.items()}}
                 rows.append(row)
@@ -170,7 +176,8 @@ def main():
              "", "Per-call process CPU time, µs (median of repeats; at 2 threads it includes spinning),",
              "and ratios: **o8/k8** = ort int8 / kaiwu int8 (>1: kaiwu faster), **k32/k8** = kaiwu fp32 /",
              "kaiwu int8, likewise for the 7-bit-weight model. err: kaiwu's max error vs onnxruntime running",
-             "the QDQ graph literally, in quantization steps of the output.", "",
+             "the QDQ graph literally, in quantization steps of the output (outputs left in float, a",
+             "recurrent policy's state, add their largest error relative to their largest magnitude).", "",
              "| policy | thr | batch | kaiwu fp32 | ort fp32 | kaiwu int8 | ort int8 | **o8/k8** | k32/k8 | kaiwu int8/7b | ort int8/7b | **o7/k7** | k32/k7 | err 8 / 7b |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -180,7 +187,9 @@ def main():
             f"{c['kaiwu int8']:.0f} | {c['ort int8']:.0f} | **{c['ort int8'] / c['kaiwu int8']:.2f}** | "
             f"{c['kaiwu fp32'] / c['kaiwu int8']:.2f} | {c['kaiwu int8/7b']:.0f} | {c['ort int8/7b']:.0f} | "
             f"**{c['ort int8/7b'] / c['kaiwu int8/7b']:.2f}** | {c['kaiwu fp32'] / c['kaiwu int8/7b']:.2f} | "
-            f"{r['err_steps']['int8']:.2f} / {r['err_steps']['int8/7b']:.2f} |")
+            f"{r['err_steps']['int8']:.2f} / {r['err_steps']['int8/7b']:.2f}"
+            + ("".join(f" (float {r['err_float_rel'][v]:.1e})" if r['err_float_rel'][v] else "" for v in ("int8",))
+               if any(r['err_float_rel'].values()) else "") + " |")
     gm = lambda xs: float(np.exp(np.mean(np.log(xs))))
     lines += ["", f"Geometric means: o8/k8 {gm([r['cpu_us']['ort int8'] / r['cpu_us']['kaiwu int8'] for r in rows]):.2f}, "
               f"k32/k8 {gm([r['cpu_us']['kaiwu fp32'] / r['cpu_us']['kaiwu int8'] for r in rows]):.2f}, "

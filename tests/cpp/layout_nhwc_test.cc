@@ -249,9 +249,45 @@ TEST(LayoutNhwc, ChannelsLastFloatInputLosesItsTransposeThroughQuantizeLinear) {
     if (n.op_type == "QuantizeLinear") EXPECT_EQ(n.inputs[0], g.inputs[0]);
 }
 
+// IntegerStack with conv 1 -> DequantizeLinear -> MaxPool -> Relu -> QuantizeLinear -> conv 2.
+Graph IntegerStackWithFloatPool() {
+  Graph g = IntegerStack(false);
+  int c1 = g.Find("c1");
+  int scale = g.Find("scale"), zp = g.Find("zp");
+  int d = Val(g, "d1", DType::kFloat32), p = Val(g, "p1", DType::kFloat32), r = Val(g, "r1", DType::kFloat32);
+  int q = Val(g, "q1", DType::kUInt8);
+  for (Node& n : g.nodes)
+    if (n.op_type == "QLinearFused" && n.inputs[0] == c1) n.inputs[0] = q;
+  g.AddNode(Op("DequantizeLinear", {c1, scale, zp}, {d}));
+  Node pool = Op("MaxPool", {d}, {p});
+  pool.attrs["kernel_shape"] = IntsAttr({2, 2});
+  g.AddNode(pool);
+  g.AddNode(Op("Relu", {p}, {r}));
+  g.AddNode(Op("QuantizeLinear", {r, scale, zp}, {q}));
+  g.Verify();
+  return g;
+}
+
+TEST(LayoutNhwc, CpuIntegerConvsTakeTheFloatSectionChannelsLast) {
+  // gemm_packed (CPU sessions): the MaxPool between the convs becomes NhwcMaxPool and the
+  // transposes sink through the per-tensor DequantizeLinear, so they cancel in between:
+  // two weights, one into NHWC after the first QuantizeLinear, one back at the end.
+  Graph g = IntegerStackWithFloatPool();
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g, /*gemm_packed=*/true), 2);
+  EXPECT_EQ(Count(g, "Transpose"), 4);
+  EXPECT_EQ(Count(g, "NhwcMaxPool"), 1);
+  EXPECT_EQ(Count(g, "MaxPool"), 0);
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "QLinearFused") EXPECT_EQ(n.GetInt("channels_last", 0), 1) << n.Describe();
+    if (n.op_type == "QPackWeights") EXPECT_EQ(n.GetInt("gemm_layout", 0), 1) << n.Describe();
+    if (n.op_type == "NhwcMaxPool") EXPECT_EQ(ProducerOf(g, n.inputs[0]).op_type, "DequantizeLinear");
+  }
+}
+
 TEST(LayoutNhwc, IntegerConvsAroundAFloatSectionStayNchw) {
   // conv 1 -> DequantizeLinear -> MaxPool -> QuantizeLinear -> conv 2: channels-last convs
-  // would need a transpose pair around the float MaxPool on top of the edges' two.
+  // would need a transpose pair around the float MaxPool on top of the edges' two
+  // (device sessions: transposes do not sink through DequantizeLinear there).
   Graph g = IntegerStack(false);
   int c1 = g.Find("c1");
   int scale = g.Find("scale"), zp = g.Find("zp");

@@ -127,6 +127,36 @@ def test_qdq_policy_within_one_step(engine, qmodels, name, batch):
                 assert "fuse_qdq_lookup: 2" in d and "hoist_reshape_above_dq: 1" in d, d
 
 
+def test_impala_int8_runs_channels_last_through_its_float_sections(engine, tmp_path, monkeypatch):
+    """IMPALA quantized: DequantizeLinear -> MaxPool / Add / Relu -> QuantizeLinear between the
+    integer convs. CPU sessions run it all channels-last (NhwcMaxPool, transposes only at the
+    edges) and give the bytes of the NCHW session (KAIWU_INT8_NHWC=0); both within one step of
+    onnxruntime's literal QDQ run on the quantized outputs, the LSTM state close in float."""
+    fp32 = _export("impala_lstm", str(tmp_path / "impala.onnx"))
+    obs = [_inputs("impala_lstm", 8, 100 + i) for i in range(2)]
+    path = engine.quantize(fp32, obs, str(tmp_path / "impala_int8.onnx"), progress=False)
+    feeds = _inputs("impala_lstm", 5, 3)
+    ref = _ort_literal(path, feeds)
+    steps = _steps(path)
+    assert steps and set(steps) < set(ref)  # quantized heads, float state
+    outs = {}
+    for env in ("1", "0"):
+        monkeypatch.setenv("KAIWU_INT8_NHWC", env)
+        sess = engine.Session(path, threads=2)
+        d = sess.describe()
+        assert ("layout_nhwc_int8" in d) == (env == "1"), d
+        if env == "1":
+            assert "NhwcMaxPool" in d, d
+        outs[env] = sess.run(feeds)
+    for k, r in ref.items():
+        np.testing.assert_array_equal(outs["1"][k], outs["0"][k], err_msg=k)
+        err = np.abs(outs["1"][k] - r).max()
+        if k in steps:
+            assert err <= steps[k] * 1.001, f"{k}: {err} > step {steps[k]}"
+        else:
+            assert err <= 1e-3 * max(1.0, float(np.abs(r).max())), f"{k}: {err}"
+
+
 def test_conv_bn_and_head_kept_fp32(engine, tmp_path):
     fp32 = _export("conv_bn", str(tmp_path / "cb.onnx"))
     obs = np.concatenate([_inputs("conv_bn", 16, i)["x"] for i in range(3)])  # one stacked array

@@ -179,11 +179,14 @@ bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector
 
 // The ops a Transpose moves below: the elementwise ones, and QuantizeLinear
 // when its scale and zero point hold one element (SinkTransposes checks the
-// operands), which moves it onto the narrower type. Not DequantizeLinear:
-// that would transpose 4-byte floats instead of bytes.
-bool SinksThrough(const Node& n) {
+// operands), which moves it onto the narrower type. DequantizeLinear only with
+// through_dq (CPU sessions, whose float sections between integer convs then
+// run channels-last too): elsewhere it would transpose 4-byte floats instead
+// of bytes.
+bool SinksThrough(const Node& n, bool through_dq) {
   if (n.op_type == "FusedElementwise" && n.domain == "kaiwu") return true;
   if (!n.domain.empty()) return false;
+  if (n.op_type == "DequantizeLinear") return through_dq && n.GetInt("block_size", 0) == 0;
   return kElementwise.count(n.op_type) || (n.op_type == "QuantizeLinear" && n.GetInt("block_size", 0) == 0);
 }
 
@@ -195,13 +198,13 @@ std::vector<int64_t> PermOf(const Node& t) {
 
 // Elementwise node whose operands are all T(perm)(a) or one-element constants:
 // reads the a's and writes a new value, followed by T(perm) into its old output.
-int SinkTransposes(Graph* g) {
+int SinkTransposes(Graph* g, bool through_dq) {
   const std::vector<int> producer = Producers(*g);
   int fired = 0;
   const size_t count = g->nodes.size();
   for (size_t i = 0; i < count; ++i) {
     const Node& n = g->nodes[i];
-    if (!SinksThrough(n)) continue;
+    if (!SinksThrough(n, through_dq)) continue;
     if (n.outputs.size() != 1 || n.outputs[0] < 0) continue;
     std::vector<int64_t> perm;
     bool ok = true;
@@ -273,9 +276,9 @@ int FoldTransposes(Graph* g) {
 }
 
 // Transposes moved down through elementwise ops and inverse pairs cancelled.
-void SinkAndFold(Graph* g) {
+void SinkAndFold(Graph* g, bool through_dq = false) {
   for (int round = 0; round < 1000; ++round)
-    if (!SinkTransposes(g) && !FoldTransposes(g)) break;
+    if (!SinkTransposes(g, through_dq) && !FoldTransposes(g)) break;
   g->RemoveDeadNodes();
   g->Verify();
 }
@@ -324,10 +327,23 @@ int ConvertQLinearConvsToNhwc(Graph* g, bool gemm_packed) {
     const std::vector<int> uses = UseCounts(*g);
     const size_t count = g->nodes.size();
     for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i, gemm_packed) ? 1 : 0;
+    // CPU: the float max pools between integer convs (DequantizeLinear -> MaxPool,
+    // IMPALA's blocks) channels-last as well, so that the transposes meet and cancel.
+    if (converted && gemm_packed) {
+      const auto yes_kernel = [](OpId, DType) { return true; };
+      const auto float_pool = [](const Node&, DType) { return true; };
+      for (size_t i = 0; i < count; ++i) {
+        const Node& n = g->nodes[i];
+        if (n.op_type != "MaxPool" || !n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0) continue;
+        const int p = producer[n.inputs[0]];
+        if (p < 0 || g->nodes[p].op_type != "DequantizeLinear" || !g->nodes[p].domain.empty()) continue;
+        Convert(g, producer, i, DType::kFloat32, yes_kernel, float_pool);
+      }
+    }
   }
   if (!converted) return 0;
   RemoveMarkedNodes(g);
-  SinkAndFold(g);
+  SinkAndFold(g, /*through_dq=*/gemm_packed);
   // One conversion into the conv stack and one out of it pay for themselves;
   // float sections between integer convs (DequantizeLinear -> MaxPool / Add ->
   // QuantizeLinear, as IMPALA's quantized blocks have) would each add a pair
