@@ -171,6 +171,36 @@ def test_lookup_odd_sizes(engine, rng, shape):
         assert np.abs(got - ref).max() <= (1 / 127) * 1.001
 
 
+def test_lookup_when_the_dequantized_value_has_other_readers(engine, rng):
+    """A residual block's pattern: DQ(x) feeds both Q(Relu(DQ(x))) and an Add. The Relu branch
+    becomes a table lookup on x's bytes while the DequantizeLinear stays for the Add; both
+    outputs equal onnxruntime's literal run (the lookup is exact)."""
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+             numpy_helper.from_array(np.float32(0.03), "s2"), numpy_helper.from_array(np.uint8(3), "z2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["d"]),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s2", "z2"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s2", "z2"], ["y"]),
+             helper.make_node("Add", ["d", "y"], ["skip"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("skip", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+    x = rng.uniform(-7, 7, (3, 5, 7)).astype(F32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    sess = engine.Session(model.SerializeToString(), threads=1)
+    d = sess.describe()
+    # Per run: Q(x), the kept DQ, the lookup, DQ(y), Add (the Relu and its Q moved into the table's
+    # static nodes)
+    assert "fuse_qdq_lookup: 1" in d and "5 per run" in d, d
+    got = sess.run({"x": x})
+    np.testing.assert_array_equal(got["y"], ref[0])
+    np.testing.assert_allclose(got["skip"], ref[1], rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("op", ["Flatten", "Reshape"])
 @pytest.mark.parametrize("same", [True, False])
 def test_reshape_between_dq_and_q(engine, rng, op, same):

@@ -6,7 +6,9 @@
 // so refit recomputes the table. Typical: DQ -> Tanh -> Q, and the input
 // normalisation frames (uint8) -> Cast -> Div(255) -> Q. Conditions: the Q per
 // tensor with static scale and zero point; every value inside the chain read
-// only by the next node.
+// only by the next node, except the first link's (the DequantizeLinear or
+// Cast of x), which stays for its other readers (a residual block's skip
+// reads DQ(x) while its branch takes Q(Relu(DQ(x))): the branch becomes a lookup).
 #include <cstring>
 
 #include "passes/match_util.h"
@@ -67,21 +69,26 @@ int FuseQdqLookup(Graph* g) {
     std::vector<int> chain;  // node indices, last link first
     int v = q.inputs[0], start = -1;
     DType xdt = DType::kUndefined;
+    bool keep_first = false;  // the first link's output has other readers
     while (v >= 0 && producer[v] >= 0 && chain.size() < 8) {
-      if (uses[v] != 1 || IsGraphOutput(*g, v)) break;
+      const bool shared = uses[v] != 1 || IsGraphOutput(*g, v);
+      if (shared && chain.empty()) break;  // the Q's own input: nothing would be saved
       const int p = producer[v];
       const Node& n = g->nodes[p];
       int in = -1;
       for (int x : n.inputs)
         if (x >= 0 && !st[x]) in = x;
       if (in < 0 || !IsLink(*g, st, n, in)) break;
-      chain.push_back(p);
       const DType in_dt = n.op_type == "DequantizeLinear" && n.HasInput(2) ? g->values[n.inputs[2]].dtype
                                                                              : g->values[in].dtype;
-      if ((in_dt == DType::kUInt8 || in_dt == DType::kInt8) &&
-          (n.op_type == "DequantizeLinear" || n.op_type == "Cast")) {
+      const bool first = (in_dt == DType::kUInt8 || in_dt == DType::kInt8) &&
+                         (n.op_type == "DequantizeLinear" || n.op_type == "Cast");
+      if (shared && !first) break;  // only the first link may keep other readers
+      chain.push_back(p);
+      if (first) {
         start = in;
         xdt = in_dt;
+        keep_first = shared;
         break;
       }
       v = in;
@@ -114,7 +121,8 @@ int FuseQdqLookup(Graph* g) {
     lookup.name = base + "_lookup";
     lookup.inputs = {start, table};
     lookup.outputs = {qc.outputs[0]};
-    for (int n : chain) MarkRemoved(&g->nodes[n]);
+    for (size_t c = 0; c < chain.size(); ++c)
+      if (!(keep_first && c + 1 == chain.size())) MarkRemoved(&g->nodes[chain[c]]);
     MarkRemoved(&g->nodes[qi]);
     g->AddNode(std::move(lookup));
     ++fired;

@@ -185,6 +185,8 @@ bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector
 // of bytes.
 bool SinksThrough(const Node& n, bool through_dq) {
   if (n.op_type == "FusedElementwise" && n.domain == "kaiwu") return true;
+  // A byte table over x (input 1, the table, carries no layout): with through_dq too.
+  if (n.op_type == "QLookup" && n.domain == "kaiwu") return through_dq;
   if (!n.domain.empty()) return false;
   if (n.op_type == "DequantizeLinear") return through_dq && n.GetInt("block_size", 0) == 0;
   return kElementwise.count(n.op_type) || (n.op_type == "QuantizeLinear" && n.GetInt("block_size", 0) == 0);
@@ -208,7 +210,9 @@ int SinkTransposes(Graph* g, bool through_dq) {
     if (n.outputs.size() != 1 || n.outputs[0] < 0) continue;
     std::vector<int64_t> perm;
     bool ok = true;
-    for (int v : n.inputs) {
+    const size_t layout_inputs = n.op_type == "QLookup" ? 1 : n.inputs.size();
+    for (size_t k = 0; k < layout_inputs; ++k) {
+      const int v = n.inputs[k];
       if (v < 0) continue;
       const int p = producer[v];
       const std::vector<int64_t> q = p >= 0 ? PermOf(g->nodes[p]) : std::vector<int64_t>{};
@@ -221,9 +225,11 @@ int SinkTransposes(Graph* g, bool through_dq) {
     }
     if (!ok || perm.empty()) continue;
     Node moved = n;
-    for (int& v : moved.inputs)
+    for (size_t k = 0; k < layout_inputs; ++k) {
+      int& v = moved.inputs[k];
       if (v >= 0 && producer[v] >= 0 && !PermOf(g->nodes[producer[v]]).empty())
         v = g->nodes[producer[v]].inputs[0];
+    }
     const int y = n.outputs[0];
     const int mid = AddIntermediate(g, n.name + "_t");
     g->values[mid].dtype = g->values[y].dtype;
