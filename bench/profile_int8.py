@@ -3,6 +3,7 @@
 Quantized as bench_int8.py does. Prints each node's op, output shape and time per run.
 
     PYTHONPATH=python python bench/profile_int8.py          # mlp b256/b1024, atari_cnn b32/b256
+    PYTHONPATH=python python bench/profile_int8.py impala_lstm:32 gru_seq:32,256
 """
 import os
 import sys
@@ -18,9 +19,12 @@ CASES = [("mlp", [256, 1024]), ("atari_cnn", [32, 256])]
 
 
 def main():
+    cases = CASES
+    if len(sys.argv) > 1:  # name:batch[,batch...] ...
+        cases = [(a.split(":")[0], [int(b) for b in a.split(":")[1].split(",")]) for a in sys.argv[1:]]
     tmp = tempfile.mkdtemp()
     print("int8 kernels:", ki.int8_isa())
-    for name, batches in CASES:
+    for name, batches in cases:
         fp32 = policies.export_onnx(name, os.path.join(tmp, f"{name}.onnx"))
         obs = [policies.make_inputs(name, 16, 100 + i) for i in range(4)]
         q8 = ki.quantize(fp32, obs, os.path.join(tmp, f"{name}_int8.onnx"), progress=False)
