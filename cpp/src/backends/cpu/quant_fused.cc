@@ -86,10 +86,10 @@ static_assert(kQAmxLanes == kQTileLanes, "one acc row stride for every path");
 
 inline int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// dst[i] = src[i] ^ flip for i < n, 32 bytes a step in registers (the runs
-// are short: KW * C or C bytes, 32 for a Nature CNN's first conv, where a
-// memcpy call per run cost more than the copy).
-// Then 16 and 8 bytes, so that runs of C = 16 or 48 bytes take no byte loop.
+// dst[i] = src[i] ^ flip for i < n in registers: 32 bytes a step, then 16 and
+// 8, then bytes. The runs are short (KW * C or C bytes: 32 for a Nature CNN's
+// first conv, 48 for IMPALA's), where a memcpy call per run cost more than
+// the copy.
 using Bytes32 = uint8_t __attribute__((vector_size(32), aligned(1)));
 using Bytes16 = uint8_t __attribute__((vector_size(16), aligned(1)));
 template <bool kFlip>
@@ -135,9 +135,9 @@ class QFusedKernel : public Kernel {
     threads_ = std::max(1, ctx.num_threads);
     QuantRange(p_.y_dtype == DType::kFloat32 ? DType::kUInt8 : p_.y_dtype, &lo_, &hi_);
     if (p_.conv && p_.channels_last) {
-      // Rows of the product are output pixels; a task gathers kChunkRows-multiples
-      // of them into its slot (about 96 KiB), enough rows a chunk for every
-      // thread to take one where the batch is small.
+      // Rows of the product are output pixels; a task gathers a chunk of them
+      // (a multiple of kChunkRows, about 96 KiB) into its thread's slot, with
+      // few enough rows a chunk that every thread gets one where the batch is small.
       P_ = p_.geo.out_size();
       images_ = ctx.in(0).shape[0];
       const int64_t rows = images_ * P_;
@@ -211,9 +211,7 @@ class QFusedKernel : public Kernel {
     }
   }
 
-  // Row tiles of a product whose rows are rows of x (row r at x + r * ldx,
-  // row sums at rowsum when weights have zero points), written as output rows
-  // out_row0 + r: tasks [t0, t1) of GemmTasks(rows, path).
+  // The sections of the packed operand (ops/quant.h QPackedLayout).
   struct Operands {
     const uint8_t* w;
     const int32_t *corr, *wzp, *wsum;
@@ -221,6 +219,9 @@ class QFusedKernel : public Kernel {
   };
   Operands Packed(const KernelIO& io) const;
   int64_t GemmTasks(int64_t rows, const TilePath& path) const;
+  // Row tiles of a product whose rows are rows of x (row r at x + r * ldx,
+  // row sums at rowsum when weights have zero points), written as output rows
+  // out_row0 + r: tasks [t0, t1) of GemmTasks(rows, path).
   void GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
                  const uint8_t* x, int64_t ldx, const int32_t* rowsum, int64_t rows, int64_t out_row0,
                  int64_t t0, int64_t t1) const;
@@ -348,8 +349,8 @@ void QFusedKernel::EmitRows(const KernelIO& io, const Header& h, const Operands&
     for (int64_t r = 0; r < mr; ++r) EmitRun(io, h, f + r * kQTileLanes, count, (out_row + r) * n + c0);
     return;
   }
-  QuantizeRows(f, kQTileLanes, mr, count, h.inv_y_scale, /*divide=*/false, static_cast<float>(h.y_zp), lo_,
-                   hi_, p_.y_dtype == DType::kInt8, static_cast<uint8_t*>(io.outputs[0]) + out_row * n + c0, n);
+  QuantizeRows(f, kQTileLanes, mr, count, h.inv_y_scale, /*divide=*/false, static_cast<float>(h.y_zp), lo_, hi_,
+               p_.y_dtype == DType::kInt8, static_cast<uint8_t*>(io.outputs[0]) + out_row * n + c0, n);
 }
 
 void QFusedKernel::GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
