@@ -269,11 +269,11 @@ Graph IntegerStackWithFloatPool() {
 }
 
 TEST(LayoutNhwc, CpuIntegerConvsTakeTheFloatSectionChannelsLast) {
-  // gemm_packed (CPU sessions): the MaxPool between the convs becomes NhwcMaxPool and the
+  // cpu_session (CPU sessions): the MaxPool between the convs becomes NhwcMaxPool and the
   // transposes sink through the per-tensor DequantizeLinear, so they cancel in between:
   // two weights, one into NHWC after the first QuantizeLinear, one back at the end.
   Graph g = IntegerStackWithFloatPool();
-  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g, /*gemm_packed=*/true), 2);
+  EXPECT_EQ(ConvertQLinearConvsToNhwc(&g, /*cpu_session=*/true), 2);
   EXPECT_EQ(Count(g, "Transpose"), 4);
   EXPECT_EQ(Count(g, "NhwcMaxPool"), 1);
   EXPECT_EQ(Count(g, "MaxPool"), 0);

@@ -149,7 +149,7 @@ bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
 // transposed to [M, KH, KW, C] (a static node: refit re-derives it), and a
 // residual input is transposed like x.
 bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector<int>& uses, size_t i,
-                   bool gemm_packed) {
+                   bool cpu_session) {
   const Node n = g->nodes[i];
   if (n.domain != "kaiwu" || n.op_type != "QLinearFused" || n.GetInt("conv", 0) == 0 ||
       n.GetInt("channels_last", 0) != 0 || n.GetInt("group", 1) != 1 ||
@@ -172,7 +172,7 @@ bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector
   g->nodes[pack].inputs[0] = w_nhwc;
   // The CPU kernel's product has pixels as rows: weights in the Gemm blocks
   // (ops/quant.h QPackedLayout).
-  if (gemm_packed) g->nodes[pack].attrs["gemm_layout"] = IntAttr(1);
+  if (cpu_session) g->nodes[pack].attrs["gemm_layout"] = IntAttr(1);
   ReplaceWithChannelsLast(g, i, std::move(op));
   return true;
 }
@@ -317,7 +317,7 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
   return converted;
 }
 
-int ConvertQLinearConvsToNhwc(Graph* g, bool gemm_packed) {
+int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session) {
   const auto runtime_transposes = [](const Graph& graph) {
     const std::vector<bool> st = StaticValues(graph);
     int n = 0;
@@ -332,10 +332,10 @@ int ConvertQLinearConvsToNhwc(Graph* g, bool gemm_packed) {
     const std::vector<int> producer = Producers(*g);
     const std::vector<int> uses = UseCounts(*g);
     const size_t count = g->nodes.size();
-    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i, gemm_packed) ? 1 : 0;
+    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i, cpu_session) ? 1 : 0;
     // CPU: the float max pools between integer convs (DequantizeLinear -> MaxPool,
     // IMPALA's blocks) channels-last as well, so that the transposes meet and cancel.
-    if (converted && gemm_packed) {
+    if (converted && cpu_session) {
       const auto yes_kernel = [](OpId, DType) { return true; };
       const auto float_pool = [](const Node&, DType) { return true; };
       for (size_t i = 0; i < count; ++i) {
@@ -349,7 +349,7 @@ int ConvertQLinearConvsToNhwc(Graph* g, bool gemm_packed) {
   }
   if (!converted) return 0;
   RemoveMarkedNodes(g);
-  SinkAndFold(g, /*through_dq=*/gemm_packed);
+  SinkAndFold(g, /*through_dq=*/cpu_session);
   // One conversion into the conv stack and one out of it pay for themselves;
   // float sections between integer convs (DequantizeLinear -> MaxPool / Add ->
   // QuantizeLinear, as IMPALA's quantized blocks have) would each add a pair

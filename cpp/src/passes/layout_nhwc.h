@@ -30,12 +30,16 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
                   const std::function<bool(const Node&, DType)>& accepts);
 /// Each 2-D integer conv (kaiwu QLinearFused, conv = 1) gets channels_last = 1
 /// between the same transposes, its QPackWeights packing the weight transposed
-/// to [M, KH, KW, C] (with gemm_packed, as the CPU kernel reads it: attribute
-/// gemm_layout = 1, the Gemm blocks of ops/quant.h QPackedLayout); transposes then sink through per-tensor
-/// QuantizeLinear as through the elementwise ops, and inverse pairs cancel
-/// (consecutive integer convs read each other's NHWC output). A graph that
-/// would then run more than two transposes per run more than before (float
-/// sections between the convs) is left as it was. Returns the convs converted.
-int ConvertQLinearConvsToNhwc(Graph* g, bool gemm_packed = false);
+/// to [M, KH, KW, C]; transposes then sink through per-tensor QuantizeLinear
+/// as through the elementwise ops, and inverse pairs cancel (consecutive
+/// integer convs read each other's NHWC output). A graph that would then run
+/// more than two transposes per run more than before (float sections between
+/// the convs) is left as it was. With cpu_session (the CPU kernel's form):
+/// the packing is the Gemm blocks (attribute gemm_layout = 1, ops/quant.h
+/// QPackedLayout), MaxPools reading a DequantizeLinear become NhwcMaxPool, and
+/// transposes also sink through per-tensor DequantizeLinear and QLookup, so
+/// float sections between integer convs run channels-last too. Returns the
+/// convs converted.
+int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session = false);
 
 }  // namespace kaiwu

@@ -317,7 +317,7 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   const bool int8_nhwc = impl->device ? impl->device->ChannelsLastInt8Convs()
                                       : !(int8_nhwc_env && std::string(int8_nhwc_env) == "0");
   if (options.optimize && int8_nhwc)
-    if (int n = ConvertQLinearConvsToNhwc(&g, /*gemm_packed=*/!impl->device))
+    if (int n = ConvertQLinearConvsToNhwc(&g, /*cpu_session=*/!impl->device))
       impl->pass_stats.fired["layout_nhwc_int8"] += n;
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).
