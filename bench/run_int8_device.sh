@@ -3,7 +3,8 @@
 # a CPU build (kaiwu_core and the Python module; the int8 GoogleTest files compiled alone
 # against the library); the int8 gtests and tests/python/test_quant*.py with KAIWU_INT8_ISA
 # unset (the best path: AMX there) and =$ALT (default avx512vnni), side by side on cores
-# 4-15; then, one at a time on cores 0-1: bench_int8.py at 1 and 2 threads (best path),
+# 4-15; then, one at a time on cores 0-1: bench_int8.py at 1 and 2 threads (best path; mlp and
+# atari_cnn, then impala_lstm, gru_seq and multi_input at b32/b256 unless RECURRENT=0),
 # bench/int8_layout_ab.py (channels-last against NCHW integer convs, same process) and
 # bench/profile_int8.py (per node, core 2). ALT_BENCH=1 adds bench_int8.py under $ALT.
 # Run from the repository root; writes logs and the results under $OUT.
@@ -41,14 +42,18 @@ for isa in unset $ALT; do
 done
 wait ${tests[@]}
 cat $OUT/tests_unset.log $OUT/tests_$ALT.log
-bench() {  # $1: KAIWU_INT8_ISA value or 'unset', $2: name
-  ( [ "$1" = unset ] && unset KAIWU_INT8_ISA || export KAIWU_INT8_ISA=$1
-    PYTHONPATH=python taskset -c 0,1 timeout ${BENCH_TIMEOUT:-300} python3 bench/bench_int8.py --batch $BATCH \
-      --threads 1,2 --repeats $REPEATS --block-s ${BLOCK_S:-0.1} --out-dir $OUT --name $2 > $OUT/$2.log 2>&1 )
-  echo "== bench $2"; tail -3 $OUT/$2.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$2.md
+bench() {  # $1: KAIWU_INT8_ISA value or 'unset', $2: name, then bench_int8.py arguments
+  local isa=$1 name=$2
+  shift 2
+  ( [ "$isa" = unset ] && unset KAIWU_INT8_ISA || export KAIWU_INT8_ISA=$isa
+    PYTHONPATH=python taskset -c 0,1 timeout ${BENCH_TIMEOUT:-300} python3 bench/bench_int8.py \
+      --threads 1,2 --repeats $REPEATS --block-s ${BLOCK_S:-0.1} --out-dir $OUT --name $name "$@" > $OUT/$name.log 2>&1 )
+  echo "== bench $name"; tail -3 $OUT/$name.log; sed -n '3,6p;/^| /p;/^Geometric/p' $OUT/$name.md
 }
-bench unset int8
-[ -n "$ALT_BENCH" ] && bench $ALT int8_$ALT
+bench unset int8 --batch $BATCH
+[ -n "$ALT_BENCH" ] && bench $ALT int8_$ALT --batch $BATCH
+# The policies whose LSTM/GRU stay float (RECURRENT=0 skips them).
+[ "${RECURRENT:-1}" = 1 ] && bench unset int8_recurrent --policies impala_lstm,gru_seq,multi_input --batch 32,256
 echo "== channels-last vs NCHW integer convs (bench/int8_layout_ab.py)"
 PYTHONPATH=python taskset -c 0,1 timeout 300 python3 bench/int8_layout_ab.py atari_cnn 2>&1 | grep -v WARN |
   tee $OUT/int8_layout_ab.txt
