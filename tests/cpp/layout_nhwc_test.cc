@@ -43,19 +43,24 @@ int Data(Graph& g, const std::string& name, Shape shape, ValueKind kind) {
 
 bool AllKernels(OpId, DType) { return true; }
 
+// Graph input x of `dtype`, read as NCHW: x itself, or Transpose(0,3,1,2) of it
+// when channels_last_input (an NHWC input).
+int NchwInput(Graph* g, DType dtype, bool channels_last_input) {
+  const int x = Val(*g, "x", dtype, ValueKind::kInput);
+  g->inputs = {x};
+  if (!channels_last_input) return x;
+  const int a = Val(*g, "a", dtype);
+  Node t = Op("Transpose", {x}, {a});
+  t.attrs["perm"] = IntsAttr({0, 3, 1, 2});
+  g->AddNode(t);
+  return a;
+}
+
 // x -> [Transpose(0,3,1,2) when channels_last_input] -> Conv(+Relu) -> MaxPool
 //   -> r = pooled + Conv2(Relu(pooled)) * 0.5 -> Flatten -> y
 Graph ResidualStack(bool channels_last_input) {
   Graph g;
-  int x = Val(g, "x", DType::kFloat16, ValueKind::kInput);
-  g.inputs = {x};
-  int a = x;
-  if (channels_last_input) {
-    a = Val(g, "a", DType::kFloat16);
-    Node t = Op("Transpose", {x}, {a});
-    t.attrs["perm"] = IntsAttr({0, 3, 1, 2});
-    g.AddNode(t);
-  }
+  const int a = NchwInput(&g, DType::kFloat16, channels_last_input);
   int w1 = Data(g, "w1", {8, 3, 3, 3}, ValueKind::kWeight);
   int b1 = Data(g, "b1", {8}, ValueKind::kWeight);
   int w2 = Data(g, "w2", {8, 8, 3, 3}, ValueKind::kWeight);
@@ -172,15 +177,7 @@ Node Kaiwu(const std::string& op, std::vector<int> in, std::vector<int> out) {
 // each conv's packed operand from its own QPackWeights over an int8 [M, C, 3, 3] weight.
 Graph IntegerStack(bool channels_last_input) {
   Graph g;
-  int x = Val(g, "x", DType::kFloat32, ValueKind::kInput);
-  g.inputs = {x};
-  int a = x;
-  if (channels_last_input) {
-    a = Val(g, "a", DType::kFloat32);
-    Node t = Op("Transpose", {x}, {a});
-    t.attrs["perm"] = IntsAttr({0, 3, 1, 2});
-    g.AddNode(t);
-  }
+  const int a = NchwInput(&g, DType::kFloat32, channels_last_input);
   int scale = Typed(g, "scale", DType::kFloat32, {}, ValueKind::kConstant);
   int zp = Typed(g, "zp", DType::kUInt8, {}, ValueKind::kConstant);
   int q = Val(g, "q", DType::kUInt8);
