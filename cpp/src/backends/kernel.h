@@ -89,6 +89,11 @@ class KernelRegistry {
 /// Registry of the CPU backend, built once.
 const KernelRegistry& CpuKernels();
 
+/// The multiple to which a channels-last integer conv's packed kernel rows are
+/// padded on this CPU (passes/layout_nhwc.h row_align): 64 where the int8
+/// path is AMX (whole tile steps), else 4 (whole quads).
+int CpuInt8ConvRowAlign();
+
 template <typename K>
 std::unique_ptr<Kernel> MakeKernel(const Node&) {
   return std::make_unique<K>();

@@ -63,7 +63,9 @@ struct QConvParams : OpParams {
 /// Attribute channels_last (2-D convs, set by passes/layout_nhwc.cc for device
 /// sessions): x, the residual and the output are [N, H, W, C] and the packed
 /// weights' k runs (kernel row, kernel column, channel), packed from the
-/// weight transposed to [M, KH, KW, C].
+/// weight transposed to [M, KH, KW, C]. Attribute row_bytes (CPU, channels-last
+/// convs, passes/layout_nhwc.h): the packed k runs (kernel row, byte < row_bytes),
+/// each row's KW * C weights padded with zeros, like its QPackWeights' packing.
 struct QFusedParams : OpParams {
   bool conv = false;
   bool channels_last = false;  // conv only
@@ -71,6 +73,8 @@ struct QFusedParams : OpParams {
   int64_t group = 1;       // conv only (1: the fused path takes no grouped conv)
   int64_t rows = 0;        // Gemm: rows of X (product of X's leading dims)
   int64_t k = 0, n = 0;    // reduction length, output channels
+  int64_t row_bytes = 0;   // conv: packed bytes per kernel row, or 0 (k packed as it is)
+  int64_t k_packed = 0;    // the packed k: k, or kernel rows * row_bytes
   bool has_residual = false;
   DType y_dtype = DType::kUInt8;  // kUInt8, kInt8 or kFloat32
   FusedActivation act;
@@ -82,6 +86,10 @@ struct QFusedParams : OpParams {
 /// layout). Static: evaluated at load and after each refit.
 struct QPackParams : OpParams {
   int64_t k = 0, n = 0;      // weight as [n, k] (trans) or [k, n]
+  // Attributes k_rows and row_bytes (trans only): k is k_rows runs of k / k_rows
+  // weights (a channels-last conv's kernel rows), each packed into row_bytes
+  // bytes with zeros after it; k_packed = k_rows * row_bytes (else k).
+  int64_t k_rows = 1, row_bytes = 0, k_packed = 0;
   bool trans = true;         // weight is [n, k...] (Conv, Gemm transB=1)
   bool w_per_channel = false, bias_is_int32 = false, has_bias = false;
   bool has_y = false;        // y_scale / y_zero_point present (quantized output)
@@ -90,13 +98,15 @@ struct QPackParams : OpParams {
 };
 
 /// The byte layout of QPackWeights' output, read by QLinearFused. n output
-/// channels padded to np (a multiple of 16), k padded to kp (a multiple of 4):
+/// channels padded to np (a multiple of 16), k (the packed k: with row_bytes,
+/// kernel rows * row_bytes) padded to kp (a multiple of 4):
 ///   [0, 64)        header: int32 any_w_zero_point, int32 x_zero_point (in the
 ///                  uint8 domain: an int8 x is read as x + 128), float
 ///                  1 / y_scale, int32 y_zero_point, int32 pairs_fit_int16
 ///                  (|w[k]| + |w[k+1]| <= 128 for all even k: quant_gemm.h),
 ///                  int32 no_min (no weight is -128: QMicroTileShiftedAvx2),
-///                  int32 gemm_blocks (the weights below are in the Gemm blocks)
+///                  int32 gemm_blocks (the weights below are in the Gemm blocks),
+///                  int32 row_bytes (0: k packed as it is)
 ///   weights        int8, np * kp bytes: Gemm: blocks of 16 channels, each
 ///                  [kp / 4][16][4] (4 consecutive k of one channel per int32
 ///                  lane), except a last block of at most kQDotTail channels

@@ -67,7 +67,16 @@ void InferQPackWeights(OpContext& ctx) {
       p.y_dtype = ctx.in(7).dtype;
     }
   }
-  p.packed_bytes = QPackedLayout(p.k, p.n).bytes();
+  p.k_rows = ctx.node.GetInt("k_rows", 1);
+  p.row_bytes = ctx.node.GetInt("row_bytes", 0);
+  p.k_packed = p.k;
+  if (p.row_bytes != 0) {
+    if (!p.trans || p.k_rows <= 0 || p.k % p.k_rows != 0 || p.row_bytes < p.k / p.k_rows || p.row_bytes % 4 != 0)
+      ctx.Error("row_bytes=", p.row_bytes, " with k_rows=", p.k_rows, " must be a multiple of 4 holding k / k_rows (k=",
+                p.k, ") of a transposed weight");
+    p.k_packed = p.k_rows * p.row_bytes;
+  }
+  p.packed_bytes = QPackedLayout(p.k_packed, p.n).bytes();
   ctx.SetOutput(0, DType::kUInt8, {p.packed_bytes});
 }
 
@@ -83,9 +92,8 @@ void InferQLinearFused(OpContext& ctx) {
   p.y_dtype = FusedOutputDType(ctx);
   p.act = FusedActivation::FromNode(ctx.node);
   if (p.k <= 0 || p.n <= 0) ctx.Error("attributes k and n must be positive");
-  if (ctx.in(1).size() != QPackedLayout(p.k, p.n).bytes())
-    ctx.Error("the packed operand has ", ctx.in(1).size(), " bytes, expected ",
-              QPackedLayout(p.k, p.n).bytes(), " for k=", p.k, ", n=", p.n);
+  p.row_bytes = ctx.node.GetInt("row_bytes", 0);
+  p.k_packed = p.k;
   const Shape& x = ctx.in(0).shape;
   Shape out;
   p.channels_last = ctx.node.GetInt("channels_last", 0) != 0;
@@ -104,6 +112,12 @@ void InferQLinearFused(OpContext& ctx) {
     p.geo = MakeGeometry(ctx, spatial, kernel, /*allow_ceil=*/false);
     if (channels * p.geo.kernel_size() != p.k)
       ctx.Error("X ", ShapeToString(x), " with kernel ", p.geo.kernel_size(), " does not give k=", p.k);
+    if (p.row_bytes != 0) {
+      const int64_t run = p.k / kernel[0];
+      if (!p.channels_last || p.row_bytes < run || p.row_bytes % 4 != 0)
+        ctx.Error("row_bytes=", p.row_bytes, " needs channels_last and a multiple of 4 of at least KW * C = ", run);
+      p.k_packed = kernel[0] * p.row_bytes;
+    }
     if (p.channels_last) {
       out = {x[0]};
       for (int64_t d : p.geo.OutShape()) out.push_back(d);
@@ -113,11 +127,15 @@ void InferQLinearFused(OpContext& ctx) {
       for (int64_t d : p.geo.OutShape()) out.push_back(d);
     }
   } else {
+    if (p.row_bytes != 0) ctx.Error("row_bytes needs conv=1");
     if (x.empty() || x.back() != p.k) ctx.Error("X ", ShapeToString(x), " must end in k=", p.k);
     p.rows = NumElements(Shape(x.begin(), x.end() - 1));
     out = x;
     out.back() = p.n;
   }
+  if (ctx.in(1).size() != QPackedLayout(p.k_packed, p.n).bytes())
+    ctx.Error("the packed operand has ", ctx.in(1).size(), " bytes, expected ",
+              QPackedLayout(p.k_packed, p.n).bytes(), " for k=", p.k_packed, ", n=", p.n);
   p.has_residual = ctx.HasInput(2);
   if (p.has_residual) {
     ctx.ExpectDType(2, {DType::kFloat32});

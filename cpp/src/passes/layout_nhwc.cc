@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops/binary.h"
+#include "ops/quant.h"
 #include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 
@@ -149,7 +150,7 @@ bool Convert(Graph* g, const std::vector<int>& producer, size_t i, DType dtype,
 // transposed to [M, KH, KW, C] (a static node: refit re-derives it), and a
 // residual input is transposed like x.
 bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector<int>& uses, size_t i,
-                   bool cpu_session) {
+                   bool cpu_session, int row_align) {
   const Node n = g->nodes[i];
   if (n.domain != "kaiwu" || n.op_type != "QLinearFused" || n.GetInt("conv", 0) == 0 ||
       n.GetInt("channels_last", 0) != 0 || n.GetInt("group", 1) != 1 ||
@@ -173,6 +174,21 @@ bool ConvertQFused(Graph* g, const std::vector<int>& producer, const std::vector
   // The CPU kernel's product has pixels as rows: weights in the Gemm blocks
   // (ops/quant.h QPackedLayout).
   if (cpu_session) g->nodes[pack].attrs["gemm_layout"] = IntAttr(1);
+  // Kernel rows read in place (row_align > 0): each row's KW * C weights
+  // padded with zeros to row_bytes, for dilation 1 along W (a row's taps are
+  // one run of input bytes) and channels in whole 16-lane tiles (no row dots).
+  const std::vector<int64_t> kernel = n.GetInts("kernel_shape");
+  const std::vector<int64_t> dil = n.GetInts("dilations");
+  const int64_t k = n.GetInt("k", 0), m = n.GetInt("n", 0);
+  const bool dense_w = dil.size() != 2 || dil[1] == 1;
+  const bool whole_tiles = m % 16 == 0 || m % 16 > QPackedLayout::kQDotTail;
+  if (cpu_session && row_align > 0 && dense_w && whole_tiles && k > 0 && k % kernel[0] == 0) {
+    const int64_t run = k / kernel[0];
+    const int64_t row_bytes = (run + row_align - 1) / row_align * row_align;
+    g->nodes[pack].attrs["k_rows"] = IntAttr(kernel[0]);
+    g->nodes[pack].attrs["row_bytes"] = IntAttr(row_bytes);
+    op.attrs["row_bytes"] = IntAttr(row_bytes);
+  }
   ReplaceWithChannelsLast(g, i, std::move(op));
   return true;
 }
@@ -317,7 +333,7 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
   return converted;
 }
 
-int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session) {
+int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session, int row_align) {
   const auto runtime_transposes = [](const Graph& graph) {
     const std::vector<bool> st = StaticValues(graph);
     int n = 0;
@@ -332,7 +348,7 @@ int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session) {
     const std::vector<int> producer = Producers(*g);
     const std::vector<int> uses = UseCounts(*g);
     const size_t count = g->nodes.size();
-    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i, cpu_session) ? 1 : 0;
+    for (size_t i = 0; i < count; ++i) converted += ConvertQFused(g, producer, uses, i, cpu_session, row_align) ? 1 : 0;
     // CPU: the float max pools between integer convs (DequantizeLinear -> MaxPool,
     // IMPALA's blocks) channels-last as well, so that the transposes meet and cancel.
     if (converted && cpu_session) {

@@ -38,8 +38,12 @@ int ConvertToNhwc(Graph* g, const std::function<bool(OpId, DType)>& has_kernel,
 /// the packing is the Gemm blocks (attribute gemm_layout = 1, ops/quant.h
 /// QPackedLayout), MaxPools reading a DequantizeLinear become NhwcMaxPool, and
 /// transposes also sink through per-tensor DequantizeLinear and QLookup, so
-/// float sections between integer convs run channels-last too. Returns the
-/// convs converted.
-int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session = false);
+/// float sections between integer convs run channels-last too. row_align > 0
+/// (CPU sessions): the packed weights of each kernel row (KW * C bytes) are
+/// padded with zeros to a multiple of row_align (attributes k_rows and
+/// row_bytes, ops/quant.h), so that the kernel reads the product's rows in
+/// place; convs with dilation along W, or with a last partial block of row
+/// dots, keep the plain packing. Returns the convs converted.
+int ConvertQLinearConvsToNhwc(Graph* g, bool cpu_session = false, int row_align = 0);
 
 }  // namespace kaiwu

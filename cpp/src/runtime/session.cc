@@ -316,8 +316,13 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   const char* int8_nhwc_env = std::getenv("KAIWU_INT8_NHWC");
   const bool int8_nhwc = impl->device ? impl->device->ChannelsLastInt8Convs()
                                       : !(int8_nhwc_env && std::string(int8_nhwc_env) == "0");
+  // CPU: kernel rows packed for the kernel that reads them in place
+  // (KAIWU_INT8_INPLACE=0 keeps the row gather).
+  const char* inplace_env = std::getenv("KAIWU_INT8_INPLACE");
+  const int row_align =
+      impl->device || (inplace_env && std::string(inplace_env) == "0") ? 0 : CpuInt8ConvRowAlign();
   if (options.optimize && int8_nhwc)
-    if (int n = ConvertQLinearConvsToNhwc(&g, /*cpu_session=*/!impl->device))
+    if (int n = ConvertQLinearConvsToNhwc(&g, /*cpu_session=*/!impl->device, row_align))
       impl->pass_stats.fired["layout_nhwc_int8"] += n;
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).

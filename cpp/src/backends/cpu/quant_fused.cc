@@ -27,6 +27,7 @@ struct Header {
   int32_t pairs_fit_int16;  // see QMicroTile
   int32_t no_min;           // no weight is -128: see QMicroTileShiftedAvx2
   int32_t gemm_blocks;      // weights in the Gemm blocks, not rows (ops/quant.h)
+  int32_t row_bytes;        // packed bytes per kernel row, or 0
 };
 
 // The product path of a run: AMX tiles where the CPU has them and K is at
@@ -130,11 +131,18 @@ class QFusedKernel : public Kernel {
     node_ = ctx.node.Describe();
     act_ = p_.act;
     x_int8_ = ctx.in(0).dtype == DType::kInt8;
-    const QPackedLayout L(p_.k, p_.n);
+    const QPackedLayout L(p_.k_packed, p_.n);
     kp_ = L.kp;
     threads_ = std::max(1, ctx.num_threads);
     QuantRange(p_.y_dtype == DType::kFloat32 ? DType::kUInt8 : p_.y_dtype, &lo_, &hi_);
-    if (p_.conv && p_.channels_last) {
+    if (p_.conv && p_.channels_last && p_.row_bytes) {
+      KAIWU_CHECK(QPackedLayout(p_.k_packed, p_.n).dot_tail() == 0, StatusCode::kUnsupported, node_,
+                  ": row_bytes needs the output channels in whole 16-lane tiles (n % 16 == 0 or > ",
+                  QPackedLayout::kQDotTail, "), got n=", p_.n);
+      images_ = ctx.in(0).shape[0];
+      PrepareInPlace();
+      ctx.scratch_bytes = static_cast<size_t>(slot_bytes_ * std::min<int64_t>(threads_, tasks_));
+    } else if (p_.conv && p_.channels_last) {
       // Rows of the product are output pixels; a task gathers a chunk of them
       // (a multiple of kChunkRows, about 96 KiB) into its thread's slot, with
       // few enough rows a chunk that every thread gets one where the batch is small.
@@ -170,7 +178,11 @@ class QFusedKernel : public Kernel {
                 ": the packed weights are in ", h.gemm_blocks ? "Gemm blocks" : "rows", ", but this ",
                 p_.conv ? (p_.channels_last ? "channels-last conv" : "NCHW conv") : "Gemm", " reads ",
                 want_blocks ? "Gemm blocks (QPackWeights gemm_layout=1 for a channels-last conv)" : "rows");
-    if (p_.conv && p_.channels_last) RunConvNhwc(io);
+    KAIWU_CHECK(h.row_bytes == p_.row_bytes, StatusCode::kUnsupported, node_, ": the packed weights have ",
+                h.row_bytes, " bytes per kernel row, but this conv reads ", p_.row_bytes,
+                " (QPackWeights row_bytes must match QLinearFused's)");
+    if (p_.conv && p_.channels_last && p_.row_bytes) RunConvInPlace(io);
+    else if (p_.conv && p_.channels_last) RunConvNhwc(io);
     else if (p_.conv) RunConv(io);
     else RunGemm(io);
   }
@@ -236,12 +248,21 @@ class QFusedKernel : public Kernel {
   void NhwcRowsT(const uint8_t* x, uint8_t flip, uint8_t padv, uint8_t shift, bool need_sums, int64_t r0,
                  int64_t nr, uint8_t* col, int32_t* rowsum) const;
   void ConvChunk(const KernelIO& io, const Header& h, int64_t chunk, uint8_t* slot, bool parallel) const;
+  // Channels-last convs whose kernel rows are packed in row_bytes (RunConvInPlace).
+  void PrepareInPlace();
+  void RunConvInPlace(const KernelIO& io) const;
+  void PadBand(const uint8_t* x, int64_t img, int64_t ih_lo, int64_t rows, uint8_t flip, uint8_t padv,
+               uint8_t* band) const;
+  void BandTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op, int64_t img,
+                 int64_t oh0, int64_t oh1, int64_t ih_lo, const uint8_t* band, uint8_t shift) const;
 
   QFusedParams p_;
   std::string node_;
   Activation act_;
   bool x_int8_ = false, copy_x_ = false;
   int64_t kp_ = 0, P_ = 0, images_ = 0, chunk_ = 1, chunks_ = 1, lanes_ = 0, slot_bytes_ = 0;
+  // RunConvInPlace: bytes of a padded input row, output rows per band, bands per image, tasks.
+  int64_t row_stride_ = 0, band_oh_ = 1, bands_ = 1, tasks_ = 1;
   int threads_ = 1;
   float lo_ = 0.f, hi_ = 255.f;
 };
@@ -300,7 +321,7 @@ void QFusedKernel::RunGemm(const KernelIO& io) const {
 
 QFusedKernel::Operands QFusedKernel::Packed(const KernelIO& io) const {
   const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
-  const QPackedLayout L(p_.k, p_.n);
+  const QPackedLayout L(p_.k_packed, p_.n);
   return {packed + L.weights(),
           reinterpret_cast<const int32_t*>(packed + L.corr()),
           reinterpret_cast<const int32_t*>(packed + L.wzp()),
@@ -312,7 +333,7 @@ QFusedKernel::Operands QFusedKernel::Packed(const KernelIO& io) const {
 // Tiles over the blocks of 16 channels, then (dot_tail) row dots for the
 // channels of the last block stored as rows, one task per row tile.
 int64_t QFusedKernel::GemmTasks(int64_t rows, const TilePath& path) const {
-  const QPackedLayout L(p_.k, p_.n);
+  const QPackedLayout L(p_.k_packed, p_.n);
   const int64_t tail = L.dot_tail();
   const int64_t blocks = (tail ? p_.n - tail : L.np) / 16, col_tiles = (blocks + 1) / 2;
   const int64_t row_tiles = (rows + path.rows - 1) / path.rows;
@@ -356,7 +377,7 @@ void QFusedKernel::EmitRows(const KernelIO& io, const Header& h, const Operands&
 void QFusedKernel::GemmTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
                              const uint8_t* x, int64_t ldx, const int32_t* rowsum, int64_t rows,
                              int64_t out_row0, int64_t t0, int64_t t1) const {
-  const QPackedLayout L(p_.k, p_.n);
+  const QPackedLayout L(p_.k_packed, p_.n);
   const int64_t tail = L.dot_tail(), tail_c0 = p_.n - tail;
   const int64_t blocks = (tail ? tail_c0 : L.np) / 16, col_tiles = (blocks + 1) / 2;
   const int64_t row_tiles = (rows + path.rows - 1) / path.rows, tile_tasks = col_tiles * row_tiles;
@@ -475,6 +496,149 @@ void QFusedKernel::RunConvNhwc(const KernelIO& io) const {
   });
 }
 
+// Channels-last conv reading its product's rows in place. The packed
+// weights hold each kernel row's KW * C taps in row_bytes bytes (zeros after
+// them), so that for kernel row kh the taps of output pixel (oh, ow) are one
+// run of input bytes: row oh * sh - ph + kh * dh, from column ow * sw - pw.
+// A task copies the input rows of a band of output rows into its slot with
+// the padding (the x zero point) around them, then runs the tiles straight
+// over that copy: rows of a tile are consecutive pixels of one output row
+// (row stride sw * C), one K segment per kernel row (dh padded rows apart).
+// AMX tiles take 16 or 32 rows even where the output row has fewer left;
+// the rows past its end read the slack after the band and are not written.
+void QFusedKernel::PrepareInPlace() {
+  const SpatialGeometry& g = p_.geo;
+  const int64_t C = p_.k / g.kernel_size(), OH = g.out[1], OW = g.out[2];
+  const int64_t KH = g.kernel[1], KW = g.kernel[2], sh = g.stride[1], sw = g.stride[2], dh = g.dilation[1];
+  P_ = g.out_size();
+  row_stride_ = ((OW - 1) * sw + KW) * C;
+  // Output rows per band: about 48 KiB of input rows, fewer where that leaves
+  // threads without a band.
+  const int64_t per_row = std::max<int64_t>(1, sh * row_stride_);
+  band_oh_ = std::max<int64_t>(1, std::min<int64_t>(OH, (48 << 10) / per_row));
+  const int64_t want = 2 * static_cast<int64_t>(threads_);
+  if (images_ * ((OH + band_oh_ - 1) / band_oh_) < want) {
+    const int64_t per_image = std::min<int64_t>(OH, (want + images_ - 1) / images_);
+    band_oh_ = std::max<int64_t>(1, (OH + per_image - 1) / per_image);
+  }
+  bands_ = (OH + band_oh_ - 1) / band_oh_;
+  tasks_ = images_ * bands_;
+  const int64_t band_rows = (band_oh_ - 1) * sh + (KH - 1) * dh + 1;
+  // Slack: a 32-row AMX tile from the last pixel of the band's last row, and
+  // the padded part of a kernel row (read against zero weights).
+  const int64_t slack = 32 * sw * C + p_.row_bytes + 64;
+  slot_bytes_ = RoundUp(band_rows * row_stride_ + slack, 64);
+}
+
+// Input rows ih_lo .. ih_lo + rows - 1 of image img into band: row i at
+// band + i * row_stride_, column iw at (iw + pw) * C, with flip applied and
+// padv where a row or column is outside the image; then the slack, zeroed.
+void QFusedKernel::PadBand(const uint8_t* x, int64_t img, int64_t ih_lo, int64_t rows, uint8_t flip, uint8_t padv,
+                           uint8_t* band) const {
+  const SpatialGeometry& g = p_.geo;
+  const int64_t C = p_.k / g.kernel_size(), H = g.in[1], W = g.in[2], pw = g.pad_begin[2];
+  const int64_t stride = row_stride_, cols = stride / C;
+  const int64_t left = std::min(pw, cols) * C, inside = std::max<int64_t>(0, std::min(W, cols - pw)) * C;
+  const uint8_t* image = x + img * H * W * C;
+  for (int64_t i = 0; i < rows; ++i) {
+    uint8_t* d = band + i * stride;
+    const int64_t ih = ih_lo + i;
+    if (ih < 0 || ih >= H) {
+      std::memset(d, padv, static_cast<size_t>(stride));
+      continue;
+    }
+    std::memset(d, padv, static_cast<size_t>(left));
+    if (flip) CopyFlip<true>(d + left, image + ih * W * C, inside, flip);
+    else std::memcpy(d + left, image + ih * W * C, static_cast<size_t>(inside));
+    std::memset(d + left + inside, padv, static_cast<size_t>(stride - left - inside));
+  }
+  std::memset(band + rows * stride, 0, static_cast<size_t>(slot_bytes_ - rows * stride));
+}
+
+// The tiles of output rows oh0 .. oh1 - 1 of image img over its band (input
+// row ih_lo at band).
+void QFusedKernel::BandTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
+                             int64_t img, int64_t oh0, int64_t oh1, int64_t ih_lo, const uint8_t* band,
+                             uint8_t shift) const {
+  const SpatialGeometry& g = p_.geo;
+  const int64_t C = p_.k / g.kernel_size(), OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
+  const int64_t sh = g.stride[1], sw = g.stride[2], dh = g.dilation[1], ph = g.pad_begin[1];
+  const int64_t rb = p_.row_bytes, lda = sw * C, seg_stride = dh * row_stride_, run = KW * C;
+  const bool amx = path.amx && rb % 64 == 0;
+  const int64_t vrows = path.amx ? kQTileRows : path.rows;  // rows of the VNNI / AVX2 tiles
+  const int64_t blocks = (p_.n + 15) / 16;
+  const bool need_sums = h.any_wzp != 0;
+  alignas(64) int32_t acc[kAccRows * kQTileLanes];
+  int32_t xsum[kAccRows];
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    const uint8_t* row = band + (oh * sh - ph - ih_lo) * row_stride_;
+    const int64_t out_row = img * P_ + oh * OW;
+    for (int64_t ow0 = 0; ow0 < OW;) {
+      // AMX: 16 or 32 rows (those past OW discarded); else the tiles' rows.
+      const int64_t rows = amx ? (OW - ow0 > 16 ? 32 : 16) : std::min<int64_t>(vrows, OW - ow0);
+      const int64_t valid = std::min(rows, OW - ow0);
+      const uint8_t* a = row + ow0 * lda;
+      if (need_sums)
+        for (int64_t r = 0; r < valid; ++r) {
+          int32_t sum = 0;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const uint8_t* t = a + r * lda + kh * seg_stride;
+            for (int64_t j = 0; j < run; ++j) sum += t[j] ^ shift;
+          }
+          xsum[r] = sum;
+        }
+      for (int64_t b0 = 0; b0 < blocks; b0 += 2) {
+        const int nb = static_cast<int>(std::min<int64_t>(2, blocks - b0));
+        const uint8_t* w = op.w + b0 * kp_ * 16;
+        if (amx)
+          QAmxTile(static_cast<int>(rows / 16), nb, kp_ / 64, a, lda, w, 64, kp_ * 16, /*a_signed=*/false, acc,
+                   rb / 64, seg_stride);
+        else if (path.shifted)
+          QMicroTileShiftedAvx2(static_cast<int>(rows), nb, kp_ / 4, a, lda, w, 64, kp_ * 16, /*lanes_x=*/false,
+                                acc, rb / 4, seg_stride);
+        else
+          QMicroTile(path.isa, static_cast<int>(rows), nb, kp_ / 4, a, lda, w, 64, kp_ * 16, /*lanes_u8=*/false,
+                     acc, h.pairs_fit_int16 != 0, rb / 4, seg_stride);
+        const int64_t c0 = b0 * 16;
+        EmitRows(io, h, op, path.shifted, acc, kQTileLanes, need_sums ? xsum : nullptr, valid, c0,
+                 std::min<int64_t>(16 * nb, p_.n - c0), out_row + ow0);
+      }
+      ow0 += rows;
+    }
+  }
+}
+
+void QFusedKernel::RunConvInPlace(const KernelIO& io) const {
+  Header h;
+  std::memcpy(&h, io.inputs[1], sizeof(h));
+  const TilePath path(QGemmIsa(), h, kp_);
+  const uint8_t shift = path.shifted ? 0x80 : 0;  // the shifted tiles read x - 128
+  const uint8_t flip = (x_int8_ ? 0x80 : 0) ^ shift, padv = static_cast<uint8_t>(h.x_zp) ^ shift;
+  const Operands op = Packed(io);
+  const SpatialGeometry& g = p_.geo;
+  const int64_t OH = g.out[1], KH = g.kernel[1], sh = g.stride[1], dh = g.dilation[1], ph = g.pad_begin[1];
+  const uint8_t* x = static_cast<const uint8_t*>(io.inputs[0]);
+  // Threads that pay for themselves (ThreadPool's rule, as RunConvNhwc).
+  const double col_tiles = static_cast<double>((p_.n + 31) / 32);
+  const double work = static_cast<double>(images_ * P_) / path.rows * col_tiles * path.TileCost(kp_) +
+                      static_cast<double>(tasks_ * slot_bytes_);
+  const int64_t slots = std::max<int64_t>(
+      1, std::min<int64_t>({threads_, tasks_, static_cast<int64_t>(std::sqrt(work / 20000.0))}));
+  uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
+  io.pool->ParallelFor(slots, 1e12, [&](int64_t s0, int64_t s1) {
+    const QAmxScope amx(path.amx);
+    for (int64_t s = s0; s < s1; ++s) {
+      uint8_t* band = scratch + s * slot_bytes_;
+      for (int64_t t = s; t < tasks_; t += slots) {
+        const int64_t img = t / bands_, oh0 = (t % bands_) * band_oh_, oh1 = std::min(OH, oh0 + band_oh_);
+        const int64_t ih_lo = oh0 * sh - ph, rows = (oh1 - 1 - oh0) * sh + (KH - 1) * dh + 1;
+        PadBand(x, img, ih_lo, rows, flip, padv, band);
+        BandTiles(io, h, path, op, img, oh0, oh1, ih_lo, band, shift);
+      }
+    }
+  });
+}
+
 // Lanes l of a chunk are (image l / P, pixel l % P); lane quads hold 4
 // consecutive k = (channel, tap) of one lane; padding taps read the x zero point.
 void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk, uint8_t* slot,
@@ -505,8 +669,8 @@ void QFusedKernel::ConvChunk(const KernelIO& io, const Header& h, int64_t chunk,
     }
   }
   const uint8_t* packed = static_cast<const uint8_t*>(io.inputs[1]);
-  const uint8_t* w = packed + QPackedLayout(p_.k, p_.n).weights();
-  const QPackedLayout PL(p_.k, p_.n);
+  const uint8_t* w = packed + QPackedLayout(p_.k_packed, p_.n).weights();
+  const QPackedLayout PL(p_.k_packed, p_.n);
   const int32_t* corr = reinterpret_cast<const int32_t*>(packed + PL.corr());
   const float* mult = reinterpret_cast<const float*>(packed + PL.mult());
   const float* bias = reinterpret_cast<const float*>(packed + PL.bias());

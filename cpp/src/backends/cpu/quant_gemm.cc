@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/kernel.h"
 #include "kaiwu/status.h"
 
 namespace kaiwu {
@@ -50,18 +51,19 @@ std::atomic<int>& IsaSlot() {
 
 void TileScalar(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                int32_t* acc) {
+                int32_t* acc, const QSegs& seg) {
   for (int r = 0; r < mr; ++r)
     for (int j = 0; j < 16 * nb; ++j) {
       const uint8_t* l = lanes + (j / 16) * blk_stride + (j % 16) * 4;
-      const uint8_t* b = bcast + r * ldb;
       int32_t s = 0;
-      for (int64_t q = 0; q < kq; ++q)
+      for (int64_t q = 0; q < kq; ++q) {
+        const uint8_t* b = bcast + r * ldb + (q / seg.q) * seg.stride + 4 * (q % seg.q);
         for (int t = 0; t < 4; ++t) {
           const int32_t lv = lanes_u8 ? int32_t(l[q * q_stride + t]) : int32_t(int8_t(l[q * q_stride + t]));
-          const int32_t bv = lanes_u8 ? int32_t(int8_t(b[4 * q + t])) : int32_t(b[4 * q + t]);
+          const int32_t bv = lanes_u8 ? int32_t(int8_t(b[t])) : int32_t(b[t]);
           s += lv * bv;
         }
+      }
       acc[r * kQTileLanes + j] = s;
     }
 }
@@ -106,6 +108,12 @@ void SetQGemmIsa(QIsa isa) {
   IsaSlot().store(static_cast<int>(isa));
 }
 
+}  // namespace cpu
+
+int CpuInt8ConvRowAlign() { return cpu::QGemmIsa() == cpu::QIsa::kAmx ? 64 : 4; }
+
+namespace cpu {
+
 const char* QIsaName(QIsa isa) {
   switch (isa) {
     case QIsa::kAmx: return "amx";
@@ -130,15 +138,16 @@ void QuantizeRows(const float* x, int64_t x_stride, int64_t rows, int64_t n, flo
 
 void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                int32_t* acc, bool pairs_fit_int16) {
+                int32_t* acc, bool pairs_fit_int16, int64_t seg_q, int64_t seg_stride) {
+  const QSegs seg(kq, seg_q, seg_stride);
 #if defined(__x86_64__) || defined(__i386__)
   if (isa >= QIsa::kAvx512Vnni)  // AMX's rows and K tails
-    return QMicroTileVnni(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
+    return QMicroTileVnni(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc, seg);
   if (isa == QIsa::kAvx2)
     return QMicroTileAvx2(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc,
-                          pairs_fit_int16);
+                          pairs_fit_int16, seg);
 #endif
-  TileScalar(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc);
+  TileScalar(mr, nb, kq, bcast, ldb, lanes, q_stride, blk_stride, lanes_u8, acc, seg);
 }
 
 }  // namespace cpu

@@ -32,16 +32,28 @@ bool QIsaSupported(QIsa isa);
 constexpr int kQTileRows = 6;   // rows of one micro tile (broadcast operand)
 constexpr int kQTileLanes = 32; // lanes of one micro tile (two blocks of 16)
 
+/// Segments of the broadcast operand's quads: quad q of row r is at
+///   bcast + r * ldb + (q / seg_q) * seg_stride + 4 * (q % seg_q),
+/// that is seg_q quads in place, then the next run seg_stride bytes on. A
+/// channels-last conv reads its rows in place this way, one segment per
+/// kernel row. seg_q <= 0: one segment (the quads contiguous).
+struct QSegs {
+  int64_t q, stride;
+  QSegs(int64_t kq, int64_t seg_q, int64_t seg_stride)
+      : q(seg_q > 0 ? seg_q : (kq > 0 ? kq : 1)), stride(seg_stride) {}
+};
+
 /// One tile: acc[r * 32 + j] = sum over q < kq, t < 4 of
 ///   bcast[r * ldb + 4 q + t] * lanes[(j / 16) * blk_stride + q * q_stride + (j % 16) * 4 + t]
-/// for r < mr (<= 6) and j < 16 * nb (nb 1 or 2). With lanes_u8 the lanes are
+/// for r < mr (<= 6) and j < 16 * nb (nb 1 or 2), the broadcast quads in
+/// segments when seg_q > 0 (QSegs). With lanes_u8 the lanes are
 /// uint8 and the broadcast rows int8; otherwise the reverse. pairs_fit_int16:
 /// every two consecutive int8 values (k = 2i, 2i + 1) of the int8 operand
 /// have |w0| + |w1| <= 128, so that u8 x s8 pair sums fit int16 (the AVX2
 /// path then uses vpmaddubsw, exact under that bound).
 void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                int32_t* acc, bool pairs_fit_int16 = false);
+                int32_t* acc, bool pairs_fit_int16 = false, int64_t seg_q = 0, int64_t seg_stride = 0);
 
 /// Row dots for the few channels of a Gemm's last block (QPackedLayout::dot_tail):
 /// acc[r * nw + c] = sum over k < kp of X(r, k) * int8(w[c * kp + k]) for r < rows,
@@ -59,7 +71,7 @@ void QRowDots(QIsa isa, bool shifted, bool pairs_fit_int16, int rows, int nw, in
 /// the sign of x - 128 (|w| <= 127), so a pair sums to at most 32512 < 2^15.
 void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                            const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_x,
-                           int32_t* acc);
+                           int32_t* acc, int64_t seg_q = 0, int64_t seg_stride = 0);
 
 /// y[i] = saturate(round_half_even(x[i] * s) + zp) into [lo, hi] (x[i] / s
 /// when divide), as int8 (is_signed) or uint8 bytes: QuantizeValue (quant_kernels.h)
@@ -103,21 +115,23 @@ class QAmxScope {
 ///   acc[r * kQAmxLanes + j] = sum over k < 64 ks of A(r, k) * B(k, j),
 ///   A(r, k) = a[r * lda + k], B(k, j) = b[(j / 16) * b_blk + (k / 4) * b_q + (j % 16) * 4 + k % 4],
 /// A int8 and B uint8 when a_signed, else A uint8 and B int8 (QMicroTile's
-/// bcast and lanes operands). Needs a live QAmxScope on the thread; exact.
+/// bcast and lanes operands). With seg_s > 0, A is read in segments of seg_s
+/// steps (QSegs in steps of 64 bytes): A(r, k) = a[r * lda + (k / (64 seg_s))
+/// * seg_stride + k % (64 seg_s)]. Needs a live QAmxScope on the thread; exact.
 void QAmxTile(int mt, int nt, int64_t ks, const uint8_t* a, int64_t lda, const uint8_t* b, int64_t b_q,
-              int64_t b_blk, bool a_signed, int32_t* acc);
+              int64_t b_blk, bool a_signed, int32_t* acc, int64_t seg_s = 0, int64_t seg_stride = 0);
 
 // The ISA-specific tiles (quant_gemm_x86.cc).
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                    int32_t* acc, bool pairs_fit_int16);
+                    int32_t* acc, bool pairs_fit_int16, const QSegs& seg);
 void QRowDotsAvx2(bool shifted, bool pairs_fit_int16, int rows, int nw, int64_t kp, const uint8_t* x,
                   int64_t ldx, const uint8_t* w, int32_t* acc);
 void QRowDotsVnni(int rows, int nw, int64_t kp, const uint8_t* x, int64_t ldx, const uint8_t* w,
                   int32_t* acc);
 void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                    int32_t* acc);
+                    int32_t* acc, const QSegs& seg);
 
 }  // namespace cpu
 }  // namespace kaiwu

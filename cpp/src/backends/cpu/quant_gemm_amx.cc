@@ -40,17 +40,22 @@ __attribute__((target("amx-tile"))) void ReleaseTiles() { _tile_release(); }
 template <bool kASigned, int MT, int NT>
 __attribute__((target("amx-tile,amx-int8"))) void TileAmx(int64_t ks, const uint8_t* a, int64_t lda,
                                                         const uint8_t* b, int64_t b_q, int64_t b_blk,
-                                                        int32_t* acc) {
+                                                        int32_t* acc, int64_t seg_s, int64_t seg_stride) {
   _tile_zero(0);
   if (NT > 1) _tile_zero(1);
   if (MT > 1) _tile_zero(2);
   if (MT > 1 && NT > 1) _tile_zero(3);
   const int64_t a16 = 16 * lda, bstep = 16 * b_q;
-  for (int64_t s = 0; s < ks; ++s) {
-    _tile_loadd(4, a + s * 64, lda);
+  for (int64_t s = 0, j = 0; s < ks; ++s) {
+    const uint8_t* as = a + j * 64;  // step s of A: step j of the current segment
+    if (++j == seg_s) {
+      j = 0;
+      a += seg_stride;
+    }
+    _tile_loadd(4, as, lda);
     _tile_loadd(6, b + s * bstep, b_q);
     if (NT > 1) _tile_loadd(7, b + b_blk + s * bstep, b_q);
-    if (MT > 1) _tile_loadd(5, a + a16 + s * 64, lda);
+    if (MT > 1) _tile_loadd(5, as + a16, lda);
     if (kASigned) {
       _tile_dpbsud(0, 4, 6);
       if (NT > 1) _tile_dpbsud(1, 4, 7);
@@ -72,13 +77,13 @@ __attribute__((target("amx-tile,amx-int8"))) void TileAmx(int64_t ks, const uint
 
 template <bool kASigned>
 void Dispatch(int mt, int nt, int64_t ks, const uint8_t* a, int64_t lda, const uint8_t* b, int64_t b_q,
-              int64_t b_blk, int32_t* acc) {
+              int64_t b_blk, int32_t* acc, int64_t seg_s, int64_t seg_stride) {
   if (mt == 2) {
-    if (nt == 2) return TileAmx<kASigned, 2, 2>(ks, a, lda, b, b_q, b_blk, acc);
-    return TileAmx<kASigned, 2, 1>(ks, a, lda, b, b_q, b_blk, acc);
+    if (nt == 2) return TileAmx<kASigned, 2, 2>(ks, a, lda, b, b_q, b_blk, acc, seg_s, seg_stride);
+    return TileAmx<kASigned, 2, 1>(ks, a, lda, b, b_q, b_blk, acc, seg_s, seg_stride);
   }
-  if (nt == 2) return TileAmx<kASigned, 1, 2>(ks, a, lda, b, b_q, b_blk, acc);
-  TileAmx<kASigned, 1, 1>(ks, a, lda, b, b_q, b_blk, acc);
+  if (nt == 2) return TileAmx<kASigned, 1, 2>(ks, a, lda, b, b_q, b_blk, acc, seg_s, seg_stride);
+  TileAmx<kASigned, 1, 1>(ks, a, lda, b, b_q, b_blk, acc, seg_s, seg_stride);
 }
 
 }  // namespace
@@ -106,9 +111,11 @@ QAmxScope::~QAmxScope() {
 }
 
 void QAmxTile(int mt, int nt, int64_t ks, const uint8_t* a, int64_t lda, const uint8_t* b, int64_t b_q,
-              int64_t b_blk, bool a_signed, int32_t* acc) {
-  if (a_signed) Dispatch<true>(mt, nt, ks, a, lda, b, b_q, b_blk, acc);
-  else Dispatch<false>(mt, nt, ks, a, lda, b, b_q, b_blk, acc);
+              int64_t b_blk, bool a_signed, int32_t* acc, int64_t seg_s, int64_t seg_stride) {
+  // One segment: steps contiguous (the segment never ends before ks).
+  if (seg_s <= 0) seg_s = ks + 1;
+  if (a_signed) Dispatch<true>(mt, nt, ks, a, lda, b, b_q, b_blk, acc, seg_s, seg_stride);
+  else Dispatch<false>(mt, nt, ks, a, lda, b, b_q, b_blk, acc, seg_s, seg_stride);
 }
 
 }  // namespace cpu
@@ -122,7 +129,8 @@ namespace cpu {
 bool QAmxSupported() { return false; }
 QAmxScope::QAmxScope(bool active) : active_(active) {}
 QAmxScope::~QAmxScope() {}
-void QAmxTile(int, int, int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, bool, int32_t*) {}
+void QAmxTile(int, int, int64_t, const uint8_t*, int64_t, const uint8_t*, int64_t, int64_t, bool, int32_t*, int64_t,
+              int64_t) {}
 
 }  // namespace cpu
 }  // namespace kaiwu

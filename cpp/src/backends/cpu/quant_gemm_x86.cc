@@ -5,6 +5,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace kaiwu {
@@ -21,17 +22,20 @@ inline int32_t Load4(const uint8_t* p) {
 template <int MR, int NB, bool kLanesU8>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnni(
     int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes, int64_t q_stride,
-    int64_t blk_stride, int32_t* acc) {
+    int64_t blk_stride, int32_t* acc, const QSegs& seg) {
   __m512i c[MR][NB];
   for (int r = 0; r < MR; ++r)
     for (int b = 0; b < NB; ++b) c[r][b] = _mm512_setzero_si512();
-  for (int64_t q = 0; q < kq; ++q) {
-    __m512i l[NB];
-    for (int b = 0; b < NB; ++b) l[b] = _mm512_loadu_si512(lanes + b * blk_stride + q * q_stride);
-    for (int r = 0; r < MR; ++r) {
-      const __m512i a = _mm512_set1_epi32(Load4(bcast + r * ldb + 4 * q));
-      for (int b = 0; b < NB; ++b)
-        c[r][b] = kLanesU8 ? _mm512_dpbusd_epi32(c[r][b], l[b], a) : _mm512_dpbusd_epi32(c[r][b], a, l[b]);
+  for (int64_t q0 = 0, s = 0; q0 < kq; q0 += seg.q, ++s) {
+    const uint8_t* bs = bcast + s * seg.stride;
+    for (int64_t q = q0, q1 = std::min(kq, q0 + seg.q); q < q1; ++q) {
+      __m512i l[NB];
+      for (int b = 0; b < NB; ++b) l[b] = _mm512_loadu_si512(lanes + b * blk_stride + q * q_stride);
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = _mm512_set1_epi32(Load4(bs + r * ldb + 4 * (q - q0)));
+        for (int b = 0; b < NB; ++b)
+          c[r][b] = kLanesU8 ? _mm512_dpbusd_epi32(c[r][b], l[b], a) : _mm512_dpbusd_epi32(c[r][b], a, l[b]);
+      }
     }
   }
   for (int r = 0; r < MR; ++r)
@@ -51,19 +55,23 @@ __attribute__((target("avx2"))) inline __m256i Widen16(__m128i v) {
 // vpmaddwd with ones then sums the two pairs of a lane into int32.
 template <int MR, bool kLanesU8>
 __attribute__((target("avx2"))) void TileAvx2Ubs(int64_t kq, const uint8_t* bcast, int64_t ldb,
-                                                 const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+                                                 const uint8_t* lanes, int64_t q_stride, int32_t* acc,
+                                                 const QSegs& seg) {
   __m256i c[MR][2];
   for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t q = 0; q < kq; ++q) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
-    for (int r = 0; r < MR; ++r) {
-      const __m256i a = _mm256_set1_epi32(Load4(bcast + r * ldb + 4 * q));
-      const __m256i p0 = kLanesU8 ? _mm256_maddubs_epi16(l0, a) : _mm256_maddubs_epi16(a, l0);
-      const __m256i p1 = kLanesU8 ? _mm256_maddubs_epi16(l1, a) : _mm256_maddubs_epi16(a, l1);
-      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
-      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
+  for (int64_t q0 = 0, s = 0; q0 < kq; q0 += seg.q, ++s) {
+    const uint8_t* bs = bcast + s * seg.stride;
+    for (int64_t q = q0, q1 = std::min(kq, q0 + seg.q); q < q1; ++q) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
+      for (int r = 0; r < MR; ++r) {
+        const __m256i a = _mm256_set1_epi32(Load4(bs + r * ldb + 4 * (q - q0)));
+        const __m256i p0 = kLanesU8 ? _mm256_maddubs_epi16(l0, a) : _mm256_maddubs_epi16(a, l0);
+        const __m256i p1 = kLanesU8 ? _mm256_maddubs_epi16(l1, a) : _mm256_maddubs_epi16(a, l1);
+        c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
+        c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
+      }
     }
   }
   for (int r = 0; r < MR; ++r) {
@@ -77,29 +85,33 @@ __attribute__((target("avx2"))) void TileAvx2Ubs(int64_t kq, const uint8_t* bcas
 // |x - 128| as its unsigned operand and w * sign(x - 128) as its signed one.
 template <int MR, bool kLanesX>
 __attribute__((target("avx2"))) void TileAvx2Shifted(int64_t kq, const uint8_t* bcast, int64_t ldb,
-                                                     const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+                                                     const uint8_t* lanes, int64_t q_stride, int32_t* acc,
+                                                     const QSegs& seg) {
   __m256i c[MR][2];
   for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t q = 0; q < kq; ++q) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
-    // kLanesX: the unsigned operands |x - 128| of the two lane registers.
-    const __m256i u0 = kLanesX ? _mm256_abs_epi8(l0) : l0;
-    const __m256i u1 = kLanesX ? _mm256_abs_epi8(l1) : l1;
-    for (int r = 0; r < MR; ++r) {
-      const __m256i b = _mm256_set1_epi32(Load4(bcast + r * ldb + 4 * q));
-      __m256i p0, p1;
-      if (kLanesX) {
-        p0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(b, l0));
-        p1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(b, l1));
-      } else {
-        const __m256i ub = _mm256_abs_epi8(b);
-        p0 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l0, b));
-        p1 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l1, b));
+  for (int64_t q0 = 0, s = 0; q0 < kq; q0 += seg.q, ++s) {
+    const uint8_t* bs = bcast + s * seg.stride;
+    for (int64_t q = q0, q1 = std::min(kq, q0 + seg.q); q < q1; ++q) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + q * q_stride + 32));
+      // kLanesX: the unsigned operands |x - 128| of the two lane registers.
+      const __m256i u0 = kLanesX ? _mm256_abs_epi8(l0) : l0;
+      const __m256i u1 = kLanesX ? _mm256_abs_epi8(l1) : l1;
+      for (int r = 0; r < MR; ++r) {
+        const __m256i b = _mm256_set1_epi32(Load4(bs + r * ldb + 4 * (q - q0)));
+        __m256i p0, p1;
+        if (kLanesX) {
+          p0 = _mm256_maddubs_epi16(u0, _mm256_sign_epi8(b, l0));
+          p1 = _mm256_maddubs_epi16(u1, _mm256_sign_epi8(b, l1));
+        } else {
+          const __m256i ub = _mm256_abs_epi8(b);
+          p0 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l0, b));
+          p1 = _mm256_maddubs_epi16(ub, _mm256_sign_epi8(l1, b));
+        }
+        c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
+        c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
       }
-      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(p0, ones));
-      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(p1, ones));
     }
   }
   for (int r = 0; r < MR; ++r) {
@@ -110,44 +122,48 @@ __attribute__((target("avx2"))) void TileAvx2Shifted(int64_t kq, const uint8_t* 
 
 template <bool kLanesX>
 void Avx2ShiftedRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
-                     int64_t q_stride, int32_t* acc) {
+                     int64_t q_stride, int32_t* acc, const QSegs& seg) {
   int r = 0;
   for (; r + 4 <= mr; r += 4)
-    TileAvx2Shifted<4, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+    TileAvx2Shifted<4, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
   if (mr - r == 2) {
-    TileAvx2Shifted<2, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+    TileAvx2Shifted<2, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
   } else if (mr - r == 1) {
-    TileAvx2Shifted<1, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+    TileAvx2Shifted<1, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
   } else if (mr - r == 3) {
-    TileAvx2Shifted<3, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+    TileAvx2Shifted<3, kLanesX>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
   }
 }
 
 template <bool kLanesU8>
 void Avx2UbsRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
-                 int64_t q_stride, int32_t* acc) {
+                 int64_t q_stride, int32_t* acc, const QSegs& seg) {
   int r = 0;
-  for (; r + 3 <= mr; r += 3) TileAvx2Ubs<3, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
-  if (mr - r == 2) TileAvx2Ubs<2, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
-  if (mr - r == 1) TileAvx2Ubs<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes);
+  for (; r + 3 <= mr; r += 3) TileAvx2Ubs<3, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
+  if (mr - r == 2) TileAvx2Ubs<2, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
+  if (mr - r == 1) TileAvx2Ubs<1, kLanesU8>(kq, bcast + r * ldb, ldb, lanes, q_stride, acc + r * kQTileLanes, seg);
 }
 
 // MR rows x 8 lanes (one group of the 16-lane block at `lanes`), the lane
 // bytes widened straight from memory.
 template <int MR, bool kLanesU8>
 __attribute__((target("avx2"))) void TileAvx2x8(int64_t kq, const uint8_t* bcast, int64_t ldb,
-                                                const uint8_t* lanes, int64_t q_stride, int32_t* acc) {
+                                                const uint8_t* lanes, int64_t q_stride, int32_t* acc,
+                                                const QSegs& seg) {
   __m256i c[MR][2];
   for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_si256();
-  for (int64_t q = 0; q < kq; ++q) {
-    const uint8_t* l = lanes + q * q_stride;
-    const __m256i w0 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l)));
-    const __m256i w1 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 16)));
-    for (int r = 0; r < MR; ++r) {
-      const __m128i four = _mm_cvtsi32_si128(Load4(bcast + r * ldb + 4 * q));
-      const __m256i a = _mm256_broadcastq_epi64(kLanesU8 ? _mm_cvtepi8_epi16(four) : _mm_cvtepu8_epi16(four));
-      c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(w0, a));
-      c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(w1, a));
+  for (int64_t q0 = 0, s = 0; q0 < kq; q0 += seg.q, ++s) {
+    const uint8_t* bs = bcast + s * seg.stride;
+    for (int64_t q = q0, q1 = std::min(kq, q0 + seg.q); q < q1; ++q) {
+      const uint8_t* l = lanes + q * q_stride;
+      const __m256i w0 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l)));
+      const __m256i w1 = Widen16<kLanesU8>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l + 16)));
+      for (int r = 0; r < MR; ++r) {
+        const __m128i four = _mm_cvtsi32_si128(Load4(bs + r * ldb + 4 * (q - q0)));
+        const __m256i a = _mm256_broadcastq_epi64(kLanesU8 ? _mm_cvtepi8_epi16(four) : _mm_cvtepu8_epi16(four));
+        c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(w0, a));
+        c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(w1, a));
+      }
     }
   }
   const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
@@ -158,28 +174,28 @@ __attribute__((target("avx2"))) void TileAvx2x8(int64_t kq, const uint8_t* bcast
 
 template <bool kLanesU8>
 void Avx2Rows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
-              int64_t q_stride, int32_t* acc) {
+              int64_t q_stride, int32_t* acc, const QSegs& seg) {
   for (int g = 0; g < 2; ++g) {
     const uint8_t* lg = lanes + 32 * g;
     int32_t* ag = acc + 8 * g;
     int r = 0;
-    for (; r + 4 <= mr; r += 4) TileAvx2x8<4, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
-    if (mr - r == 3) TileAvx2x8<3, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
-    if (mr - r == 2) TileAvx2x8<2, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
-    if (mr - r == 1) TileAvx2x8<1, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes);
+    for (; r + 4 <= mr; r += 4) TileAvx2x8<4, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes, seg);
+    if (mr - r == 3) TileAvx2x8<3, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes, seg);
+    if (mr - r == 2) TileAvx2x8<2, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes, seg);
+    if (mr - r == 1) TileAvx2x8<1, kLanesU8>(kq, bcast + r * ldb, ldb, lg, q_stride, ag + r * kQTileLanes, seg);
   }
 }
 
 template <int NB, bool kLanesU8>
 void VnniRows(int mr, int64_t kq, const uint8_t* bcast, int64_t ldb, const uint8_t* lanes,
-              int64_t q_stride, int64_t blk_stride, int32_t* acc) {
+              int64_t q_stride, int64_t blk_stride, int32_t* acc, const QSegs& seg) {
   switch (mr) {
-    case 1: return TileVnni<1, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    case 2: return TileVnni<2, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    case 3: return TileVnni<3, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    case 4: return TileVnni<4, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    case 5: return TileVnni<5, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    default: return TileVnni<6, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    case 1: return TileVnni<1, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    case 2: return TileVnni<2, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    case 3: return TileVnni<3, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    case 4: return TileVnni<4, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    case 5: return TileVnni<5, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    default: return TileVnni<6, NB, kLanesU8>(kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
   }
 }
 
@@ -254,24 +270,25 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void QRowDotsVnni(
 
 void QMicroTileAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                    int32_t* acc, bool pairs_fit_int16) {
+                    int32_t* acc, bool pairs_fit_int16, const QSegs& seg) {
   for (int b = 0; b < nb; ++b) {
     if (pairs_fit_int16) {
-      if (lanes_u8) Avx2UbsRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
-      else Avx2UbsRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+      if (lanes_u8) Avx2UbsRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b, seg);
+      else Avx2UbsRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b, seg);
       continue;
     }
-    if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
-    else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+    if (lanes_u8) Avx2Rows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b, seg);
+    else Avx2Rows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b, seg);
   }
 }
 
 void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                            const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_x,
-                           int32_t* acc) {
+                           int32_t* acc, int64_t seg_q, int64_t seg_stride) {
+  const QSegs seg(kq, seg_q, seg_stride);
   for (int b = 0; b < nb; ++b) {
-    if (lanes_x) Avx2ShiftedRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
-    else Avx2ShiftedRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b);
+    if (lanes_x) Avx2ShiftedRows<true>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b, seg);
+    else Avx2ShiftedRows<false>(mr, kq, bcast, ldb, lanes + b * blk_stride, q_stride, acc + 16 * b, seg);
   }
 }
 
@@ -353,13 +370,13 @@ void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp
 
 void QMicroTileVnni(int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                     const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
-                    int32_t* acc) {
+                    int32_t* acc, const QSegs& seg) {
   if (nb == 2) {
-    if (lanes_u8) VnniRows<2, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    else VnniRows<2, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    if (lanes_u8) VnniRows<2, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    else VnniRows<2, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
   } else {
-    if (lanes_u8) VnniRows<1, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
-    else VnniRows<1, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc);
+    if (lanes_u8) VnniRows<1, true>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
+    else VnniRows<1, false>(mr, kq, bcast, ldb, lanes, q_stride, blk_stride, acc, seg);
   }
 }
 

@@ -2,6 +2,7 @@
 // ops/quant.h QPackedLayout) from the int8 weight, its scales and zero points,
 // the input's and the output's quantization and the float bias. A static node:
 // the session evaluates it at load and after each refit that changes any input.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/quant_kernels.h"
@@ -20,10 +21,11 @@ class QPackKernel : public Kernel {
     has_wzp_ = ctx.HasInput(2);
     has_xzp_ = ctx.HasInput(4);
     has_yzp_ = ctx.HasInput(7);
+    ctx.scratch_bytes = static_cast<size_t>(QPackedLayout(p_.k_packed, p_.n).kp);  // one channel in packed k order
   }
 
   void Run(const KernelIO& io) const override {
-    const QPackedLayout L(p_.k, p_.n);
+    const QPackedLayout L(p_.k_packed, p_.n);
     uint8_t* out = static_cast<uint8_t*>(io.outputs[0]);
     std::memset(out, 0, static_cast<size_t>(L.bytes()));
     const int8_t* w = static_cast<const int8_t*>(io.inputs[0]);
@@ -44,21 +46,29 @@ class QPackKernel : public Kernel {
     int32_t* wsum = reinterpret_cast<int32_t*>(out + L.wsum());
     int32_t any_wzp = 0, pairs_fit = 1, no_min = 1;
     const int64_t row_from = p_.n - L.dot_tail();  // Gemm: channels stored as rows from here
+    // Channel c's weights in packed k order (kernel rows padded to row_bytes).
+    const int64_t run = p_.k / p_.k_rows, row_bytes = p_.row_bytes ? p_.row_bytes : run;
+    int8_t* row = static_cast<int8_t*>(io.scratch);
     for (int64_t c = 0; c < p_.n; ++c) {
       const int64_t si = p_.w_per_channel ? c : 0;
       const int32_t z = wz ? wz[si] : 0;
       int32_t sum = 0;
+      std::fill(row, row + L.kp, int8_t{0});
       for (int64_t k = 0; k < p_.k; ++k) {
         const int8_t v = p_.trans ? w[c * p_.k + k] : w[k * p_.n + c];
         sum += v;
         no_min &= v != -128;
+        row[(k / run) * row_bytes + k % run] = v;
+      }
+      for (int64_t k = 0; k < L.kp; ++k) {
+        const int8_t v = row[k];
         if (conv_) wp[c * L.kp + k] = v;
         else if (c >= row_from) wp[(c / 16) * L.kp * 16 + (c % 16) * L.kp + k] = v;
         else wp[(c / 16) * L.kp * 16 + (k / 4) * 64 + (c % 16) * 4 + k % 4] = v;
       }
-      for (int64_t k = 0; k < p_.k; k += 2) {
-        const int v0 = p_.trans ? w[c * p_.k + k] : w[k * p_.n + c];
-        const int v1 = k + 1 < p_.k ? (p_.trans ? w[c * p_.k + k + 1] : w[(k + 1) * p_.n + c]) : 0;
+      // The pairs that vpmaddubsw sums: consecutive packed k.
+      for (int64_t k = 0; k < L.kp; k += 2) {
+        const int v0 = row[k], v1 = row[k + 1];
         pairs_fit &= (v0 < 0 ? -v0 : v0) + (v1 < 0 ? -v1 : v1) <= 128;
       }
       corr[c] = -xz * sum + static_cast<int32_t>(p_.k) * xz * z;
@@ -68,7 +78,7 @@ class QPackKernel : public Kernel {
       wsum[c] = sum;
       any_wzp |= z != 0;
     }
-    int32_t header[7];
+    int32_t header[8];
     const float inv = 1.f / ys;
     header[0] = any_wzp;
     header[1] = xz;
@@ -77,6 +87,7 @@ class QPackKernel : public Kernel {
     header[4] = pairs_fit;
     header[5] = no_min;
     header[6] = conv_ ? 0 : 1;  // weights in the Gemm blocks
+    header[7] = static_cast<int32_t>(p_.row_bytes);
     std::memcpy(out, header, sizeof(header));
   }
 

@@ -619,6 +619,7 @@ class QFusedKernel : public CudaKernel {
     x_int8_ = ctx.in(0).dtype == DType::kInt8;
     FusedArgs& a = args_;
     a = FusedArgs{};
+    if (p.row_bytes != 0) Unsupported(ctx, "row_bytes (weights packed for the CPU kernel's in-place rows)");
     if (p.k > (1 << 16) || p.n > (1 << 24))
       Unsupported(ctx, "k = " + std::to_string(p.k) + ", n = " + std::to_string(p.n) +
                            " (int32 accumulation needs k <= 65536)");
