@@ -210,5 +210,34 @@ TEST(QuantConvNhwc, InPlaceRowsMismatchIsRefused) {
   }
 }
 
+// NhwcMaxPool over bytes (a pool hoisted above its DequantizeLinear) against
+// MaxPool over the same bytes NCHW: channels in whole 16-byte vectors and a
+// tail, padding, strides, uint8 and int8, 1 and 3 threads.
+TEST(QuantConvNhwc, BytePoolChannelsLastEqualsNchw) {
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int> u8(0, 255);
+  for (DType dt : {DType::kUInt8, DType::kInt8})
+    for (int64_t c : {16, 21, 5}) {
+      const int64_t n = 2, h = 9, w = 11;
+      std::vector<uint8_t> x(n * c * h * w);
+      for (auto& v : x) v = static_cast<uint8_t>(u8(rng));
+      const std::map<std::string, Attribute> attrs{{"kernel_shape", IntsAttr({3, 3})},
+                                                   {"strides", IntsAttr({2, 2})},
+                                                   {"pads", IntsAttr({1, 1, 1, 1})}};
+      const std::vector<Tensor> ref = RunNode(MakeNode("MaxPool", 1, 1, attrs), {Bytes(dt, {n, c, h, w}, x)});
+      const int64_t pixels = ref[0].size() / (n * c);
+      const uint8_t* rp = static_cast<const uint8_t*>(ref[0].data());
+      const std::vector<uint8_t> want = ToLast(std::vector<uint8_t>(rp, rp + ref[0].bytes()), n, c, pixels);
+      Node pool = MakeNode("NhwcMaxPool", 1, 1, attrs);
+      pool.domain = "kaiwu";
+      for (int threads : {1, 3}) {
+        const std::vector<Tensor> got = RunNode(pool, {Bytes(dt, {n, h, w, c}, ToLast(x, n, c, h * w))}, threads);
+        ASSERT_EQ(got[0].dtype(), dt);
+        const uint8_t* gp = static_cast<const uint8_t*>(got[0].data());
+        ASSERT_EQ(std::vector<uint8_t>(gp, gp + got[0].bytes()), want) << "c=" << c << " threads=" << threads;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace kaiwu

@@ -130,8 +130,11 @@ def test_qdq_policy_within_one_step(engine, qmodels, name, batch):
 def test_impala_int8_runs_channels_last_through_its_float_sections(engine, tmp_path, monkeypatch):
     """IMPALA quantized: DequantizeLinear -> MaxPool / Add / Relu -> QuantizeLinear between the
     integer convs. CPU sessions run it all channels-last (NhwcMaxPool, transposes only at the
-    edges) and give the bytes of the NCHW session (KAIWU_INT8_NHWC=0); both within one step of
-    onnxruntime's literal QDQ run on the quantized outputs, the LSTM state close in float."""
+    edges), the max pools and the residual sums on bytes (the pool hoisted above its
+    DequantizeLinear, Q(DQ(a) + DQ(b)) as QLinearAdd), the convs reading their rows in place.
+    Each of those switched off (KAIWU_INT8_NHWC=0, KAIWU_INT8_BYTE_OPS=0, KAIWU_INT8_INPLACE=0)
+    gives the same bytes; all within one step of onnxruntime's literal QDQ run on the quantized
+    outputs, the LSTM state close in float."""
     fp32 = _export("impala_lstm", str(tmp_path / "impala.onnx"))
     obs = [_inputs("impala_lstm", 8, 100 + i) for i in range(2)]
     path = engine.quantize(fp32, obs, str(tmp_path / "impala_int8.onnx"), progress=False)
@@ -139,18 +142,26 @@ def test_impala_int8_runs_channels_last_through_its_float_sections(engine, tmp_p
     ref = _ort_literal(path, feeds)
     steps = _steps(path)
     assert steps and set(steps) < set(ref)  # quantized heads, float state
+    configs = {"default": {}, "nchw": {"KAIWU_INT8_NHWC": "0"}, "float_sections": {"KAIWU_INT8_BYTE_OPS": "0"},
+               "gather": {"KAIWU_INT8_INPLACE": "0"}}
     outs = {}
-    for env in ("1", "0"):
-        monkeypatch.setenv("KAIWU_INT8_NHWC", env)
+    for name, env in configs.items():
+        for var in ("KAIWU_INT8_NHWC", "KAIWU_INT8_BYTE_OPS", "KAIWU_INT8_INPLACE"):
+            monkeypatch.delenv(var, raising=False)
+        for var, val in env.items():
+            monkeypatch.setenv(var, val)
         sess = engine.Session(path, threads=2)
         d = sess.describe()
-        assert ("layout_nhwc_int8" in d) == (env == "1"), d
-        if env == "1":
+        assert ("layout_nhwc_int8" in d) == (name != "nchw"), d
+        assert ("QLinearAdd" in d) == (name != "float_sections"), d
+        assert ("hoist_pool_above_dequantize: 3" in d) == (name != "float_sections"), d
+        if name != "nchw":
             assert "NhwcMaxPool" in d, d
-        outs[env] = sess.run(feeds)
+        outs[name] = sess.run(feeds)
     for k, r in ref.items():
-        np.testing.assert_array_equal(outs["1"][k], outs["0"][k], err_msg=k)
-        err = np.abs(outs["1"][k] - r).max()
+        for name in configs:
+            np.testing.assert_array_equal(outs[name][k], outs["default"][k], err_msg=f"{k} ({name})")
+        err = np.abs(outs["default"][k] - r).max()
         if k in steps:
             assert err <= steps[k] * 1.001, f"{k}: {err} > step {steps[k]}"
         else:

@@ -138,7 +138,7 @@ void InferNhwcConv(OpContext& ctx) {
 // NhwcMaxPool (domain kaiwu): MaxPool's attributes (no Indices output) on a
 // channels-last 2-D tensor X [N, H, W, C] -> Y [N, OH, OW, C].
 void InferNhwcMaxPool(OpContext& ctx) {
-  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  ctx.ExpectDType(0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kUInt8, DType::kInt8});
   const Shape& x = ctx.in(0).shape;
   if (x.size() != 4) ctx.Error("X must have rank 4 (N, H, W, C), got ", ShapeToString(x));
   if (!ctx.node.Has("kernel_shape")) ctx.Error("missing attribute 'kernel_shape'");

@@ -155,9 +155,36 @@ void InferQLookup(OpContext& ctx) {
   ctx.SetOutput(0, ctx.in(1).dtype, ctx.in(0).shape);
 }
 
+// QLinearAdd(a, a_scale, a_zp?, b, b_scale, b_zp?, y_scale, y_zp?) (domain kaiwu,
+// onnxruntime's com.microsoft input order; passes/fuse_qdq_add.cc): y =
+// Q(DQ(a) + DQ(b)), numpy broadcasting, every scale and zero point one element;
+// y of y_zp's dtype (uint8 without one).
+void InferQLinearAdd(OpContext& ctx) {
+  ctx.ExpectInputs(7, 8);
+  for (int i : {0, 3}) {
+    ctx.ExpectDType(i, {DType::kUInt8, DType::kInt8});
+    ctx.ExpectDType(i + 1, {DType::kFloat32});
+    ExpectScalar(ctx, i + 1, i == 0 ? "a_scale" : "b_scale");
+    if (ctx.HasInput(i + 2)) {
+      ctx.ExpectDType(i + 2, {ctx.in(i).dtype});
+      ExpectScalar(ctx, i + 2, i == 0 ? "a_zero_point" : "b_zero_point");
+    }
+  }
+  ctx.ExpectDType(6, {DType::kFloat32});
+  ExpectScalar(ctx, 6, "y_scale");
+  DType y = DType::kUInt8;
+  if (ctx.HasInput(7)) {
+    ctx.ExpectDType(7, {DType::kUInt8, DType::kInt8});
+    ExpectScalar(ctx, 7, "y_zero_point");
+    y = ctx.in(7).dtype;
+  }
+  ctx.SetOutput(0, y, BroadcastShapes(ctx, ctx.in(0).shape, ctx.in(3).shape));
+}
+
 }  // namespace
 
 void RegisterQuantFusedOps(OpRegistry& r) {
+  r.Define(OpId::kQLinearAdd, &InferQLinearAdd);
   r.Define(OpId::kQLookup, &InferQLookup);
   r.Define(OpId::kQPackWeights, &InferQPackWeights);
   r.Define(OpId::kQLinearFused, &InferQLinearFused);

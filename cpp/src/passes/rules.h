@@ -78,5 +78,11 @@ int HoistReshapeAboveDequantize(Graph* g);
 /// (DQ -> Tanh -> Q; uint8 frames -> Cast -> Div -> Q) becomes a 256-entry table lookup
 /// (kaiwu QLookup), the table computed by static nodes (recomputed on refit).
 int FuseQdqLookup(Graph* g);
+/// CPU sessions, after the int8 layout pass: MaxPool / NhwcMaxPool of a per-tensor
+/// DequantizeLinear (positive static scale) read only by it pools the bytes first.
+int HoistMaxPoolAboveDequantize(Graph* g);
+/// CPU sessions, after the int8 layout pass: Q(Add(DQ(a), DQ(b))), all per tensor with
+/// static scalars, becomes one kaiwu QLinearAdd over the bytes.
+int FuseQdqAdd(Graph* g);
 
 }  // namespace kaiwu

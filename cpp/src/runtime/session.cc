@@ -324,6 +324,16 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
   if (options.optimize && int8_nhwc)
     if (int n = ConvertQLinearConvsToNhwc(&g, /*cpu_session=*/!impl->device, row_align))
       impl->pass_stats.fired["layout_nhwc_int8"] += n;
+  // CPU: the float sections between integer nodes on bytes where that is exact
+  // (max pools of a DequantizeLinear, Q(DQ(a) + DQ(b))); KAIWU_INT8_BYTE_OPS=0 keeps them float.
+  const char* byte_ops_env = std::getenv("KAIWU_INT8_BYTE_OPS");
+  if (options.optimize && !impl->device && !(byte_ops_env && std::string(byte_ops_env) == "0")) {
+    if (int n = HoistMaxPoolAboveDequantize(&g)) {
+      impl->pass_stats.fired["hoist_pool_above_dequantize"] += n;
+      if (int m = FuseQdqLookup(&g)) impl->pass_stats.fired["fuse_qdq_lookup"] += m;
+    }
+    if (int n = FuseQdqAdd(&g)) impl->pass_stats.fired["fuse_qdq_add"] += n;
+  }
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).
   const char* fused_mlp_env = std::getenv("KAIWU_FUSED_MLP");

@@ -1,7 +1,7 @@
 // The CPU kernels of the channels-last ops that passes/layout_nhwc.cc makes
 // for CPU sessions: NhwcConv (float32, or X of uint8 widened as it is read;
 // group 1, no dilation; the register tiles are in conv_nhwc_tiles.inc) and
-// NhwcMaxPool (float32).
+// NhwcMaxPool (float32, uint8, int8).
 #include "backends/cpu/conv_nhwc.h"
 
 #include <algorithm>
@@ -293,8 +293,49 @@ void MaxOfRuns(const float* x, const int64_t* taps, int nt, int64_t C, float* y)
   }
 }
 
+// The same over bytes (uint8 or int8: a DequantizeLinear's input, the pool
+// hoisted above it by passes/hoist_pool_above_dequantize.cc); the lowest
+// value when nt is 0.
+// 16 bytes at a time in a register across the taps, then the tail.
+template <typename T>
+struct Bytes16;  // the 16-byte vector of T (GCC ignores vector_size on a dependent type)
+template <>
+struct Bytes16<uint8_t> {
+  using V = uint8_t __attribute__((vector_size(16)));
+};
+template <>
+struct Bytes16<int8_t> {
+  using V = int8_t __attribute__((vector_size(16)));
+};
+
+template <typename T>
+void MaxOfRuns(const T* x, const int64_t* taps, int nt, int64_t C, T* y) {
+  if (nt == 0) {
+    std::fill(y, y + C, std::numeric_limits<T>::lowest());
+    return;
+  }
+  using V = typename Bytes16<T>::V;
+  static_assert(sizeof(V) == 16, "a 16-byte vector");
+  int64_t c = 0;
+  for (; c + 16 <= C; c += 16) {
+    V a;
+    std::memcpy(&a, x + taps[0] + c, 16);
+    for (int t = 1; t < nt; ++t) {
+      V r;
+      std::memcpy(&r, x + taps[t] + c, 16);
+      a = r > a ? r : a;
+    }
+    std::memcpy(y + c, &a, 16);
+  }
+  for (; c < C; ++c) {
+    T m = x[taps[0] + c];
+    for (int t = 1; t < nt; ++t) m = x[taps[t] + c] > m ? x[taps[t] + c] : m;
+    y[c] = m;
+  }
+}
+
 // Channels-last 2-D MaxPool: per output pixel, the max of the window's
-// C-float runs.
+// C-element runs (float32, uint8 or int8).
 class NhwcMaxPoolKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override {
@@ -311,19 +352,30 @@ class NhwcMaxPoolKernel : public Kernel {
         rel_.push_back((kh * geo_.dilation[1] * geo_.in[2] + kw * geo_.dilation[2]) * x[3]);
     n_ = x[0];
     c_ = x[3];
+    dtype_ = ctx.in(0).dtype;
   }
 
   void Run(const KernelIO& io) const override {
-    const float* x = static_cast<const float*>(io.inputs[0]);
-    float* y = static_cast<float*>(io.outputs[0]);
+    switch (dtype_) {
+      case DType::kUInt8: return RunTyped<uint8_t>(io);
+      case DType::kInt8: return RunTyped<int8_t>(io);
+      default: return RunTyped<float>(io);
+    }
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(const KernelIO& io) const {
+    const T* x = static_cast<const T*>(io.inputs[0]);
+    T* y = static_cast<T*>(io.outputs[0]);
     const SpatialGeometry& g = geo_;
     const int64_t H = g.in[1], W = g.in[2], OH = g.out[1], OW = g.out[2], C = c_;
     const double cost = static_cast<double>(OW * C * g.kernel[1] * g.kernel[2]);
     io.pool->ParallelFor(n_ * OH, cost, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t img = r / OH, oh = r % OH;
-        const float* xi = x + img * H * W * C;
-        float* yr = y + r * OW * C;
+        const T* xi = x + img * H * W * C;
+        T* yr = y + r * OW * C;
         // The window's taps inside x, as offsets of their C-float runs.
         int64_t taps[kMaxTaps];
         const int64_t ih0 = oh * g.stride[1] - g.pad_begin[1];
@@ -350,9 +402,9 @@ class NhwcMaxPoolKernel : public Kernel {
     });
   }
 
- private:
   SpatialGeometry geo_;
   int64_t n_ = 0, c_ = 0;
+  DType dtype_ = DType::kFloat32;
   std::vector<int64_t> rel_;
 };
 
@@ -360,7 +412,7 @@ class NhwcMaxPoolKernel : public Kernel {
 
 void RegisterNhwcKernels(KernelRegistry& r) {
   r.Register(OpId::kNhwcConv, {DType::kFloat32, DType::kUInt8}, &MakeKernel<NhwcConvKernel>);
-  r.Register(OpId::kNhwcMaxPool, DType::kFloat32, &MakeKernel<NhwcMaxPoolKernel>);
+  r.Register(OpId::kNhwcMaxPool, {DType::kFloat32, DType::kUInt8, DType::kInt8}, &MakeKernel<NhwcMaxPoolKernel>);
 }
 
 }  // namespace cpu

@@ -20,6 +20,7 @@ void RegisterQuantConvKernels(KernelRegistry& r);    // quant_conv.cc: ConvInteg
 void RegisterQuantPackKernel(KernelRegistry& r);      // quant_pack.cc: QPackWeights
 void RegisterQuantFusedKernels(KernelRegistry& r);   // quant_fused.cc: QLinearFused
 void RegisterQuantLookupKernel(KernelRegistry& r);   // quant_lookup.cc: QLookup
+void RegisterQuantAddKernel(KernelRegistry& r);      // quant_add.cc: QLinearAdd
 
 /// acc[i * n + j] = sum_p (a[i * lda + p] - a_zp[i]) * (b[p * ldb + j] - b_zp[j]),
 /// int32 accumulation (exact for 8-bit operands and k < 2^15).

@@ -10,6 +10,7 @@ void RegisterQuantKernels(KernelRegistry& r) {
   RegisterQuantPackKernel(r);
   RegisterQuantFusedKernels(r);
   RegisterQuantLookupKernel(r);
+  RegisterQuantAddKernel(r);
 }
 
 }  // namespace cpu

@@ -30,7 +30,10 @@ std::vector<std::pair<OpId, std::string>> CudaKernelGaps() {
           {OpId::kDynamicQuantizeLinear, int8}, {OpId::kMatMulInteger, int8},
           {OpId::kQLinearMatMul, int8},    {OpId::kConvInteger, int8},
           {OpId::kQLinearConv, int8},
-          {OpId::kQPackWeights, "static: the weights are packed on the host at load and refit"}};
+          {OpId::kQPackWeights, "static: the weights are packed on the host at load and refit"},
+          {OpId::kQLinearAdd,
+           "CPU-only: the CPU int8 rewrite makes it; CUDA sessions keep DequantizeLinear -> Add -> "
+           "QuantizeLinear"}};
 }
 
 namespace cuda {
