@@ -120,3 +120,28 @@ def test_add_without_zero_points_and_mixed_dtypes(engine, rng):
     sess = engine.Session(model, threads=2)
     assert "fuse_qdq_add: 1" in sess.describe()
     np.testing.assert_array_equal(sess.run(feeds)["out"], _literal(model, feeds))
+
+
+@pytest.mark.parametrize("scales", [(0.1, 0.1, 0.2), (0.05, 0.15, 0.1), (0.3, 0.7, 0.2), (0.0625, 0.125, 0.25)])
+def test_add_on_rounding_ties(engine, rng, scales):
+    """Sums that land on (or next to) a half of y_scale, where multiplying by 1 / y_scale could
+    round the other way than QuantizeLinear's division: the bytes are still onnxruntime's."""
+    sa, sb, sy = scales
+    inits = [numpy_helper.from_array(np.float32(sa), "sa"), numpy_helper.from_array(np.uint8(0), "za"),
+             numpy_helper.from_array(np.float32(sb), "sb"), numpy_helper.from_array(np.uint8(0), "zb"),
+             numpy_helper.from_array(np.float32(sy), "sy"), numpy_helper.from_array(np.uint8(17), "zy")]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["ad"]),
+             helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"]),
+             helper.make_node("Add", ["ad", "bd"], ["s"]),
+             helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["out"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [4096]),
+                                       helper.make_tensor_value_info("b", TensorProto.UINT8, [4096])],
+                          [helper.make_tensor_value_info("out", TensorProto.UINT8, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR).SerializeToString()
+    # Small codes: sums within the output range, so that ties are not saturated away.
+    feeds = {"a": rng.integers(0, 40, 4096).astype(np.uint8), "b": rng.integers(0, 40, 4096).astype(np.uint8)}
+    sess = engine.Session(model, threads=1)
+    assert "fuse_qdq_add: 1" in sess.describe()
+    ref = _literal(model, feeds)
+    assert len(np.unique(ref)) > 20
+    np.testing.assert_array_equal(sess.run(feeds)["out"], ref)
