@@ -4,8 +4,8 @@
 # against the library); the int8 gtests and tests/python/test_quant*.py with KAIWU_INT8_ISA
 # unset (the best path: AMX there) and =$ALT (default avx512vnni), side by side on cores
 # 4-15; then, one at a time on cores 0-1: bench_int8.py at 1 and 2 threads (best path; mlp and
-# atari_cnn, then impala_lstm, gru_seq and multi_input at b32/b256 unless RECURRENT=0),
-# bench/int8_layout_ab.py (channels-last against NCHW integer convs, same process) and
+# atari_cnn, then impala_lstm, gru_seq and multi_input at $RBATCH unless RECURRENT=0),
+# bench/int8_layout_ab.py (each switch of $AB against the defaults, same process) and
 # bench/profile_int8.py (per node, core 2). ALT_BENCH=1 adds bench_int8.py under $ALT.
 # Run from the repository root; writes logs and the results under $OUT.
 set -o pipefail
@@ -36,7 +36,8 @@ for isa in unset $ALT; do
     echo "== pytest test_quant*.py, KAIWU_INT8_ISA=$isa: int8_isa() = $(PYTHONPATH=python python3 -c \
       'import kaiwu_infer as k; print(k.int8_isa())')"
     PYTHONPATH=python taskset -c 4-15 timeout 150 python3 -m pytest -q -p no:cacheprovider -n 6 \
-      tests/python/test_quant_ops.py tests/python/test_quant_fused.py tests/python/test_quant_policies.py 2>&1 |
+      tests/python/test_quant_ops.py tests/python/test_quant_fused.py tests/python/test_quant_policies.py \
+      tests/python/test_quant_byte_ops.py 2>&1 |
       tail -8 ) > $OUT/tests_$isa.log 2>&1 &
   tests+=($!)
 done
@@ -53,11 +54,16 @@ bench() {  # $1: KAIWU_INT8_ISA value or 'unset', $2: name, then bench_int8.py a
 bench unset int8 --batch $BATCH
 [ -n "$ALT_BENCH" ] && bench $ALT int8_$ALT --batch $BATCH
 # The policies whose LSTM/GRU stay float (RECURRENT=0 skips them).
-[ "${RECURRENT:-1}" = 1 ] && bench unset int8_recurrent --policies impala_lstm,gru_seq,multi_input --batch 32,256
-echo "== channels-last vs NCHW integer convs (bench/int8_layout_ab.py)"
-PYTHONPATH=python taskset -c 0,1 timeout 300 python3 bench/int8_layout_ab.py atari_cnn 2>&1 | grep -v WARN |
-  tee $OUT/int8_layout_ab.txt
+[ "${RECURRENT:-1}" = 1 ] && bench unset int8_recurrent --policies impala_lstm,gru_seq,multi_input \
+  --batch ${RBATCH:-32,256,1024}
+echo "== each CPU int8 switch against the defaults, same process (bench/int8_layout_ab.py)"
+: > $OUT/int8_layout_ab.txt
+for ab in ${AB:-atari_cnn:KAIWU_INT8_NHWC=0 impala_lstm:KAIWU_INT8_INPLACE=0 impala_lstm:KAIWU_INT8_BYTE_OPS=0}; do
+  PYTHONPATH=python taskset -c 0,1 timeout 300 python3 bench/int8_layout_ab.py ${ab%%:*} --env ${ab#*:} \
+    --batch 32,256 --threads 1 2>&1 | grep -v WARN | tee -a $OUT/int8_layout_ab.txt
+done
 echo "== per node (bench/profile_int8.py)"
-PYTHONPATH=python taskset -c 2 timeout 300 python3 bench/profile_int8.py 2>&1 | grep -v WARN > $OUT/profile_int8.txt
-head -70 $OUT/profile_int8.txt
+PYTHONPATH=python taskset -c 2 timeout 300 python3 bench/profile_int8.py mlp:256,1024 atari_cnn:32,256 \
+  impala_lstm:32,256 2>&1 | grep -v WARN > $OUT/profile_int8.txt
+grep "total us" $OUT/profile_int8.txt
 echo "total $(( $(date +%s) - t0 )) s"
