@@ -5,12 +5,12 @@
 // the same order, kept apart (the build compiles this file with
 // -ffp-contract=off, so no multiply-add is fused), so the bytes are theirs;
 // the quantization divides only where a multiply by 1 / y_scale could round
-// differently (QuantizeDivided).
+// differently (QuantizeDividedBytes).
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/quant_gemm.h"
 #include "backends/cpu/quant_kernels.h"
 
 namespace kaiwu {
@@ -25,50 +25,6 @@ void Dequantize(const T* x, int64_t stride, int64_t n, int32_t zp, float s, floa
     return;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zp) * s;
-}
-
-// y[i] = QuantizeValue(f[i] / s, zp, lo, hi) as bytes (QuantizeLinear's bytes),
-// 16 at a time mostly without the division: v = f * (1 / s) lies within 2 ulp
-// of f / s, so both round to the same integer unless v is within 2^-9 of a
-// half (|v| < 4096; beyond that every 8-bit output saturates either way);
-// a vector holding such a lane divides. The tail goes through QuantizeValue.
-void QuantizeDivided(const float* f, int64_t n, float s, float zp, float lo, float hi, bool is_signed,
-                     uint8_t* y) {
-  using F16 = float __attribute__((vector_size(64)));
-  using I16 = int32_t __attribute__((vector_size(64)));
-  using U16 = uint8_t __attribute__((vector_size(16)));
-  using S16 = int8_t __attribute__((vector_size(16)));
-  const float inv_s = 1.f / s;
-  const F16 inv = F16{} + inv_s, sv = F16{} + s, vzp = F16{} + zp, vlo = F16{} + lo, vhi = F16{} + hi;
-  const F16 big = F16{} + 4194304.f, nbig = F16{} - 4194304.f, magic = F16{} + 12582912.f;
-  const F16 near_half = F16{} + (0.5f - 1.f / 512.f), small = F16{} + 4096.f;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    F16 x;
-    std::memcpy(&x, f + i, 64);
-    F16 v = x * inv;
-    const F16 r = (v + magic) - magic;
-    const F16 d = v > r ? v - r : r - v, a = v > 0.f ? v : -v;
-    const I16 risky = (d > near_half) & (a < small);
-    bool divide = false;
-    for (int k = 0; k < 16; ++k) divide |= risky[k] != 0;
-    if (divide) v = x / sv;
-    v = v > nbig ? v : nbig;  // NaN -> -2^22
-    v = v < big ? v : big;
-    v = (v + magic) - magic;  // round half to even
-    v = v + vzp;
-    v = v > vlo ? v : vlo;
-    v = v < vhi ? v : vhi;
-    const I16 q = __builtin_convertvector(v, I16);  // integers in [lo, hi]: exact
-    if (is_signed) {
-      const S16 b = __builtin_convertvector(q, S16);
-      std::memcpy(y + i, &b, 16);
-    } else {
-      const U16 b = __builtin_convertvector(q, U16);
-      std::memcpy(y + i, &b, 16);
-    }
-  }
-  for (; i < n; ++i) y[i] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(f[i] / s, zp, lo, hi)));
 }
 
 class QLinearAddKernel : public Kernel {
@@ -106,7 +62,7 @@ class QLinearAddKernel : public Kernel {
     const int32_t zb = has_zp_[1] ? ZeroPoint(io.inputs[5], b_dt_, false, 0) : 0;
     const float zy = static_cast<float>(has_zp_[2] ? ZeroPoint(io.inputs[7], y_dt_, false, 0) : 0);
     const float lo = lo_, hi = hi_;
-    const bool is_signed = y_dt_ == DType::kInt8;
+    const bool is_signed = y_dt_ == DType::kInt8, vector = QGemmIsa() != QIsa::kScalar;
     const int64_t ia = plan_.inner_stride(0), ib = plan_.inner_stride(1);
     ParallelElements(io.pool, plan_.total, 2.0, [&](int64_t begin, int64_t end) {
       alignas(64) float fa[256], fb[256];
@@ -116,7 +72,13 @@ class QLinearAddKernel : public Kernel {
           Dequantize(a + off[0] + i * ia, ia, m, za, sa, fa);
           Dequantize(b + off[1] + i * ib, ib, m, zb, sb, fb);
           for (int64_t j = 0; j < m; ++j) fa[j] = fa[j] + fb[j];
-          QuantizeDivided(fa, m, sy, zy, lo, hi, is_signed, y + o + i);
+          uint8_t* out = y + o + i;
+          if (vector) {
+            QuantizeDividedBytes(fa, m, sy, zy, lo, hi, is_signed, out);
+          } else {
+            for (int64_t j = 0; j < m; ++j)
+              out[j] = static_cast<uint8_t>(static_cast<int32_t>(QuantizeValue(fa[j] / sy, zy, lo, hi)));
+          }
         }
       });
     });

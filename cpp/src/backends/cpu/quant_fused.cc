@@ -381,40 +381,49 @@ void QFusedKernel::EmitRows(const KernelIO& io, const Header& h, const Operands&
 }
 
 // EmitRows for whole blocks of 16 channels, a quantized output, no residual
-// and no activation or Relu: 16 channels a vector from the int32 sums to the
-// bytes, no float rows in between. The operations of EmitRows and
+// and no activation or Relu: a vector of channels at a time from the int32
+// sums to the bytes, no float rows in between. The operations of EmitRows and
 // QuantizeRows in their order (in this file, so that the compiler fuses the
 // same multiply-adds as in EmitRows), hence the same bytes.
+// Lanes of EmitRows16's vectors: the build's widest registers (GCC splits
+// wider vector types into scalar code for selects).
+#if defined(__AVX512F__)
+constexpr int kEmitLanes = 16;
+#else
+constexpr int kEmitLanes = 8;
+#endif
+
 void QFusedKernel::EmitRows16(const KernelIO& io, const Header& h, const Operands& op, bool shifted,
                               const int32_t* acc, int64_t acc_ld, const int32_t* xsum, int64_t mr, int64_t c0,
                               int64_t count, int64_t out_row) const {
-  using F16 = float __attribute__((vector_size(64)));
-  using I16 = int32_t __attribute__((vector_size(64)));
-  using U16 = uint8_t __attribute__((vector_size(16)));
-  using S16 = int8_t __attribute__((vector_size(16)));
+  constexpr int L = kEmitLanes;
+  using FV = float __attribute__((vector_size(4 * L)));
+  using IV = int32_t __attribute__((vector_size(4 * L)));
+  using UV = uint8_t __attribute__((vector_size(L)));
+  using BV = uint8_t __attribute__((vector_size(4 * L)));
   const int64_t n = p_.n;
-  const bool relu = act_.kind == FusedActivation::Kind::kRelu, is_signed = p_.y_dtype == DType::kInt8;
-  const F16 inv = F16{} + h.inv_y_scale, zp = F16{} + static_cast<float>(h.y_zp), lo = F16{} + lo_,
-            hi = F16{} + hi_, big = F16{} + 4194304.f, nbig = F16{} - 4194304.f, magic = F16{} + 12582912.f;
+  const bool relu = act_.kind == FusedActivation::Kind::kRelu;
+  const FV inv = FV{} + h.inv_y_scale, zp = FV{} + static_cast<float>(h.y_zp), lo = FV{} + lo_,
+           hi = FV{} + hi_, big = FV{} + 4194304.f, nbig = FV{} - 4194304.f, magic = FV{} + 12582912.f;
   uint8_t* y = static_cast<uint8_t*>(io.outputs[0]) + out_row * n + c0;
-  for (int64_t cb = 0; cb < count; cb += 16) {
-    I16 cc, wz;
-    F16 m, b;
-    std::memcpy(&cc, op.corr + c0 + cb, 64);
-    std::memcpy(&wz, op.wzp + c0 + cb, 64);
-    std::memcpy(&m, op.mult + c0 + cb, 64);
-    std::memcpy(&b, op.bias + c0 + cb, 64);
+  for (int64_t cb = 0; cb < count; cb += L) {
+    IV cc, wz;
+    FV m, b;
+    std::memcpy(&cc, op.corr + c0 + cb, 4 * L);
+    std::memcpy(&wz, op.wzp + c0 + cb, 4 * L);
+    std::memcpy(&m, op.mult + c0 + cb, 4 * L);
+    std::memcpy(&b, op.bias + c0 + cb, 4 * L);
     if (shifted) {
-      I16 ws;
-      std::memcpy(&ws, op.wsum + c0 + cb, 64);
+      IV ws;
+      std::memcpy(&ws, op.wsum + c0 + cb, 4 * L);
       cc += 128 * ws;
     }
     for (int64_t r = 0; r < mr; ++r) {
-      I16 a;
-      std::memcpy(&a, acc + r * acc_ld + cb, 64);
-      const I16 t = xsum ? a + cc - wz * xsum[r] : a + cc;
-      F16 v = __builtin_convertvector(t, F16) * m + b;
-      if (relu) v = v > 0.f ? v : F16{};
+      IV a;
+      std::memcpy(&a, acc + r * acc_ld + cb, 4 * L);
+      const IV t = xsum ? a + cc - wz * xsum[r] : a + cc;
+      FV v = __builtin_convertvector(t, FV) * m + b;
+      if (relu) v = v > 0.f ? v : FV{};
       v = v * inv;
       v = v > nbig ? v : nbig;  // NaN -> -2^22
       v = v < big ? v : big;
@@ -422,15 +431,17 @@ void QFusedKernel::EmitRows16(const KernelIO& io, const Header& h, const Operand
       v = v + zp;
       v = v > lo ? v : lo;
       v = v < hi ? v : hi;
-      const I16 q = __builtin_convertvector(v, I16);  // integers in [lo, hi]: exact
-      uint8_t* yr = y + r * n + cb;
-      if (is_signed) {
-        const S16 s8 = __builtin_convertvector(q, S16);
-        std::memcpy(yr, &s8, 16);
-      } else {
-        const U16 u8 = __builtin_convertvector(q, U16);
-        std::memcpy(yr, &u8, 16);
-      }
+      const IV q = __builtin_convertvector(v, IV);  // integers in [lo, hi]: exact
+      // Each lane's low byte is its uint8 or int8 value (lo >= -128, hi <= 255);
+      // a byte shuffle, where a narrowing conversion came out lane by lane.
+      BV bytes;
+      std::memcpy(&bytes, &q, sizeof(q));
+#if defined(__AVX512F__)
+      const UV u8 = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+#else
+      const UV u8 = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28);
+#endif
+      std::memcpy(y + r * n + cb, &u8, L);
     }
   }
 }
@@ -629,8 +640,20 @@ void QFusedKernel::BandTiles(const KernelIO& io, const Header& h, const TilePath
   const int64_t vrows = path.amx ? kQTileRows : path.rows;  // rows of the VNNI / AVX2 tiles
   const int64_t blocks = (p_.n + 15) / 16;
   const bool need_sums = h.any_wzp != 0;
-  alignas(64) int32_t acc[kAccRows * kQTileLanes];
-  int32_t xsum[kAccRows];
+  // Two sums buffers: a tile's epilogue runs after the next tile's products
+  // are issued, so that the AMX unit (or the out-of-order core) overlaps the
+  // products with the epilogue instead of waiting for the tile store.
+  alignas(64) int32_t acc[2][kAccRows * kQTileLanes];
+  int32_t xsum[2][kAccRows];
+  struct Pending {
+    int64_t valid = 0, c0 = 0, count = 0, out_row = -1;
+  } pending;
+  int cur = 0;
+  auto emit_pending = [&](int buf) {
+    if (pending.out_row < 0) return;
+    EmitRows(io, h, op, path.shifted, acc[buf], kQTileLanes, need_sums ? xsum[buf] : nullptr, pending.valid,
+             pending.c0, pending.count, pending.out_row);
+  };
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const uint8_t* row = band + (oh * sh - ph - ih_lo) * row_stride_;
     const int64_t out_row = img * P_ + oh * OW;
@@ -639,34 +662,36 @@ void QFusedKernel::BandTiles(const KernelIO& io, const Header& h, const TilePath
       const int64_t rows = amx ? (OW - ow0 > 16 ? 32 : 16) : std::min<int64_t>(vrows, OW - ow0);
       const int64_t valid = std::min(rows, OW - ow0);
       const uint8_t* a = row + ow0 * lda;
-      if (need_sums)
-        for (int64_t r = 0; r < valid; ++r) {
-          int32_t sum = 0;
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const uint8_t* t = a + r * lda + kh * seg_stride;
-            for (int64_t j = 0; j < run; ++j) sum += t[j] ^ shift;
-          }
-          xsum[r] = sum;
-        }
       for (int64_t b0 = 0; b0 < blocks; b0 += 2) {
         const int nb = static_cast<int>(std::min<int64_t>(2, blocks - b0));
         const uint8_t* w = op.w + b0 * kp_ * 16;
+        if (need_sums)
+          for (int64_t r = 0; r < valid; ++r) {
+            int32_t sum = 0;
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              const uint8_t* t = a + r * lda + kh * seg_stride;
+              for (int64_t j = 0; j < run; ++j) sum += t[j] ^ shift;
+            }
+            xsum[cur][r] = sum;
+          }
         if (amx)
-          QAmxTile(static_cast<int>(rows / 16), nb, kp_ / 64, a, lda, w, 64, kp_ * 16, /*a_signed=*/false, acc,
-                   rb / 64, seg_stride);
+          QAmxTile(static_cast<int>(rows / 16), nb, kp_ / 64, a, lda, w, 64, kp_ * 16, /*a_signed=*/false,
+                   acc[cur], rb / 64, seg_stride);
         else if (path.shifted)
           QMicroTileShiftedAvx2(static_cast<int>(rows), nb, kp_ / 4, a, lda, w, 64, kp_ * 16, /*lanes_x=*/false,
-                                acc, rb / 4, seg_stride);
+                                acc[cur], rb / 4, seg_stride);
         else
           QMicroTile(path.isa, static_cast<int>(rows), nb, kp_ / 4, a, lda, w, 64, kp_ * 16, /*lanes_u8=*/false,
-                     acc, h.pairs_fit_int16 != 0, rb / 4, seg_stride);
+                     acc[cur], h.pairs_fit_int16 != 0, rb / 4, seg_stride);
+        emit_pending(cur ^ 1);
         const int64_t c0 = b0 * 16;
-        EmitRows(io, h, op, path.shifted, acc, kQTileLanes, need_sums ? xsum : nullptr, valid, c0,
-                 std::min<int64_t>(16 * nb, p_.n - c0), out_row + ow0);
+        pending = {valid, c0, std::min<int64_t>(16 * nb, p_.n - c0), out_row + ow0};
+        cur ^= 1;
       }
       ow0 += rows;
     }
   }
+  emit_pending(cur ^ 1);
 }
 
 void QFusedKernel::RunConvInPlace(const KernelIO& io) const {

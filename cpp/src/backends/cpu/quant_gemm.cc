@@ -136,6 +136,19 @@ void QuantizeRows(const float* x, int64_t x_stride, int64_t rows, int64_t n, flo
   QuantizeRowsAvx2(x, x_stride, rows, n, s, divide, zp, lo, hi, is_signed, y, y_stride);
 }
 
+void QuantizeDividedBytes(const float* x, int64_t n, float s, float zp, float lo, float hi, bool is_signed,
+                          uint8_t* y) {
+#if defined(__x86_64__)
+  static const bool avx512 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  if (avx512) return QuantizeDividedAvx512(x, n, s, zp, lo, hi, is_signed, y);
+#endif
+  QuantizeDividedAvx2(x, n, s, zp, lo, hi, is_signed, y);
+}
+
 void QMicroTile(QIsa isa, int mr, int nb, int64_t kq, const uint8_t* bcast, int64_t ldb,
                 const uint8_t* lanes, int64_t q_stride, int64_t blk_stride, bool lanes_u8,
                 int32_t* acc, bool pairs_fit_int16, int64_t seg_q, int64_t seg_stride) {

@@ -88,6 +88,17 @@ void QuantizeRowsAvx512(const float* x, int64_t x_stride, int64_t rows, int64_t 
                         float lo, float hi, bool is_signed, uint8_t* y, int64_t y_stride);
 void QuantizeRows(const float* x, int64_t x_stride, int64_t rows, int64_t n, float s, bool divide, float zp,
                   float lo, float hi, bool is_signed, uint8_t* y, int64_t y_stride);
+/// The bytes of QuantizeValue(x[i] / s, ...) (QuantizeLinear's division) for
+/// i < n, mostly without dividing: v = x * (1 / s) lies within 2 ulp of x / s,
+/// so both round to the same integer unless v is within 2^-9 of a half
+/// (|v| < 4096; past that every 8-bit output saturates either way); a vector
+/// with such a lane divides. AVX-512 where the CPU has it, else AVX2.
+void QuantizeDividedBytes(const float* x, int64_t n, float s, float zp, float lo, float hi, bool is_signed,
+                          uint8_t* y);
+void QuantizeDividedAvx512(const float* x, int64_t n, float s, float zp, float lo, float hi, bool is_signed,
+                           uint8_t* y);
+void QuantizeDividedAvx2(const float* x, int64_t n, float s, float zp, float lo, float hi, bool is_signed,
+                         uint8_t* y);
 
 constexpr int kQAmxRows = 32;   // rows of one AMX tile call (two 16-row tiles)
 constexpr int kQAmxLanes = 32;  // lanes of one AMX tile call, also its acc row stride

@@ -363,6 +363,49 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeRowsAvx512(con
   }
 }
 
+// QuantizeDividedBytes (quant_gemm.h): v = x * (1 / s), x / s where a lane of
+// the vector lies within 2^-9 of a rounding tie (|v| < 4096), then the steps
+// of QuantizeRows.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void QuantizeDividedAvx512(const float* x, int64_t n, float s,
+                                                                                float zp, float lo, float hi,
+                                                                                bool is_signed, uint8_t* y) {
+  const __m512 vs = _mm512_set1_ps(s), inv = _mm512_set1_ps(1.f / s), one = _mm512_set1_ps(1.f);
+  const __m512 magic = _mm512_set1_ps(12582912.f), tie = _mm512_set1_ps(0.5f - 1.f / 512.f),
+               small = _mm512_set1_ps(4096.f);
+  const Q16 c{one, _mm512_set1_ps(zp), _mm512_set1_ps(lo), _mm512_set1_ps(hi), _mm512_set1_ps(4194304.f),
+              _mm512_set1_ps(-4194304.f), magic};
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    __m512 v = _mm512_mul_ps(xv, inv);
+    const __m512 r = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+    const __mmask16 risky = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), tie, _CMP_GT_OQ) &
+                            _mm512_cmp_ps_mask(_mm512_abs_ps(v), small, _CMP_LT_OQ);
+    if (risky) v = _mm512_div_ps(xv, vs);
+    _mm_mask_storeu_epi8(y + i, m, Quantize16(v, c, /*divide=*/false, is_signed));
+  }
+}
+
+__attribute__((target("avx2"))) void QuantizeDividedAvx2(const float* x, int64_t n, float s, float zp, float lo,
+                                                         float hi, bool is_signed, uint8_t* y) {
+  const __m256 vs = _mm256_set1_ps(s), inv = _mm256_set1_ps(1.f / s);
+  const __m256 magic = _mm256_set1_ps(12582912.f), tie = _mm256_set1_ps(0.5f - 1.f / 512.f),
+               small = _mm256_set1_ps(4096.f), sign = _mm256_set1_ps(-0.f);
+  alignas(32) float v8[8];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    __m256 v = _mm256_mul_ps(xv, inv);
+    const __m256 r = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
+    const __m256 d = _mm256_andnot_ps(sign, _mm256_sub_ps(v, r)), a = _mm256_andnot_ps(sign, v);
+    const __m256 risky = _mm256_and_ps(_mm256_cmp_ps(d, tie, _CMP_GT_OQ), _mm256_cmp_ps(a, small, _CMP_LT_OQ));
+    if (_mm256_movemask_ps(risky)) v = _mm256_div_ps(xv, vs);
+    _mm256_store_ps(v8, v);
+    QuantizeRowsAvx2(v8, 8, 1, 8, 1.f, /*divide=*/false, zp, lo, hi, is_signed, y + i, 8);
+  }
+  if (i < n) QuantizeRowsAvx2(x + i, n - i, 1, n - i, s, /*divide=*/true, zp, lo, hi, is_signed, y + i, n - i);
+}
+
 void QuantizeBytesAvx2(const float* x, int64_t n, float s, bool divide, float zp, float lo, float hi,
                        bool is_signed, uint8_t* y) {
   QuantizeRowsAvx2(x, n, 1, n, s, divide, zp, lo, hi, is_signed, y, n);
