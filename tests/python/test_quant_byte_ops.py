@@ -145,3 +145,79 @@ def test_add_on_rounding_ties(engine, rng, scales):
     ref = _literal(model, feeds)
     assert len(np.unique(ref)) > 20
     np.testing.assert_array_equal(sess.run(feeds)["out"], ref)
+
+
+def _block_model(c, hw, dt, relu_between):
+    """A stem conv, then a residual block in QDQ form: d -> [Relu -> Q -> DQ] -> Conv3x3 -> Q -> DQ ->
+    Conv3x3 -> Q -> DQ, + d -> Q -> DQ -> out; per-channel int8 weights, activations of dtype dt."""
+    rng = np.random.default_rng(c + hw)
+    zp = (lambda v: np.array(v, dtype=dt))
+    inits = [numpy_helper.from_array(np.float32(0.05), "sx"), numpy_helper.from_array(zp(3), "zx"),
+             numpy_helper.from_array(np.float32(0.04), "s1"), numpy_helper.from_array(zp(-2 if dt == np.int8 else 120), "z1"),
+             numpy_helper.from_array(np.float32(0.06), "s2"), numpy_helper.from_array(zp(5), "z2"),
+             numpy_helper.from_array(np.float32(0.08), "s3"), numpy_helper.from_array(zp(-7 if dt == np.int8 else 90), "z3")]
+    for i in (1, 2):
+        inits += [numpy_helper.from_array(rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8), f"w{i}"),
+                  numpy_helper.from_array(rng.uniform(0.001, 0.004, c).astype(F32), f"ws{i}"),
+                  numpy_helper.from_array(np.zeros(c, np.int8), f"wz{i}"),
+                  numpy_helper.from_array(rng.uniform(-0.5, 0.5, c).astype(F32), f"b{i}")]
+    # A stem conv first, so that the block reads channels-last bytes (IMPALA's blocks follow a conv).
+    inits += [numpy_helper.from_array(rng.integers(-127, 128, (c, c, 3, 3)).astype(np.int8), "w0"),
+              numpy_helper.from_array(rng.uniform(0.001, 0.004, c).astype(F32), "ws0"),
+              numpy_helper.from_array(np.zeros(c, np.int8), "wz0"),
+              numpy_helper.from_array(np.float32(0.05), "s0"), numpy_helper.from_array(zp(9), "z0")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xin"]),
+             helper.make_node("DequantizeLinear", ["w0", "ws0", "wz0"], ["wd0"], axis=0),
+             helper.make_node("Conv", ["xin", "wd0"], ["h0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["h0", "s0", "z0"], ["h0q"]),
+             helper.make_node("DequantizeLinear", ["h0q", "s0", "z0"], ["xd"])]
+    first = "xd"
+    if relu_between:  # Relu -> Q -> DQ before the conv, as onnxruntime's quantizer writes it
+        inits += [numpy_helper.from_array(np.float32(0.03), "sr"), numpy_helper.from_array(zp(0), "zr")]
+        nodes += [helper.make_node("Relu", ["xd"], ["xr"]),
+                  helper.make_node("QuantizeLinear", ["xr", "sr", "zr"], ["xrq"]),
+                  helper.make_node("DequantizeLinear", ["xrq", "sr", "zr"], ["xrd"])]
+        first = "xrd"
+    for i, (src, s, z) in enumerate([(first, "s1", "z1"), ("h1d", "s2", "z2")], start=1):
+        nodes += [helper.make_node("DequantizeLinear", [f"w{i}", f"ws{i}", f"wz{i}"], [f"wd{i}"], axis=0),
+                  helper.make_node("Conv", [src, f"wd{i}", f"b{i}"], [f"h{i}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  helper.make_node("QuantizeLinear", [f"h{i}", s, z], [f"h{i}q"]),
+                  helper.make_node("DequantizeLinear", [f"h{i}q", s, z], [f"h{i}d"])]
+    nodes += [helper.make_node("Add", ["xd", "h2d"], ["sum"]),
+              helper.make_node("QuantizeLinear", ["sum", "s3", "z3"], ["oq"]),
+              helper.make_node("DequantizeLinear", ["oq", "s3", "z3"], ["out"])]
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, c, hw, hw])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR).SerializeToString()
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("c,hw,relu", [(16, 11, True), (32, 9, False)])
+def test_residual_sum_in_the_second_convs_epilogue(engine, rng, monkeypatch, dt, c, hw, relu):
+    """A residual block: the QLinearAdd of the sum moves into the second integer conv's epilogue
+    (fuse_qadd_into_conv: its rows quantized, then the skip's bytes added while they are in cache).
+    The same bytes as the separate QLinearAdd (KAIWU_INT8_INPLACE=0 keeps it: the gathering conv
+    has no such epilogue) and as the float nodes; within one step of onnxruntime's literal run."""
+    model = _block_model(c, hw, dt, relu)
+    feeds = {"x": _values(rng, (3, c, hw, hw))}
+    outs = {}
+    for name, env in {"fused": {}, "separate": {"KAIWU_INT8_INPLACE": "0"}, "floats": {"KAIWU_INT8_BYTE_OPS": "0"}}.items():
+        for var in ("KAIWU_INT8_INPLACE", "KAIWU_INT8_BYTE_OPS"):
+            monkeypatch.delenv(var, raising=False)
+        for var, val in env.items():
+            monkeypatch.setenv(var, val)
+        for threads in (1, 2):
+            sess = engine.Session(model, threads=threads)
+            d = sess.describe()
+            assert ("fuse_qadd_into_conv: 1" in d) == (name == "fused"), d
+            assert ("QLinearAdd" in d) == (name == "separate"), d
+            out = sess.run(feeds)["out"]
+            if name in outs:
+                np.testing.assert_array_equal(out, outs[name])
+            outs[name] = out
+    np.testing.assert_array_equal(outs["fused"], outs["separate"])
+    np.testing.assert_array_equal(outs["fused"], outs["floats"])
+    ref = _literal(model, feeds)
+    assert len(np.unique(ref)) > 20
+    assert np.abs(outs["fused"] - ref).max() <= 0.08 * 1.001  # one step of the output
