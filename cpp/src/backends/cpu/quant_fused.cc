@@ -661,12 +661,17 @@ void QFusedKernel::BandTiles(const KernelIO& io, const Header& h, const TilePath
     if (pending.out_row < 0) return;
     EmitRows(io, h, op, path.shifted, acc[buf], kQTileLanes, need_sums ? xsum[buf] : nullptr, pending.valid,
              pending.c0, pending.count, pending.out_row);
-    // byte_residual: the quantized rows, still in cache, become Q_z(DQ_a(y) + DQ_r(r)).
-    if (add)
-      for (int64_t r = 0; r < pending.valid; ++r) {
-        const int64_t at = (pending.out_row + r) * n + pending.c0;
-        QAddBytes(*add, y + at, res + at, pending.count, y + at);
+    // byte_residual: the quantized rows, still in cache, become Q_z(DQ_a(y) + DQ_r(r)):
+    // one call over the tile where its rows are whole output rows (one range), else per row.
+    if (add) {
+      const int64_t at = pending.out_row * n + pending.c0;
+      if (pending.count == n) {
+        QAddBytes(*add, y + at, res + at, pending.valid * n, y + at);
+      } else {
+        for (int64_t r = 0; r < pending.valid; ++r)
+          QAddBytes(*add, y + at + r * n, res + at + r * n, pending.count, y + at + r * n);
       }
+    }
   };
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const uint8_t* row = band + (oh * sh - ph - ih_lo) * row_stride_;
