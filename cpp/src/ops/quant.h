@@ -66,11 +66,6 @@ struct QConvParams : OpParams {
 /// weight transposed to [M, KH, KW, C]. Attribute row_bytes (CPU, channels-last
 /// convs, passes/layout_nhwc.h): the packed k runs (kernel row, byte < row_bytes),
 /// each row's KW * C weights padded with zeros, like its QPackWeights' packing.
-/// Attribute byte_residual (CPU, channels-last convs reading rows in place,
-/// passes/fuse_qdq_add.cc): inputs 3-9 are r (bytes of the output's shape),
-/// a_scale, a_zero_point?, r_scale, r_zero_point?, z_scale, z_zero_point?, and
-/// the output is Q_z(DQ_a(y) + DQ_r(r)) (kaiwu QLinearAdd's operations) of the
-/// quantized conv output y (y_dtype): a residual block's sum in the epilogue.
 struct QFusedParams : OpParams {
   bool conv = false;
   bool channels_last = false;  // conv only
@@ -83,8 +78,6 @@ struct QFusedParams : OpParams {
   bool has_residual = false;
   DType y_dtype = DType::kUInt8;  // kUInt8, kInt8 or kFloat32
   FusedActivation act;
-  bool byte_residual = false;
-  DType r_dtype = DType::kUInt8, z_dtype = DType::kUInt8;  // byte_residual: r's and the output's
 };
 
 /// kaiwu QPackWeights: computes the packed operand of QLinearFused from the

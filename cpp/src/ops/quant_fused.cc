@@ -82,9 +82,7 @@ void InferQPackWeights(OpContext& ctx) {
 
 // QLinearFused(x uint8/int8, packed uint8, residual float32?).
 void InferQLinearFused(OpContext& ctx) {
-  const bool byte_residual = ctx.node.GetInt("byte_residual", 0) != 0;
-  if (byte_residual) ctx.ExpectInputs(9, 10);
-  else ctx.ExpectInputs(2, 3);
+  ctx.ExpectInputs(2, 3);
   ctx.ExpectDType(0, {DType::kUInt8, DType::kInt8});
   ctx.ExpectDType(1, {DType::kUInt8});
   QFusedParams& p = ctx.SetParams<QFusedParams>();
@@ -144,30 +142,6 @@ void InferQLinearFused(OpContext& ctx) {
     if (ctx.in(2).shape != out)
       ctx.Error("the residual ", ShapeToString(ctx.in(2).shape), " must have the output shape ",
                 ShapeToString(out));
-  }
-  p.byte_residual = byte_residual;
-  if (byte_residual) {
-    if (!p.conv || !p.channels_last || p.row_bytes == 0 || p.has_residual || p.y_dtype == DType::kFloat32)
-      ctx.Error("byte_residual needs a channels-last conv with row_bytes, a quantized output and no float residual");
-    ctx.ExpectDType(3, {DType::kUInt8, DType::kInt8});
-    if (ctx.in(3).shape != out)
-      ctx.Error("the byte residual ", ShapeToString(ctx.in(3).shape), " must have the output shape ",
-                ShapeToString(out));
-    p.r_dtype = ctx.in(3).dtype;
-    const char* scales[] = {"a_scale", "r_scale", "z_scale"};
-    const DType zp_dtype[] = {p.y_dtype, p.r_dtype};
-    for (int i = 0; i < 3; ++i) {
-      ctx.ExpectDType(4 + 2 * i, {DType::kFloat32});
-      ExpectScalar(ctx, 4 + 2 * i, scales[i]);
-      if (ctx.HasInput(5 + 2 * i)) {
-        if (i < 2) ctx.ExpectDType(5 + 2 * i, {zp_dtype[i]});
-        else ctx.ExpectDType(9, {DType::kUInt8, DType::kInt8});
-        ExpectScalar(ctx, 5 + 2 * i, "a zero point");
-      }
-    }
-    p.z_dtype = ctx.HasInput(9) ? ctx.in(9).dtype : DType::kUInt8;
-    ctx.SetOutput(0, p.z_dtype, out);
-    return;
   }
   ctx.SetOutput(0, p.y_dtype, out);
 }

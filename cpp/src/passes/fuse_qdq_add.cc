@@ -4,11 +4,6 @@
 // that computes the same float operations (each DQ, their sum, the Q) per
 // element, instead of four passes over float tensors. The DQs stay where
 // other nodes read them. CPU sessions, after the int8 layout pass.
-//
-// FuseQAddIntoConv then moves a QLinearAdd into the integer conv that writes
-// its first operand (the residual block's second conv): the conv's epilogue
-// adds the skip's bytes to its quantized rows while they are in cache
-// (QLinearFused byte_residual), one pass over memory fewer.
 #include "passes/match_util.h"
 #include "passes/rewrite_util.h"
 #include "passes/rules.h"
@@ -37,80 +32,7 @@ bool PerTensor(const Graph& g, const std::vector<bool>& st, const Node& n) {
          StaticScalar(g, st, n.inputs[1]) && (!n.HasInput(2) || StaticScalar(g, st, n.inputs[2]));
 }
 
-// A channels-last integer conv (kaiwu QLinearFused) whose output has its
-// input's shape: stride 1, no dilation, "same" pads, as many output channels
-// as input channels.
-bool KeepsShape(const Node& n) {
-  if (n.op_type != "QLinearFused" || n.domain != "kaiwu" || n.GetInt("conv", 0) == 0 ||
-      n.GetInt("channels_last", 0) == 0 || n.GetInt("group", 1) != 1)
-    return false;
-  if (n.Has("auto_pad") && n.GetString("auto_pad", "NOTSET") != "NOTSET") return false;
-  for (int64_t v : n.GetInts("strides"))
-    if (v != 1) return false;
-  for (int64_t v : n.GetInts("dilations"))
-    if (v != 1) return false;
-  const std::vector<int64_t> k = n.GetInts("kernel_shape");
-  std::vector<int64_t> pads = n.GetInts("pads");
-  if (pads.empty()) pads.assign(4, 0);
-  if (k.size() != 2 || pads.size() != 4) return false;
-  for (int d = 0; d < 2; ++d)
-    if (k[d] % 2 != 1 || pads[d] != (k[d] - 1) / 2 || pads[d + 2] != pads[d]) return false;
-  return n.GetInt("n", 0) * k[0] * k[1] == n.GetInt("k", -1);  // output channels == input channels
-}
-
-// Whether value `from` provably has the shape of value `target`: going back
-// through byte lookups (elementwise) and shape-keeping integer convs reaches it.
-bool SameShapeChain(const Graph& g, const std::vector<int>& producer, int from, int target) {
-  for (int hops = 0; hops < 16 && from >= 0; ++hops) {
-    if (from == target) return true;
-    const int p = producer[from];
-    if (p < 0 || g.nodes[p].inputs.empty()) return false;
-    const Node& n = g.nodes[p];
-    if (!(n.op_type == "QLookup" && n.domain == "kaiwu") && !KeepsShape(n)) return false;
-    from = n.inputs[0];
-  }
-  return false;
-}
-
 }  // namespace
-
-int FuseQAddIntoConv(Graph* g) {
-  int fired = 0;
-  const std::vector<int> producer = Producers(*g);
-  const std::vector<int> uses = UseCounts(*g);
-  for (Node& add : g->nodes) {
-    if (add.op_type != "QLinearAdd" || add.domain != "kaiwu" || add.num_inputs() < 7 || add.inputs[0] < 0 ||
-        add.inputs[3] < 0 || add.outputs.empty())
-      continue;
-    auto in = [&](int i) { return i < add.num_inputs() ? add.inputs[i] : -1; };
-    // The conv's operand (a) and the residual (r) in either order: the float
-    // sum DQ(a) + DQ(r) is commutative.
-    int found = -1;
-    for (int side : {0, 3}) {
-      const int y = in(side), r = in(3 - side);
-      if (y < 0 || r < 0 || producer[y] < 0 || uses[y] != 1 || IsGraphOutput(*g, y) || y == r) continue;
-      const Node& conv = g->nodes[producer[y]];
-      // The in-place kernel's form (row_bytes), a quantized output, no residual yet.
-      if (!KeepsShape(conv) || conv.GetInt("row_bytes", 0) == 0 || conv.GetInt("byte_residual", 0) != 0 ||
-          conv.GetInt("y_dtype", 2) == 1 || (conv.num_inputs() > 2 && conv.inputs[2] >= 0))
-        continue;
-      if (SameShapeChain(*g, producer, conv.inputs[0], r)) {
-        found = side;
-        break;
-      }
-    }
-    if (found < 0) continue;
-    const int a = found, b = 3 - found;  // QLinearAdd's groups: operand, scale, zero point
-    Node& conv = g->nodes[producer[in(a)]];
-    conv.inputs = {conv.inputs[0], conv.inputs[1], -1, in(b), in(a + 1), in(a + 2), in(b + 1), in(b + 2), in(6), in(7)};
-    conv.attrs["byte_residual"] = IntAttr(1);
-    conv.outputs[0] = add.outputs[0];
-    MarkRemoved(&add);
-    ++fired;
-  }
-  if (fired) RemoveMarkedNodes(g);
-  return fired;
-}
 
 int FuseQdqAdd(Graph* g) {
   int fired = 0;

@@ -84,9 +84,5 @@ int HoistMaxPoolAboveDequantize(Graph* g);
 /// CPU sessions, after the int8 layout pass: Q(Add(DQ(a), DQ(b))), all per tensor with
 /// static scalars, becomes one kaiwu QLinearAdd over the bytes.
 int FuseQdqAdd(Graph* g);
-/// CPU sessions, after FuseQdqAdd: a QLinearAdd whose first operand comes from a
-/// shape-keeping channels-last integer conv (reading its rows in place) and whose
-/// second provably has that shape becomes the conv's byte residual (its epilogue).
-int FuseQAddIntoConv(Graph* g);
 
 }  // namespace kaiwu

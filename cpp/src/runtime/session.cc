@@ -332,10 +332,7 @@ std::unique_ptr<Session> Session::Load(const void* bytes, size_t size, const std
       impl->pass_stats.fired["hoist_pool_above_dequantize"] += n;
       if (int m = FuseQdqLookup(&g)) impl->pass_stats.fired["fuse_qdq_lookup"] += m;
     }
-    if (int n = FuseQdqAdd(&g)) {
-      impl->pass_stats.fired["fuse_qdq_add"] += n;
-      if (int m = FuseQAddIntoConv(&g)) impl->pass_stats.fired["fuse_qadd_into_conv"] += m;
-    }
+    if (int n = FuseQdqAdd(&g)) impl->pass_stats.fired["fuse_qdq_add"] += n;
   }
   // Small dense networks as one FusedMlp launch (KAIWU_FUSED_MLP=0 keeps the Gemms;
   // bench/notes/cuda.md has the A/B).

@@ -135,9 +135,6 @@ class QFusedKernel : public Kernel {
     kp_ = L.kp;
     threads_ = std::max(1, ctx.num_threads);
     QuantRange(p_.y_dtype == DType::kFloat32 ? DType::kUInt8 : p_.y_dtype, &lo_, &hi_);
-    KAIWU_CHECK(!p_.byte_residual || (p_.conv && p_.channels_last && p_.row_bytes), StatusCode::kUnsupported,
-                node_, ": byte_residual needs a channels-last conv reading its rows in place (row_bytes)");
-    for (int i : {5, 7, 9}) has_zp_input_[i] = ctx.HasInput(i);
     if (p_.conv && p_.channels_last && p_.row_bytes) {
       KAIWU_CHECK(QPackedLayout(p_.k_packed, p_.n).dot_tail() == 0, StatusCode::kUnsupported, node_,
                   ": row_bytes needs the output channels in whole 16-lane tiles (n % 16 == 0 or > ",
@@ -260,8 +257,7 @@ class QFusedKernel : public Kernel {
   void PadBand(const uint8_t* x, int64_t img, int64_t ih_lo, int64_t rows, uint8_t flip, uint8_t padv,
                uint8_t* band) const;
   void BandTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op, int64_t img,
-                 int64_t oh0, int64_t oh1, int64_t ih_lo, const uint8_t* band, uint8_t shift,
-                 const QAddParams* add) const;
+                 int64_t oh0, int64_t oh1, int64_t ih_lo, const uint8_t* band, uint8_t shift) const;
 
   QFusedParams p_;
   std::string node_;
@@ -270,7 +266,6 @@ class QFusedKernel : public Kernel {
   int64_t kp_ = 0, P_ = 0, images_ = 0, chunk_ = 1, chunks_ = 1, lanes_ = 0, slot_bytes_ = 0;
   // RunConvInPlace: bytes of a padded input row, output rows per band, bands per image, tasks.
   int64_t row_stride_ = 0, band_oh_ = 1, bands_ = 1, tasks_ = 1;
-  bool has_zp_input_[10] = {};  // byte_residual: which zero points the node has
   int threads_ = 1;
   float lo_ = 0.f, hi_ = 255.f;
 };
@@ -636,7 +631,7 @@ void QFusedKernel::PadBand(const uint8_t* x, int64_t img, int64_t ih_lo, int64_t
 // row ih_lo at band).
 void QFusedKernel::BandTiles(const KernelIO& io, const Header& h, const TilePath& path, const Operands& op,
                              int64_t img, int64_t oh0, int64_t oh1, int64_t ih_lo, const uint8_t* band,
-                             uint8_t shift, const QAddParams* add) const {
+                             uint8_t shift) const {
   const SpatialGeometry& g = p_.geo;
   const int64_t C = p_.k / g.kernel_size(), OW = g.out[2], KH = g.kernel[1], KW = g.kernel[2];
   const int64_t sh = g.stride[1], sw = g.stride[2], dh = g.dilation[1], ph = g.pad_begin[1];
@@ -654,24 +649,10 @@ void QFusedKernel::BandTiles(const KernelIO& io, const Header& h, const TilePath
     int64_t valid = 0, c0 = 0, count = 0, out_row = -1;
   } pending;
   int cur = 0;
-  const int64_t n = p_.n;
-  uint8_t* y = static_cast<uint8_t*>(io.outputs[0]);
-  const uint8_t* res = add ? static_cast<const uint8_t*>(io.inputs[3]) : nullptr;
   auto emit_pending = [&](int buf) {
     if (pending.out_row < 0) return;
     EmitRows(io, h, op, path.shifted, acc[buf], kQTileLanes, need_sums ? xsum[buf] : nullptr, pending.valid,
              pending.c0, pending.count, pending.out_row);
-    // byte_residual: the quantized rows, still in cache, become Q_z(DQ_a(y) + DQ_r(r)):
-    // one call over the tile where its rows are whole output rows (one range), else per row.
-    if (add) {
-      const int64_t at = pending.out_row * n + pending.c0;
-      if (pending.count == n) {
-        QAddBytes(*add, y + at, res + at, pending.valid * n, y + at);
-      } else {
-        for (int64_t r = 0; r < pending.valid; ++r)
-          QAddBytes(*add, y + at + r * n, res + at + r * n, pending.count, y + at + r * n);
-      }
-    }
   };
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const uint8_t* row = band + (oh * sh - ph - ih_lo) * row_stride_;
@@ -730,12 +711,6 @@ void QFusedKernel::RunConvInPlace(const KernelIO& io) const {
   const int64_t slots = std::max<int64_t>(
       1, std::min<int64_t>({threads_, tasks_, static_cast<int64_t>(std::sqrt(work / 20000.0))}));
   uint8_t* scratch = static_cast<uint8_t*>(io.scratch);
-  QAddParams add;
-  if (p_.byte_residual) {
-    auto opt = [&](int i) { return has_zp_input_[i] ? io.inputs[i] : nullptr; };  // absent zero points: 0
-    add = MakeQAddParams(io.inputs[4], opt(5), p_.y_dtype, io.inputs[6], opt(7), p_.r_dtype, io.inputs[8], opt(9),
-                         p_.z_dtype);
-  }
   io.pool->ParallelFor(slots, 1e12, [&](int64_t s0, int64_t s1) {
     const QAmxScope amx(path.amx);
     for (int64_t s = s0; s < s1; ++s) {
@@ -744,7 +719,7 @@ void QFusedKernel::RunConvInPlace(const KernelIO& io) const {
         const int64_t img = t / bands_, oh0 = (t % bands_) * band_oh_, oh1 = std::min(OH, oh0 + band_oh_);
         const int64_t ih_lo = oh0 * sh - ph, rows = (oh1 - 1 - oh0) * sh + (KH - 1) * dh + 1;
         PadBand(x, img, ih_lo, rows, flip, padv, band);
-        BandTiles(io, h, path, op, img, oh0, oh1, ih_lo, band, shift, p_.byte_residual ? &add : nullptr);
+        BandTiles(io, h, path, op, img, oh0, oh1, ih_lo, band, shift);
       }
     }
   });

@@ -22,19 +22,6 @@ void RegisterQuantFusedKernels(KernelRegistry& r);   // quant_fused.cc: QLinearF
 void RegisterQuantLookupKernel(KernelRegistry& r);   // quant_lookup.cc: QLookup
 void RegisterQuantAddKernel(KernelRegistry& r);      // quant_add.cc: QLinearAdd
 
-/// The parameters of Q_z(DQ_a(a) + DQ_b(b)) (kaiwu QLinearAdd), per tensor.
-struct QAddParams {
-  float sa = 1.f, sb = 1.f, sz = 1.f;
-  int32_t za = 0, zb = 0;
-  float zz = 0.f, lo = 0.f, hi = 255.f;
-  bool a_signed = false, b_signed = false, z_signed = false;
-};
-/// From the operands' scalars (a zero point may be null: 0) and dtypes (quant_add.cc).
-QAddParams MakeQAddParams(const void* sa, const void* za, DType a, const void* sb, const void* zb, DType b,
-                          const void* sz, const void* zz, DType z);
-/// y[i] = Q_z(DQ_a(a[i]) + DQ_b(b[i])) for i < n, the bytes of QLinearAdd; y may be a.
-void QAddBytes(const QAddParams& p, const uint8_t* a, const uint8_t* b, int64_t n, uint8_t* y);
-
 /// acc[i * n + j] = sum_p (a[i * lda + p] - a_zp[i]) * (b[p * ldb + j] - b_zp[j]),
 /// int32 accumulation (exact for 8-bit operands and k < 2^15).
 template <typename A, typename B>

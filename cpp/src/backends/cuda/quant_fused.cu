@@ -620,7 +620,6 @@ class QFusedKernel : public CudaKernel {
     FusedArgs& a = args_;
     a = FusedArgs{};
     if (p.row_bytes != 0) Unsupported(ctx, "row_bytes (weights packed for the CPU kernel's in-place rows)");
-    if (p.byte_residual) Unsupported(ctx, "byte_residual (the CPU kernel's residual sum on bytes)");
     if (p.k > (1 << 16) || p.n > (1 << 24))
       Unsupported(ctx, "k = " + std::to_string(p.k) + ", n = " + std::to_string(p.n) +
                            " (int32 accumulation needs k <= 65536)");
