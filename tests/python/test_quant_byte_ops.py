@@ -47,6 +47,7 @@ def _model(x_shape, y_shape, dt, pool, pool_scale=0.05):
 
 
 def _values(rng, shape):
+    # A tenth of the values saturate each end (more would saturate the max pools' outputs).
     v = rng.uniform(-6, 6, shape).astype(F32)
     m = rng.random(shape)
     v[m < 0.1] = -100.0

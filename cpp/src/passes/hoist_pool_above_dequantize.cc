@@ -19,34 +19,25 @@ int HoistMaxPoolAboveDequantize(Graph* g) {
   const std::vector<int> producer = Producers(*g);
   const std::vector<int> uses = UseCounts(*g);
   const std::vector<bool> st = StaticValues(*g);
-  for (Node& pool : g->nodes) {
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const Node& pool = g->nodes[i];
     const bool nchw = pool.op_type == "MaxPool" && pool.domain.empty();
     const bool nhwc = pool.op_type == "NhwcMaxPool" && pool.domain == "kaiwu";
     if ((!nchw && !nhwc) || !pool.HasInput(0) || pool.outputs.empty() || pool.outputs[0] < 0) continue;
     if (pool.outputs.size() > 1 && pool.outputs[1] >= 0) continue;  // MaxPool's Indices
-    const int d = pool.inputs[0];
-    if (producer[d] < 0 || uses[d] != 1 || IsGraphOutput(*g, d)) continue;
-    Node& dq = g->nodes[producer[d]];
-    if (dq.op_type != "DequantizeLinear" || !dq.domain.empty() || dq.outputs.size() != 1 ||
-        dq.GetInt("block_size", 0) != 0 || !dq.HasInput(1) || !StaticScalar(*g, st, dq.inputs[1]) ||
-        (dq.HasInput(2) && !StaticScalar(*g, st, dq.inputs[2])))
-      continue;
+    const int dq = SoleDequantize(*g, producer, uses, st, pool.inputs[0]);
+    if (dq < 0) continue;
+    const Node& d = g->nodes[dq];
     // The scale's value now (a constant or a weight's load-time data).
-    const Value& sv = g->values[dq.inputs[1]];
+    const Value& sv = g->values[d.inputs[1]];
     if (!sv.data || sv.data->dtype() != DType::kFloat32 || sv.data->size() != 1) continue;
     const float scale = sv.data->As<float>()[0];
     if (!(scale > 0.f) || !std::isfinite(scale)) continue;
-    const int x = dq.inputs[0], out = pool.outputs[0];
+    const int x = d.inputs[0];
     // x's dtype is its zero point's (values made by earlier rewrites may not carry one yet).
-    const DType xdt = dq.HasInput(2) ? g->values[dq.inputs[2]].dtype : g->values[x].dtype;
+    const DType xdt = d.HasInput(2) ? g->values[d.inputs[2]].dtype : g->values[x].dtype;
     if (st[x] || (xdt != DType::kUInt8 && xdt != DType::kInt8)) continue;
-    // x -> pool -> d -> dq -> out
-    pool.inputs[0] = x;
-    pool.outputs[0] = d;
-    dq.inputs[0] = d;
-    dq.outputs[0] = out;
-    g->values[d].dtype = xdt;  // now the pooled bytes
-    ForgetShape(g, d);
+    HoistAboveDequantize(g, static_cast<int>(i), dq, xdt);
     ++fired;
   }
   if (fired) g->Verify();

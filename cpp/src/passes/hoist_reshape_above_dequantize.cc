@@ -15,26 +15,16 @@ int HoistReshapeAboveDequantize(Graph* g) {
   const std::vector<int> producer = Producers(*g);
   const std::vector<int> uses = UseCounts(*g);
   const std::vector<bool> st = StaticValues(*g);
-  for (Node& rs : g->nodes) {
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const Node& rs = g->nodes[i];
     if ((rs.op_type != "Reshape" && rs.op_type != "Flatten") || !rs.domain.empty() || !rs.HasInput(0) ||
         rs.outputs.size() != 1)
       continue;
-    const int d = rs.inputs[0];
-    if (producer[d] < 0 || uses[d] != 1 || IsGraphOutput(*g, d)) continue;
-    Node& dq = g->nodes[producer[d]];
-    if (dq.op_type != "DequantizeLinear" || !dq.domain.empty() || dq.outputs.size() != 1 ||
-        dq.GetInt("block_size", 0) != 0 || !dq.HasInput(1) || !StaticScalar(*g, st, dq.inputs[1]) ||
-        (dq.HasInput(2) && !StaticScalar(*g, st, dq.inputs[2])))
-      continue;
-    const int x = dq.inputs[0], out = rs.outputs[0];
+    const int dq = SoleDequantize(*g, producer, uses, st, rs.inputs[0]);
+    if (dq < 0) continue;
+    const int x = g->nodes[dq].inputs[0];
     if (st[x]) continue;  // static data: constant folding's business
-    // x -> rs -> d -> dq -> out
-    rs.inputs[0] = x;
-    rs.outputs[0] = d;
-    dq.inputs[0] = d;
-    dq.outputs[0] = out;
-    g->values[d].dtype = g->values[x].dtype;  // now the reshaped quantized bytes
-    ForgetShape(g, d);
+    HoistAboveDequantize(g, static_cast<int>(i), dq, g->values[x].dtype);
     ++fired;
   }
   if (fired) g->Verify();

@@ -168,4 +168,28 @@ bool StaticDims(const Graph& g, const std::vector<int>& producer, int v,
   return false;
 }
 
+int SoleDequantize(const Graph& g, const std::vector<int>& producer, const std::vector<int>& uses,
+                   const std::vector<bool>& st, int v) {
+  if (v < 0 || producer[v] < 0 || uses[v] != 1 || IsGraphOutput(g, v)) return -1;
+  const Node& dq = g.nodes[producer[v]];
+  if (dq.op_type != "DequantizeLinear" || !dq.domain.empty() || dq.outputs.size() != 1 ||
+      dq.GetInt("block_size", 0) != 0 || !dq.HasInput(1) || !StaticScalar(g, st, dq.inputs[1]) ||
+      (dq.HasInput(2) && !StaticScalar(g, st, dq.inputs[2])))
+    return -1;
+  return producer[v];
+}
+
+void HoistAboveDequantize(Graph* g, int op, int dq, DType x_dtype) {
+  Node& o = g->nodes[op];
+  Node& d = g->nodes[dq];
+  const int x = d.inputs[0], mid = o.inputs[0], out = o.outputs[0];
+  // x -> op -> mid -> dq -> out
+  o.inputs[0] = x;
+  o.outputs[0] = mid;
+  d.inputs[0] = mid;
+  d.outputs[0] = out;
+  g->values[mid].dtype = x_dtype;  // now quantized bytes
+  ForgetShape(g, mid);
+}
+
 }  // namespace kaiwu

@@ -41,6 +41,15 @@ bool KnownDims(const Graph& g, int v, std::vector<int64_t>* dims);
 /// Transposes. False when none of these says.
 bool StaticDims(const Graph& g, const std::vector<int>& producer, int v,
                 std::vector<int64_t>* dims);
+/// The node index of the per-tensor DequantizeLinear (no blocks, static scalar
+/// scale and zero point) that writes `v`, when v is read once and is no graph
+/// output; -1 otherwise (`uses` from UseCounts, `st` from StaticValues).
+int SoleDequantize(const Graph& g, const std::vector<int>& producer, const std::vector<int>& uses,
+                   const std::vector<bool>& st, int v);
+/// op(DQ(x)) -> DQ(op(x)): node `op` reads the output of DequantizeLinear node
+/// `dq` (from SoleDequantize) at input 0 and writes output 0; afterwards op
+/// reads x and writes that value, now of dtype `x_dtype`, which dq reads.
+void HoistAboveDequantize(Graph* g, int op, int dq, DType x_dtype);
 /// Marks a node for removal (it reads and writes nothing from now on).
 void MarkRemoved(Node* n);
 /// Drops marked nodes and re-verifies the graph.
