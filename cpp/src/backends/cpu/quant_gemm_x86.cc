@@ -292,26 +292,42 @@ void QMicroTileShiftedAvx2(int mr, int nb, int64_t kq, const uint8_t* bcast, int
   }
 }
 
+namespace {
+
+// The steps of QuantizeValue after the scaling on 8 lanes, the bytes stored.
+struct Q8 {
+  __m256 zp, lo, hi, big, nbig, magic;
+};
+
+__attribute__((target("avx2"))) inline void Quantize8(__m256 v, const Q8& c, bool is_signed, uint8_t* y) {
+  v = _mm256_max_ps(v, c.nbig);  // NaN -> -2^22 (max returns its second operand)
+  v = _mm256_min_ps(v, c.big);
+  v = _mm256_sub_ps(_mm256_add_ps(v, c.magic), c.magic);  // round half to even
+  v = _mm256_add_ps(v, c.zp);
+  v = _mm256_min_ps(_mm256_max_ps(v, c.lo), c.hi);
+  const __m256i q = _mm256_cvtps_epi32(v);  // integers in [lo, hi]: exact
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  const __m128i b = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(y), b);
+}
+
+__attribute__((target("avx2"))) Q8 MakeQ8(float zp, float lo, float hi) {
+  return Q8{_mm256_set1_ps(zp),         _mm256_set1_ps(lo),          _mm256_set1_ps(hi),
+            _mm256_set1_ps(4194304.f),  _mm256_set1_ps(-4194304.f),  _mm256_set1_ps(12582912.f)};
+}
+
+}  // namespace
+
 __attribute__((target("avx2"))) void QuantizeRowsAvx2(const float* x, int64_t x_stride, int64_t rows, int64_t n,
                                                      float s, bool divide, float zp, float lo, float hi,
                                                      bool is_signed, uint8_t* y, int64_t y_stride) {
-  const __m256 vs = _mm256_set1_ps(s), vzp = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo),
-               vhi = _mm256_set1_ps(hi), big = _mm256_set1_ps(4194304.f),
-               nbig = _mm256_set1_ps(-4194304.f), magic = _mm256_set1_ps(12582912.f);
+  const __m256 vs = _mm256_set1_ps(s);
+  const Q8 c = MakeQ8(zp, lo, hi);
   for (int64_t r = 0; r < rows; ++r, x += x_stride, y += y_stride) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      __m256 v = _mm256_loadu_ps(x + i);
-      v = divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vs);
-      v = _mm256_max_ps(v, nbig);  // NaN -> -2^22 (max returns its second operand)
-      v = _mm256_min_ps(v, big);
-      v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);  // round half to even
-      v = _mm256_add_ps(v, vzp);
-      v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
-      const __m256i q = _mm256_cvtps_epi32(v);  // integers in [lo, hi]: exact
-      const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-      const __m128i b = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
+      const __m256 v = _mm256_loadu_ps(x + i);
+      Quantize8(divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vs), c, is_signed, y + i);
     }
     for (; i < n; ++i) {
       float v = divide ? x[i] / s : x[i] * s;
@@ -391,7 +407,7 @@ __attribute__((target("avx2"))) void QuantizeDividedAvx2(const float* x, int64_t
   const __m256 vs = _mm256_set1_ps(s), inv = _mm256_set1_ps(1.f / s);
   const __m256 magic = _mm256_set1_ps(12582912.f), tie = _mm256_set1_ps(0.5f - 1.f / 512.f),
                small = _mm256_set1_ps(4096.f), sign = _mm256_set1_ps(-0.f);
-  alignas(32) float v8[8];
+  const Q8 c = MakeQ8(zp, lo, hi);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 xv = _mm256_loadu_ps(x + i);
@@ -400,8 +416,7 @@ __attribute__((target("avx2"))) void QuantizeDividedAvx2(const float* x, int64_t
     const __m256 d = _mm256_andnot_ps(sign, _mm256_sub_ps(v, r)), a = _mm256_andnot_ps(sign, v);
     const __m256 risky = _mm256_and_ps(_mm256_cmp_ps(d, tie, _CMP_GT_OQ), _mm256_cmp_ps(a, small, _CMP_LT_OQ));
     if (_mm256_movemask_ps(risky)) v = _mm256_div_ps(xv, vs);
-    _mm256_store_ps(v8, v);
-    QuantizeRowsAvx2(v8, 8, 1, 8, 1.f, /*divide=*/false, zp, lo, hi, is_signed, y + i, 8);
+    Quantize8(v, c, is_signed, y + i);
   }
   if (i < n) QuantizeRowsAvx2(x + i, n - i, 1, n - i, s, /*divide=*/true, zp, lo, hi, is_signed, y + i, n - i);
 }
