@@ -247,20 +247,24 @@ TEST(LayoutNhwc, ChannelsLastFloatInputLosesItsTransposeThroughQuantizeLinear) {
 }
 
 // IntegerStack with conv 1 -> DequantizeLinear -> MaxPool -> Relu -> QuantizeLinear -> conv 2.
-Graph IntegerStackWithFloatPool() {
+// conv 1 -> DequantizeLinear -> MaxPool [-> Relu] -> QuantizeLinear -> conv 2.
+Graph IntegerStackWithFloatPool(bool relu) {
   Graph g = IntegerStack(false);
   int c1 = g.Find("c1");
   int scale = g.Find("scale"), zp = g.Find("zp");
-  int d = Val(g, "d1", DType::kFloat32), p = Val(g, "p1", DType::kFloat32), r = Val(g, "r1", DType::kFloat32);
-  int q = Val(g, "q1", DType::kUInt8);
+  int d = Val(g, "d1", DType::kFloat32), p = Val(g, "p1", DType::kFloat32), q = Val(g, "q1", DType::kUInt8);
   for (Node& n : g.nodes)
     if (n.op_type == "QLinearFused" && n.inputs[0] == c1) n.inputs[0] = q;
   g.AddNode(Op("DequantizeLinear", {c1, scale, zp}, {d}));
   Node pool = Op("MaxPool", {d}, {p});
   pool.attrs["kernel_shape"] = IntsAttr({2, 2});
   g.AddNode(pool);
-  g.AddNode(Op("Relu", {p}, {r}));
-  g.AddNode(Op("QuantizeLinear", {r, scale, zp}, {q}));
+  int last = p;
+  if (relu) {
+    last = Val(g, "r1", DType::kFloat32);
+    g.AddNode(Op("Relu", {p}, {last}));
+  }
+  g.AddNode(Op("QuantizeLinear", {last, scale, zp}, {q}));
   g.Verify();
   return g;
 }
@@ -269,7 +273,7 @@ TEST(LayoutNhwc, CpuIntegerConvsTakeTheFloatSectionChannelsLast) {
   // cpu_session (CPU sessions): the MaxPool between the convs becomes NhwcMaxPool and the
   // transposes sink through the per-tensor DequantizeLinear, so they cancel in between:
   // two weights, one into NHWC after the first QuantizeLinear, one back at the end.
-  Graph g = IntegerStackWithFloatPool();
+  Graph g = IntegerStackWithFloatPool(/*relu=*/true);
   EXPECT_EQ(ConvertQLinearConvsToNhwc(&g, /*cpu_session=*/true), 2);
   EXPECT_EQ(Count(g, "Transpose"), 4);
   EXPECT_EQ(Count(g, "NhwcMaxPool"), 1);
@@ -285,18 +289,7 @@ TEST(LayoutNhwc, IntegerConvsAroundAFloatSectionStayNchw) {
   // conv 1 -> DequantizeLinear -> MaxPool -> QuantizeLinear -> conv 2: channels-last convs
   // would need a transpose pair around the float MaxPool on top of the edges' two
   // (device sessions: transposes do not sink through DequantizeLinear there).
-  Graph g = IntegerStack(false);
-  int c1 = g.Find("c1");
-  int scale = g.Find("scale"), zp = g.Find("zp");
-  int d = Val(g, "d1", DType::kFloat32), p = Val(g, "p1", DType::kFloat32), q = Val(g, "q1", DType::kUInt8);
-  for (Node& n : g.nodes)
-    if (n.op_type == "QLinearFused" && n.inputs[0] == c1) n.inputs[0] = q;
-  g.AddNode(Op("DequantizeLinear", {c1, scale, zp}, {d}));
-  Node pool = Op("MaxPool", {d}, {p});
-  pool.attrs["kernel_shape"] = IntsAttr({2, 2});
-  g.AddNode(pool);
-  g.AddNode(Op("QuantizeLinear", {p, scale, zp}, {q}));
-  g.Verify();
+  Graph g = IntegerStackWithFloatPool(/*relu=*/false);
   const size_t nodes = g.nodes.size();
   EXPECT_EQ(ConvertQLinearConvsToNhwc(&g), 0);
   EXPECT_EQ(Count(g, "Transpose"), 0);
