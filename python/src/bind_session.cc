@@ -311,6 +311,7 @@ class PySession {
     d["stream_signals"] = st.stream_signals;
     d["graph_launches"] = st.graph_launches;
     d["graph_nodes"] = st.graph_nodes;
+    d["graph_updates"] = st.graph_updates;
     return d;
   }
 

@@ -319,6 +319,55 @@ def _mlp_sources(torch, count, batch, seed):
     return sess, key, wants, srcs, torch.zeros_like(srcs[0])
 
 
+@pytest.mark.parametrize("mapped", ["0", "1"])
+def test_replays_copy_each_runs_own_device_feeds_and_outputs(monkeypatch, mapped):
+    # A replay's feed and result copies take this run's addresses: the recorded copy
+    # launches get new parameters where the tensors differ from the last run's (counted
+    # as graph_updates), none when the same ones come again. KAIWU_RUN_COPY_MAPPED=1 (read
+    # when a run context is made): the tables in mapped memory, same results, no updates.
+    torch = _torch_cuda()
+    monkeypatch.setenv("KAIWU_RUN_COPY_MAPPED", mapped)
+    data = policies.export_bytes("mlp")
+    sess = ki.Session(data, device="cuda")
+    (key,) = policies.make_inputs("mlp", 1).keys()
+    hosts = [policies.make_inputs("mlp", 16, seed=70 + i)[key] for i in range(5)]
+    wants = [_host_run("mlp", {key: h}) for h in hosts]
+    srcs = [torch.from_numpy(h).cuda() for h in hosts]
+    outs = [{k: torch.empty(v.shape, dtype=torch.float32, device="cuda") for k, v in wants[0].items()}
+            for _ in range(2)]
+    torch.cuda.synchronize()
+    sess.run({key: srcs[0]}, out=outs[0])  # recorded with these addresses
+    sess.io_stats(reset=True)
+    sess.run({key: srcs[0]}, out=outs[0])
+    st = sess.io_stats()
+    assert st["graph_launches"] == 1 and st["graph_updates"] == 0, st
+    for k, ref in wants[0].items():
+        np.testing.assert_array_equal(outs[0][k].cpu().numpy(), ref)
+    updates = 0
+    for i in range(1, 5):
+        out = outs[i % 2]
+        sess.io_stats(reset=True)
+        res = sess.run({key: srcs[i]}, out=out)
+        st = sess.io_stats()
+        assert st["graph_launches"] == 1, st
+        # the feed changed every time; the outputs alternate between two sets
+        updates += st["graph_updates"]
+        assert st["graph_updates"] == (0 if mapped == "1" else 2), (i, st)
+        torch.cuda.synchronize()
+        for k, ref in wants[i].items():
+            assert res[k] is out[k]
+            np.testing.assert_array_equal(out[k].cpu().numpy(), ref, err_msg=f"run {i} {k}")
+    # The results of earlier runs stay where they were written.
+    for k, ref in wants[3].items():
+        np.testing.assert_array_equal(outs[1][k].cpu().numpy(), ref)
+    # Device results from the engine's own blocks, feeds alternating.
+    for i in (2, 0, 2):
+        got = sess.run({key: srcs[i]}, output_device="cuda")
+        for k, ref in wants[i].items():
+            np.testing.assert_array_equal(got[k].numpy(), ref, err_msg=f"device results, run {i} {k}")
+    assert updates == (0 if mapped == "1" else 8)
+
+
 def test_user_stream_orders_the_run_between_the_callers_writes_and_reads():
     torch = _torch_cuda()
     sess, key, wants, srcs, x = _mlp_sources(torch, 40, 64, 100)

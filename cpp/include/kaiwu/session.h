@@ -72,6 +72,9 @@ struct IoStats {
   /// Recorded launches (CUDA graphs) of runs, and the nodes they held in all:
   /// graph_nodes / graph_launches is a run's count of kernel and copy nodes.
   uint64_t graph_launches = 0, graph_nodes = 0;
+  /// Recorded copy launches whose parameters a replay set to the run's own
+  /// feed/result addresses (none while they equal the last run's).
+  uint64_t graph_updates = 0;
 };
 
 /// A graph input or output as declared by the model.

@@ -67,14 +67,22 @@ class CudaStream final : public DeviceBackend::Stream {
     void* flag_device = nullptr;
     CheckCuda(cudaHostGetDevicePointer(&flag_device, flag_, 0), "cudaHostGetDevicePointer (error flag)");
     ctx_.error_flag = static_cast<int*>(flag_device);
-    // The run's device feed and result copy tables, read by the recorded copy launches.
-    void* tables = nullptr;
-    CheckCuda(cudaHostAlloc(&tables, 2 * sizeof(RunCopyTable), cudaHostAllocMapped),
-              "cudaHostAlloc (copy tables)");
-    copy_host_ = static_cast<RunCopyTable*>(tables);
-    void* tables_device = nullptr;
-    CheckCuda(cudaHostGetDevicePointer(&tables_device, tables, 0), "cudaHostGetDevicePointer (copy tables)");
-    copy_dev_ = static_cast<const RunCopyTable*>(tables_device);
+    // The run's device feed and result copy tables: launch parameters, or
+    // (KAIWU_RUN_COPY_MAPPED=1) mapped page-locked memory the copy blocks read.
+    const char* mapped = std::getenv("KAIWU_RUN_COPY_MAPPED");
+    copy_mapped_ = mapped && std::string(mapped) == "1";
+    if (copy_mapped_) {
+      void* tables = nullptr;
+      CheckCuda(cudaHostAlloc(&tables, 2 * sizeof(RunCopyTable), cudaHostAllocMapped),
+                "cudaHostAlloc (copy tables)");
+      mapped_tables_ = static_cast<RunCopyTable*>(tables);
+      copy_host_ = mapped_tables_;
+      void* tables_device = nullptr;
+      CheckCuda(cudaHostGetDevicePointer(&tables_device, tables, 0), "cudaHostGetDevicePointer (copy tables)");
+      copy_dev_ = static_cast<const RunCopyTable*>(tables_device);
+    } else {
+      copy_host_ = own_tables_;
+    }
   }
 
   // Refit copies.
@@ -181,14 +189,14 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(ctx_.stream);
     for (cudaEvent_t e : wait_events_) cudaEventDestroy(e);
-    for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+    for (Graph& g : graphs_) DestroyGraph(g);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     DestroyDnnHandle(ctx_.dnn);
     cudaFree(blas_workspace_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
     cudaFreeHost(flag_);
-    cudaFreeHost(copy_host_);
+    if (mapped_tables_) cudaFreeHost(mapped_tables_);
     if (in_mirror_) cudaFree(in_mirror_);
     if (out_mirror_) cudaFree(out_mirror_);
     if (job_device_) cudaFree(job_device_);
@@ -369,8 +377,7 @@ class CudaStream final : public DeviceBackend::Stream {
     const int d = out ? 1 : 0;
     if (!out) SendStaging();
     if (copies_ran_ || copy_n_[d] == 0) return;
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // the table before the launch
-    LaunchRunCopies(copy_dev_ + d, copy_n_[d], RunCopyBlocks(copy_max_[d]), ctx_.stream);
+    LaunchCopies(d);
   }
 
   bool Replay(const std::vector<const void*>& key) override {
@@ -379,7 +386,20 @@ class CudaStream final : public DeviceBackend::Stream {
     for (Graph& g : graphs_) {
       if (g.key != key || g.sig != sig) continue;
       g.last_use = ++clock_;
-      std::atomic_thread_fence(std::memory_order_seq_cst);  // the copy tables before the launch
+      if (copy_mapped_) {
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // the copy tables before the launch
+      } else {
+        // This run's copy tables into the recorded copy nodes, where they changed.
+        for (int d = 0; d < 2; ++d) {
+          const size_t n = static_cast<size_t>(copy_n_[d]);
+          if (n == 0 || std::memcmp(g.tables[d].jobs, copy_host_[d].jobs, n * sizeof(FlatCopy)) == 0) continue;
+          CheckCuda(SetRunCopies(g.exec, g.copy_nodes[d], copy_host_[d], d, static_cast<int>(n),
+                                 RunCopyBlocks(copy_max_[d])),
+                    "cudaGraphExecKernelNodeSetParams (feed/result copies)");
+          std::memcpy(g.tables[d].jobs, copy_host_[d].jobs, n * sizeof(FlatCopy));
+          if (counters_) IoCounters::Add(counters_->graph_updates, 1);
+        }
+      }
       CheckCuda(cudaGraphLaunch(g.exec, ctx_.stream), "cudaGraphLaunch");
       CountLaunch(g.nodes);
       copies_ran_ = true;
@@ -407,15 +427,20 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaError_t err = cudaStreamEndCapture(ctx_.stream, &graph);
     cudaGraphExec_t exec = nullptr;
     size_t nodes = 0;
+    cudaGraphNode_t copy_nodes[2] = {nullptr, nullptr};
     if (ok && err == cudaSuccess && graph) {
       err = cudaGraphGetNodes(graph, nullptr, &nodes);
       if (err == cudaSuccess) DumpGraph(graph);
-      if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+      if (err == cudaSuccess && !copy_mapped_) err = FindRunCopyNodes(graph, copy_nodes);
+      // Each queued direction's copies must be a node that a replay can update.
+      for (int d = 0; d < 2; ++d)
+        if (err == cudaSuccess && !copy_mapped_ && copy_n_[d] && !copy_nodes[d]) ok = false;
+      if (ok && err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
     }
-    if (graph) cudaGraphDestroy(graph);
     if (!ok || err != cudaSuccess || !exec) {
       // Something in the plan cannot be recorded: run this stream's plans directly.
       if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();
       graphs_on_ = false;
       return false;
@@ -424,10 +449,14 @@ class CudaStream final : public DeviceBackend::Stream {
       auto lru = graphs_.begin();
       for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
         if (it->last_use < lru->last_use) lru = it;
-      cudaGraphExecDestroy(lru->exec);
+      DestroyGraph(*lru);
       graphs_.erase(lru);
     }
-    graphs_.push_back(Graph{key, Sig(), exec, ++clock_, nodes});
+    // The graph stays (its copy nodes name the exec's); the tables as recorded.
+    Graph g{key, Sig(), exec, graph, {copy_nodes[0], copy_nodes[1]}, {}, ++clock_, nodes};
+    for (int d = 0; d < 2; ++d)
+      std::memcpy(g.tables[d].jobs, copy_host_[d].jobs, static_cast<size_t>(copy_n_[d]) * sizeof(FlatCopy));
+    graphs_.push_back(std::move(g));
     std::atomic_thread_fence(std::memory_order_seq_cst);
     CheckCuda(cudaGraphLaunch(exec, ctx_.stream), "cudaGraphLaunch");
     CountLaunch(nodes);
@@ -491,9 +520,19 @@ class CudaStream final : public DeviceBackend::Stream {
     return true;
   }
   // A copy launch while recording: false (no throw) when it could not be queued.
+  void LaunchCopies(int d) {
+    const unsigned blocks = RunCopyBlocks(copy_max_[d]);
+    const int n = static_cast<int>(copy_n_[d]);
+    if (copy_mapped_) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // the table before the launch
+      LaunchRunCopiesMapped(copy_dev_ + d, n, blocks, ctx_.stream);
+    } else {
+      LaunchRunCopies(copy_host_[d], d, n, blocks, ctx_.stream);
+    }
+  }
   bool LaunchRunCopiesNoThrow(int d) {
     try {
-      LaunchRunCopies(copy_dev_ + d, copy_n_[d], RunCopyBlocks(copy_max_[d]), ctx_.stream);
+      LaunchCopies(d);
       return true;
     } catch (const Error&) {
       return false;
@@ -503,9 +542,16 @@ class CudaStream final : public DeviceBackend::Stream {
     std::vector<const void*> key;
     CopySig sig;
     cudaGraphExec_t exec;
+    cudaGraph_t graph;                 // kept: copy_nodes belong to it
+    cudaGraphNode_t copy_nodes[2];     // the feed [0] and result [1] copy launches (or null)
+    RunCopyTable tables[2];            // their parameters as last set (the first copy_n_ jobs)
     uint64_t last_use;
     size_t nodes;  // kernel and copy nodes recorded
   };
+  static void DestroyGraph(Graph& g) {
+    cudaGraphExecDestroy(g.exec);
+    if (g.graph) cudaGraphDestroy(g.graph);
+  }
   void CountLaunch(size_t nodes) {
     if (!counters_) return;
     IoCounters::Add(counters_->graph_launches, 1);
@@ -540,8 +586,11 @@ class CudaStream final : public DeviceBackend::Stream {
   std::vector<Graph> graphs_;
   uint64_t clock_ = 0;
   // This run's queued device feed [0] and result [1] copies (QueueDeviceCopy).
-  RunCopyTable* copy_host_ = nullptr;        // two tables in mapped page-locked memory
-  const RunCopyTable* copy_dev_ = nullptr;   // their device address
+  RunCopyTable own_tables_[2];                // launch parameters (the default)
+  bool copy_mapped_ = false;                  // KAIWU_RUN_COPY_MAPPED=1
+  RunCopyTable* mapped_tables_ = nullptr;     // then: two tables in mapped page-locked memory
+  const RunCopyTable* copy_dev_ = nullptr;    // and their device address
+  RunCopyTable* copy_host_ = nullptr;         // the tables this run fills (one of the two)
   int64_t copy_n_[2] = {0, 0}, copy_max_[2] = {0, 0};
   bool copies_ran_ = false;  // a replay or a kept recording ran them
   // Device mirrors of the staging buffers: staged feeds [0, in_mirror_end_)

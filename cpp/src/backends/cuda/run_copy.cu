@@ -1,5 +1,7 @@
 #include "backends/cuda/run_copy.h"
 
+#include <vector>
+
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
 
@@ -9,10 +11,7 @@ namespace {
 
 constexpr int kRunCopyUnroll = 4;
 
-__global__ void RunCopyKernel(const RunCopyTable* __restrict__ table) {
-  __shared__ FlatCopy job;
-  if (threadIdx.x == 0) job = table->jobs[blockIdx.y];  // one read over PCIe per block
-  __syncthreads();
+__device__ __forceinline__ void CopyJob(const FlatCopy& job) {
   if (job.bytes <= 0) return;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -42,6 +41,18 @@ __global__ void RunCopyKernel(const RunCopyTable* __restrict__ table) {
   }
 }
 
+__global__ void RunCopyKernel(const __grid_constant__ RunCopyTable table, int dir) {
+  (void)dir;  // names the node (FindRunCopyNodes)
+  CopyJob(table.jobs[blockIdx.y]);
+}
+
+__global__ void RunCopyKernelMapped(const RunCopyTable* __restrict__ table) {
+  __shared__ FlatCopy job;
+  if (threadIdx.x == 0) job = table->jobs[blockIdx.y];  // one read over PCIe per block
+  __syncthreads();
+  CopyJob(job);
+}
+
 }  // namespace
 
 unsigned RunCopyBlocks(int64_t max_bytes) {
@@ -50,10 +61,52 @@ unsigned RunCopyBlocks(int64_t max_bytes) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1024 ? 1024 : b));
 }
 
-void LaunchRunCopies(const RunCopyTable* table, int n, unsigned blocks, cudaStream_t stream) {
+void LaunchRunCopies(const RunCopyTable& table, int dir, int n, unsigned blocks, cudaStream_t stream) {
   if (n <= 0) return;
-  RunCopyKernel<<<dim3(blocks, static_cast<unsigned>(n)), kBlock, 0, stream>>>(table);
+  RunCopyKernel<<<dim3(blocks, static_cast<unsigned>(n)), kBlock, 0, stream>>>(table, dir);
   CheckLaunch("feed/result copy kernel");
+}
+
+void LaunchRunCopiesMapped(const RunCopyTable* table, int n, unsigned blocks, cudaStream_t stream) {
+  if (n <= 0) return;
+  RunCopyKernelMapped<<<dim3(blocks, static_cast<unsigned>(n)), kBlock, 0, stream>>>(table);
+  CheckLaunch("feed/result copy kernel");
+}
+
+cudaError_t FindRunCopyNodes(cudaGraph_t graph, cudaGraphNode_t (&nodes)[2]) {
+  nodes[0] = nodes[1] = nullptr;
+  size_t count = 0;
+  cudaError_t err = cudaGraphGetNodes(graph, nullptr, &count);
+  if (err != cudaSuccess || count == 0) return err;
+  std::vector<cudaGraphNode_t> all(count);
+  err = cudaGraphGetNodes(graph, all.data(), &count);
+  if (err != cudaSuccess) return err;
+  for (cudaGraphNode_t node : all) {
+    cudaGraphNodeType type;
+    err = cudaGraphNodeGetType(node, &type);
+    if (err != cudaSuccess) return err;
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeParams p{};
+    err = cudaGraphKernelNodeGetParams(node, &p);
+    if (err != cudaSuccess) return err;
+    if (p.func != reinterpret_cast<void*>(&RunCopyKernel)) continue;
+    const int dir = *static_cast<const int*>(p.kernelParams[1]);
+    if (dir == 0 || dir == 1) nodes[dir] = node;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t SetRunCopies(cudaGraphExec_t exec, cudaGraphNode_t node, const RunCopyTable& table, int dir,
+                         int n, unsigned blocks) {
+  void* args[2] = {const_cast<RunCopyTable*>(&table), &dir};
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(&RunCopyKernel);
+  p.gridDim = dim3(blocks, static_cast<unsigned>(n));
+  p.blockDim = dim3(kBlock);
+  p.sharedMemBytes = 0;
+  p.kernelParams = args;
+  p.extra = nullptr;
+  return cudaGraphExecKernelNodeSetParams(exec, node, &p);
 }
 
 }  // namespace cuda

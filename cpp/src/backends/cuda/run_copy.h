@@ -1,8 +1,11 @@
-// A run's device-to-device feed and result copies as one kernel that reads its
-// source and destination pointers from mapped page-locked memory, so that a
-// CUDA graph can record it with the run's other launches: the pointers change
-// every run (the caller's tensors, a new result block), the recorded launch
-// does not.
+// A run's device-to-device feed and result copies as one kernel, so that a
+// CUDA graph can record it with the run's other launches. The pointers change
+// every run (the caller's tensors, a new result block) while the recorded
+// launch does not: the copy table travels in the kernel's parameters, and a
+// replay sets the recorded node's parameters to this run's table
+// (cudaGraphExecKernelNodeSetParams) where it differs from the last one.
+// KAIWU_RUN_COPY_MAPPED=1 keeps the earlier form for A/B runs: each block reads
+// its job from a table in mapped page-locked memory (one PCIe read a block).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,9 +31,20 @@ struct RunCopyTable {
 /// Blocks per copy for the largest one of `max_bytes` (the launch's grid.x).
 unsigned RunCopyBlocks(int64_t max_bytes);
 
-/// Copies table->jobs[0 .. n) (`table`: a device address of mapped memory) with
-/// `blocks` blocks per copy, 16 bytes per thread and step where aligned.
-void LaunchRunCopies(const RunCopyTable* table, int n, unsigned blocks, cudaStream_t stream);
+/// Copies table.jobs[0 .. n) with `blocks` blocks per copy, 16 bytes per
+/// thread and step where aligned; the table is a launch parameter. `dir` (0
+/// feeds, 1 results) tells a graph's two copy nodes apart (FindRunCopyNodes).
+void LaunchRunCopies(const RunCopyTable& table, int dir, int n, unsigned blocks, cudaStream_t stream);
+
+/// The same, reading the table from `table` (a device address of mapped memory).
+void LaunchRunCopiesMapped(const RunCopyTable* table, int n, unsigned blocks, cudaStream_t stream);
+
+/// The kernel nodes of `graph` recorded by LaunchRunCopies, by dir (null where none).
+cudaError_t FindRunCopyNodes(cudaGraph_t graph, cudaGraphNode_t (&nodes)[2]);
+
+/// Sets a recorded copy node of `exec` to copy table.jobs[0 .. n) (n and blocks as recorded).
+cudaError_t SetRunCopies(cudaGraphExec_t exec, cudaGraphNode_t node, const RunCopyTable& table, int dir,
+                         int n, unsigned blocks);
 
 }  // namespace cuda
 }  // namespace kaiwu
