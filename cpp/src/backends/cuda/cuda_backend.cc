@@ -393,7 +393,7 @@ class CudaStream final : public DeviceBackend::Stream {
         for (int d = 0; d < 2; ++d) {
           const size_t n = static_cast<size_t>(copy_n_[d]);
           if (n == 0 || std::memcmp(g.tables[d].jobs, copy_host_[d].jobs, n * sizeof(FlatCopy)) == 0) continue;
-          CheckCuda(SetRunCopies(g.exec, g.copy_nodes[d], copy_host_[d], d, static_cast<int>(n),
+          CheckCuda(SetRunCopies(g.exec, g.copy_nodes[d], copy_host_[d], static_cast<int>(n),
                                  RunCopyBlocks(copy_max_[d])),
                     "cudaGraphExecKernelNodeSetParams (feed/result copies)");
           std::memcpy(g.tables[d].jobs, copy_host_[d].jobs, n * sizeof(FlatCopy));
@@ -416,7 +416,8 @@ class CudaStream final : public DeviceBackend::Stream {
       graphs_on_ = false;
       return false;
     }
-    // The queued feed copies first: recorded, they read the table at every replay.
+    // The queued feed copies first (a replay sets their table to its run's).
+    recorded_copies_[0] = recorded_copies_[1] = nullptr;
     if (copy_n_[0]) LaunchRunCopiesNoThrow(0);
     return true;
   }
@@ -427,15 +428,15 @@ class CudaStream final : public DeviceBackend::Stream {
     cudaError_t err = cudaStreamEndCapture(ctx_.stream, &graph);
     cudaGraphExec_t exec = nullptr;
     size_t nodes = 0;
-    cudaGraphNode_t copy_nodes[2] = {nullptr, nullptr};
+    const cudaGraphNode_t copy_nodes[2] = {recorded_copies_[0], recorded_copies_[1]};
+    recorded_copies_[0] = recorded_copies_[1] = nullptr;
+    // Each queued direction's copies must be a node that a replay can update.
+    for (int d = 0; d < 2; ++d)
+      if (!copy_mapped_ && copy_n_[d] && !copy_nodes[d]) ok = false;
     if (ok && err == cudaSuccess && graph) {
       err = cudaGraphGetNodes(graph, nullptr, &nodes);
       if (err == cudaSuccess) DumpGraph(graph);
-      if (err == cudaSuccess && !copy_mapped_) err = FindRunCopyNodes(graph, copy_nodes);
-      // Each queued direction's copies must be a node that a replay can update.
-      for (int d = 0; d < 2; ++d)
-        if (err == cudaSuccess && !copy_mapped_ && copy_n_[d] && !copy_nodes[d]) ok = false;
-      if (ok && err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+      if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
     }
     if (!ok || err != cudaSuccess || !exec) {
       // Something in the plan cannot be recorded: run this stream's plans directly.
@@ -527,12 +528,16 @@ class CudaStream final : public DeviceBackend::Stream {
       std::atomic_thread_fence(std::memory_order_seq_cst);  // the table before the launch
       LaunchRunCopiesMapped(copy_dev_ + d, n, blocks, ctx_.stream);
     } else {
-      LaunchRunCopies(copy_host_[d], d, n, blocks, ctx_.stream);
+      LaunchRunCopies(copy_host_[d], n, blocks, ctx_.stream);
     }
   }
   bool LaunchRunCopiesNoThrow(int d) {
     try {
       LaunchCopies(d);
+      if (!copy_mapped_ && LastCapturedNode(ctx_.stream, &recorded_copies_[d]) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
       return true;
     } catch (const Error&) {
       return false;
@@ -591,6 +596,7 @@ class CudaStream final : public DeviceBackend::Stream {
   RunCopyTable* mapped_tables_ = nullptr;     // then: two tables in mapped page-locked memory
   const RunCopyTable* copy_dev_ = nullptr;    // and their device address
   RunCopyTable* copy_host_ = nullptr;         // the tables this run fills (one of the two)
+  cudaGraphNode_t recorded_copies_[2] = {nullptr, nullptr};  // the recording's copy launches
   int64_t copy_n_[2] = {0, 0}, copy_max_[2] = {0, 0};
   bool copies_ran_ = false;  // a replay or a kept recording ran them
   // Device mirrors of the staging buffers: staged feeds [0, in_mirror_end_)

@@ -1,7 +1,5 @@
 #include "backends/cuda/run_copy.h"
 
-#include <vector>
-
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
 
@@ -41,8 +39,7 @@ __device__ __forceinline__ void CopyJob(const FlatCopy& job) {
   }
 }
 
-__global__ void RunCopyKernel(const __grid_constant__ RunCopyTable table, int dir) {
-  (void)dir;  // names the node (FindRunCopyNodes)
+__global__ void RunCopyKernel(const __grid_constant__ RunCopyTable table) {
   CopyJob(table.jobs[blockIdx.y]);
 }
 
@@ -61,9 +58,9 @@ unsigned RunCopyBlocks(int64_t max_bytes) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1024 ? 1024 : b));
 }
 
-void LaunchRunCopies(const RunCopyTable& table, int dir, int n, unsigned blocks, cudaStream_t stream) {
+void LaunchRunCopies(const RunCopyTable& table, int n, unsigned blocks, cudaStream_t stream) {
   if (n <= 0) return;
-  RunCopyKernel<<<dim3(blocks, static_cast<unsigned>(n)), kBlock, 0, stream>>>(table, dir);
+  RunCopyKernel<<<dim3(blocks, static_cast<unsigned>(n)), kBlock, 0, stream>>>(table);
   CheckLaunch("feed/result copy kernel");
 }
 
@@ -73,32 +70,24 @@ void LaunchRunCopiesMapped(const RunCopyTable* table, int n, unsigned blocks, cu
   CheckLaunch("feed/result copy kernel");
 }
 
-cudaError_t FindRunCopyNodes(cudaGraph_t graph, cudaGraphNode_t (&nodes)[2]) {
-  nodes[0] = nodes[1] = nullptr;
-  size_t count = 0;
-  cudaError_t err = cudaGraphGetNodes(graph, nullptr, &count);
-  if (err != cudaSuccess || count == 0) return err;
-  std::vector<cudaGraphNode_t> all(count);
-  err = cudaGraphGetNodes(graph, all.data(), &count);
-  if (err != cudaSuccess) return err;
-  for (cudaGraphNode_t node : all) {
-    cudaGraphNodeType type;
-    err = cudaGraphNodeGetType(node, &type);
-    if (err != cudaSuccess) return err;
-    if (type != cudaGraphNodeTypeKernel) continue;
-    cudaKernelNodeParams p{};
-    err = cudaGraphKernelNodeGetParams(node, &p);
-    if (err != cudaSuccess) return err;
-    if (p.func != reinterpret_cast<void*>(&RunCopyKernel)) continue;
-    const int dir = *static_cast<const int*>(p.kernelParams[1]);
-    if (dir == 0 || dir == 1) nodes[dir] = node;
-  }
-  return cudaSuccess;
+cudaError_t LastCapturedNode(cudaStream_t stream, cudaGraphNode_t* node) {
+  *node = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n = 0;
+#if CUDART_VERSION >= 13000
+  const cudaError_t err = cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &n);
+#else
+  const cudaError_t err = cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &n);
+#endif
+  // A stream's capture is a chain: the next launch would depend on this one node.
+  if (err == cudaSuccess && status == cudaStreamCaptureStatusActive && n == 1) *node = deps[0];
+  return err;
 }
 
-cudaError_t SetRunCopies(cudaGraphExec_t exec, cudaGraphNode_t node, const RunCopyTable& table, int dir,
-                         int n, unsigned blocks) {
-  void* args[2] = {const_cast<RunCopyTable*>(&table), &dir};
+cudaError_t SetRunCopies(cudaGraphExec_t exec, cudaGraphNode_t node, const RunCopyTable& table, int n,
+                         unsigned blocks) {
+  void* args[1] = {const_cast<RunCopyTable*>(&table)};
   cudaKernelNodeParams p{};
   p.func = reinterpret_cast<void*>(&RunCopyKernel);
   p.gridDim = dim3(blocks, static_cast<unsigned>(n));

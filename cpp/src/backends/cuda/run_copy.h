@@ -32,19 +32,19 @@ struct RunCopyTable {
 unsigned RunCopyBlocks(int64_t max_bytes);
 
 /// Copies table.jobs[0 .. n) with `blocks` blocks per copy, 16 bytes per
-/// thread and step where aligned; the table is a launch parameter. `dir` (0
-/// feeds, 1 results) tells a graph's two copy nodes apart (FindRunCopyNodes).
-void LaunchRunCopies(const RunCopyTable& table, int dir, int n, unsigned blocks, cudaStream_t stream);
+/// thread and step where aligned; the table is a launch parameter.
+void LaunchRunCopies(const RunCopyTable& table, int n, unsigned blocks, cudaStream_t stream);
 
 /// The same, reading the table from `table` (a device address of mapped memory).
 void LaunchRunCopiesMapped(const RunCopyTable* table, int n, unsigned blocks, cudaStream_t stream);
 
-/// The kernel nodes of `graph` recorded by LaunchRunCopies, by dir (null where none).
-cudaError_t FindRunCopyNodes(cudaGraph_t graph, cudaGraphNode_t (&nodes)[2]);
+/// The node that the last launch on capturing `stream` added (LaunchRunCopies
+/// while recording), or null.
+cudaError_t LastCapturedNode(cudaStream_t stream, cudaGraphNode_t* node);
 
 /// Sets a recorded copy node of `exec` to copy table.jobs[0 .. n) (n and blocks as recorded).
-cudaError_t SetRunCopies(cudaGraphExec_t exec, cudaGraphNode_t node, const RunCopyTable& table, int dir,
-                         int n, unsigned blocks);
+cudaError_t SetRunCopies(cudaGraphExec_t exec, cudaGraphNode_t node, const RunCopyTable& table, int n,
+                         unsigned blocks);
 
 }  // namespace cuda
 }  // namespace kaiwu
