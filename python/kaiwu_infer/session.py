@@ -113,8 +113,7 @@ class Session(_core._Session):
     - ``io_stats()`` counts the copies each way, staging memcpys and stream events, and
       the recorded launches (CUDA graphs) with their nodes (``graph_nodes / graph_launches``
       is a run's count of kernel and copy nodes; ``graph_updates``: replays that pointed a
-      recorded feed/result copy at addresses other than the last run's; ``caller_stream_runs``:
-      replays launched on the caller's one stream itself, after its queued work, with no events).
+      recorded feed/result copy at addresses other than the last run's).
     """
 
     def __init__(self, model: Any, *, threads: int | None = None, optimize: bool = True,

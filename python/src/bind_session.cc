@@ -312,7 +312,6 @@ class PySession {
     d["graph_launches"] = st.graph_launches;
     d["graph_nodes"] = st.graph_nodes;
     d["graph_updates"] = st.graph_updates;
-    d["caller_stream_runs"] = st.caller_stream_runs;
     return d;
   }
 

@@ -416,43 +416,6 @@ def test_torch_feeds_wait_for_torchs_current_stream(side_stream):
     assert sess.io_stats()["stream_waits"] == len(srcs)
 
 
-@pytest.mark.parametrize("caller", ["1", "0"])
-def test_replays_run_on_the_one_caller_stream_after_its_work(monkeypatch, caller):
-    # Feeds from one stream: a replay goes on that stream itself, after the work queued
-    # there, with no event (io_stats caller_stream_runs); the first run, which records,
-    # waits with an event, as every run does with KAIWU_CUDA_CALLER_STREAM=0 (read when a
-    # run context is made). A slow producer before each run, on torch's current stream
-    # (a side stream) or named by stream=; the input is overwritten right after each run.
-    torch = _torch_cuda()
-    monkeypatch.setenv("KAIWU_CUDA_CALLER_STREAM", caller)
-    sess = ki.Session(policies.export_bytes("mlp"), device="cuda")
-    (key,) = policies.make_inputs("mlp", 1).keys()
-    hosts = [policies.make_inputs("mlp", 24, seed=500 + i)[key] for i in range(12)]
-    wants = [_host_run("mlp", {key: h}) for h in hosts]
-    srcs = [torch.from_numpy(h).cuda() for h in hosts]
-    x = torch.zeros_like(srcs[0])
-    s = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    sess.io_stats(reset=True)
-    with torch.cuda.stream(s):
-        for i, (src, want) in enumerate(zip(srcs, wants)):
-            torch.cuda._sleep(100_000)
-            x.copy_(src)
-            named = i % 2 == 1
-            got = sess.run({key: x}, output_device="cuda", stream=s if named else None)
-            res = {k: torch.from_dlpack(v) * 1 for k, v in got.items()}  # read on s at once
-            x.zero_()
-            for k in want:
-                np.testing.assert_array_equal(got[k].numpy(), want[k], err_msg=f"run {i} {k}")
-    s.synchronize()
-    for k in wants[-1]:
-        np.testing.assert_array_equal(res[k].cpu().numpy(), wants[-1][k])
-    st = sess.io_stats()
-    assert st["stream_waits"] == len(srcs) and st["stream_signals"] == len(srcs) // 2, st
-    assert st["graph_launches"] == len(srcs), st
-    assert st["caller_stream_runs"] == (len(srcs) - 1 if caller == "1" else 0), st
-
-
 def test_torch_parameter_and_grad_tensors_feed_in_place():
     torch = _torch_cuda()
     name = "multi_input"

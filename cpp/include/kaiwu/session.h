@@ -75,9 +75,6 @@ struct IoStats {
   /// Recorded copy launches whose parameters a replay set to the run's own
   /// feed/result addresses (none while they equal the last run's).
   uint64_t graph_updates = 0;
-  /// Replays launched on the caller's one stream itself (its work first, no
-  /// events); KAIWU_CUDA_CALLER_STREAM=0 makes every run wait with events.
-  uint64_t caller_stream_runs = 0;
 };
 
 /// A graph input or output as declared by the model.

@@ -29,7 +29,7 @@ struct IoCounters {
   std::atomic<uint64_t> runs{0}, h2d_copies{0}, h2d_bytes{0}, d2h_copies{0}, d2h_bytes{0},
       d2d_copies{0}, d2d_bytes{0}, staging_copies{0}, staging_bytes{0}, status_reads{0},
       stream_waits{0}, stream_signals{0}, graph_launches{0}, graph_nodes{0},
-      graph_updates{0}, caller_stream_runs{0};
+      graph_updates{0};
   static void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 };
 

@@ -721,7 +721,6 @@ IoStats Session::io_stats() const {
   s.graph_launches = v(c.graph_launches);
   s.graph_nodes = v(c.graph_nodes);
   s.graph_updates = v(c.graph_updates);
-  s.caller_stream_runs = v(c.caller_stream_runs);
   return s;
 }
 
@@ -730,7 +729,7 @@ void Session::ResetIoStats() {
   for (std::atomic<uint64_t>* a :
        {&c.runs, &c.h2d_copies, &c.h2d_bytes, &c.d2h_copies, &c.d2h_bytes, &c.d2d_copies,
         &c.d2d_bytes, &c.staging_copies, &c.staging_bytes, &c.status_reads, &c.stream_waits,
-        &c.stream_signals, &c.graph_launches, &c.graph_nodes, &c.graph_updates, &c.caller_stream_runs})
+        &c.stream_signals, &c.graph_launches, &c.graph_nodes, &c.graph_updates})
     a->store(0, std::memory_order_relaxed);
 }
 

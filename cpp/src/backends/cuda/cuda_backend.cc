@@ -59,9 +59,6 @@ class CudaStream final : public DeviceBackend::Stream {
     const char* env = std::getenv("KAIWU_CUDA_GRAPHS");
     graphs_on_ = !(env && std::string(env) == "0");
     if (const char* spin = std::getenv("KAIWU_CUDA_SPIN_US")) spin_us_ = std::atoi(spin);
-    const char* caller = std::getenv("KAIWU_CUDA_CALLER_STREAM");
-    caller_runs_ = !(caller && std::string(caller) == "0");
-    run_ = ctx_.stream;
     // The error flag lives in mapped page-locked memory: kernels write it over
     // PCIe (only when they find bad data) and the host reads it after the run's
     // event, with no copy queued per run.
@@ -215,38 +212,33 @@ class CudaStream final : public DeviceBackend::Stream {
     counters_ = io ? io->counters : nullptr;
     if (counters_) IoCounters::Add(counters_->runs, 1);
     if (!io) return;
-    EnsureWaitEvents(io->num_wait);
-    if (caller_runs_ && graphs_on_ && io->num_wait == 1) {
-      // One caller stream: the run's copies and a replay of its recording go
-      // on that stream itself, after the work queued there, with no event. A
-      // run that records or launches its steps one by one moves to this
-      // context's stream first (OwnStream), which then waits for the caller's.
-      run_ = reinterpret_cast<cudaStream_t>(io->wait[0]);
-      on_caller_ = true;
-    } else {
-      // The caller's work queued so far on its streams comes first: an event on
-      // each, waited for on this stream (the host does not wait).
-      for (int i = 0; i < io->num_wait; ++i) {
-        auto caller = reinterpret_cast<cudaStream_t>(io->wait[i]);
-        CheckCuda(cudaEventRecord(wait_events_[i], caller), "recording an event on the caller's stream");
-        CheckCuda(cudaStreamWaitEvent(ctx_.stream, wait_events_[i], 0), "waiting for the caller's stream");
-      }
+    // The caller's work queued so far on its streams comes first: an event on
+    // each, waited for on this stream (the host does not wait).
+    while (static_cast<int>(wait_events_.size()) < io->num_wait) {
+      cudaEvent_t e = nullptr;
+      CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      wait_events_.push_back(e);
+    }
+    for (int i = 0; i < io->num_wait; ++i) {
+      auto caller = reinterpret_cast<cudaStream_t>(io->wait[i]);
+      CheckCuda(cudaEventRecord(wait_events_[i], caller), "recording an event on the caller's stream");
+      CheckCuda(cudaStreamWaitEvent(ctx_.stream, wait_events_[i], 0), "waiting for the caller's stream");
     }
     if (counters_) IoCounters::Add(counters_->stream_waits, static_cast<uint64_t>(io->num_wait));
-    if (io->result_block) WaitForReaders(io->result_block, run_);
+    if (io->result_block) WaitForReaders(io->result_block, ctx_.stream);
   }
 
   void CopyIn(void* device_dst, const void* src, size_t bytes, MemKind kind, bool recorded) override {
     if (bytes == 0) return;
     if (kind == MemKind::kDevice) {
-      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyDefault, run_),
+      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyDefault, ctx_.stream),
                 "device-to-device copy of a feed");
       Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
       return;
     }
     if (kind == MemKind::kPinned) {
       // Page-locked already: one DMA straight from the caller's buffer.
-      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyHostToDevice, run_),
+      CheckCuda(cudaMemcpyAsync(device_dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream),
                 "copy to device");
       Count(&IoCounters::h2d_copies, &IoCounters::h2d_bytes, bytes);
       return;
@@ -265,7 +257,7 @@ class CudaStream final : public DeviceBackend::Stream {
       in_used_ += DeviceBackend::StagingBytes(bytes);
       in_mirror_end_ = in_used_;
     } else {
-      CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, run_),
+      CheckCuda(cudaMemcpyAsync(device_dst, stage, bytes, cudaMemcpyHostToDevice, ctx_.stream),
                 "copy to device");
       in_used_ += DeviceBackend::StagingBytes(bytes);
     }
@@ -276,13 +268,13 @@ class CudaStream final : public DeviceBackend::Stream {
   void CopyOut(void* dst, const void* device_src, size_t bytes, MemKind kind) override {
     if (bytes == 0) return;
     if (kind == MemKind::kDevice) {
-      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDefault, run_),
+      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDefault, ctx_.stream),
                 "device-to-device copy of a result");
       Count(&IoCounters::d2d_copies, &IoCounters::d2d_bytes, bytes);
       return;
     }
     if (kind == MemKind::kPinned) {
-      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDeviceToHost, run_),
+      CheckCuda(cudaMemcpyAsync(dst, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
                 "copy to host");
       Count(&IoCounters::d2h_copies, &IoCounters::d2h_bytes, bytes);
       return;
@@ -291,7 +283,7 @@ class CudaStream final : public DeviceBackend::Stream {
       Fail(StatusCode::kInternal, "CUDA staging (out) overflow: ", out_used_ + bytes, " > ",
            out_.bytes);
     char* stage = static_cast<char*>(out_.ptr) + out_used_;
-    CheckCuda(cudaMemcpyAsync(stage, device_src, bytes, cudaMemcpyDeviceToHost, run_),
+    CheckCuda(cudaMemcpyAsync(stage, device_src, bytes, cudaMemcpyDeviceToHost, ctx_.stream),
               "copy to host");
     pending_.push_back(Pending{dst, stage, bytes});
     out_used_ += DeviceBackend::StagingBytes(bytes);
@@ -306,28 +298,24 @@ class CudaStream final : public DeviceBackend::Stream {
     counters_ = nullptr;
     cudaError_t launch = cudaGetLastError();
     if (out_mirror_end_ > 0 && launch == cudaSuccess)
-      launch = cudaMemcpyAsync(out_.ptr, out_mirror_, out_mirror_end_, cudaMemcpyDeviceToHost, run_);
+      launch = cudaMemcpyAsync(out_.ptr, out_mirror_, out_mirror_end_, cudaMemcpyDeviceToHost, ctx_.stream);
     // Checked weight copies: their fault word comes back with this wait (no
     // second synchronization in TakeCopyFault).
     fault_read_ = false;
     if (fault_checked_ && launch == cudaSuccess) {
       launch = cudaMemcpyAsync(fault_host_->ptr, fault_, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                               run_);
+                               ctx_.stream);
       fault_read_ = launch == cudaSuccess;
     }
     fault_checked_ = false;
-    cudaError_t rec = cudaEventRecord(done_, run_);
+    cudaError_t rec = cudaEventRecord(done_, ctx_.stream);
     // The caller's later work on its stream starts after the run (an event
-    // wait on the device, queued before the host waits below; nothing where
-    // the run went on that stream).
+    // wait on the device, queued before the host waits below).
     cudaError_t signal = cudaSuccess;
     if (io && io->signal && rec == cudaSuccess) {
-      const auto later = reinterpret_cast<cudaStream_t>(io->signal_stream);
-      if (!(on_caller_ && later == run_)) signal = cudaStreamWaitEvent(later, done_, 0);
+      signal = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(io->signal_stream), done_, 0);
       if (counters) IoCounters::Add(counters->stream_signals, 1);
     }
-    run_ = ctx_.stream;
-    on_caller_ = false;
     if (counters) IoCounters::Add(counters->status_reads, 1);
     cudaError_t sync = Wait();
     in_used_ = out_used_ = 0;
@@ -387,7 +375,6 @@ class CudaStream final : public DeviceBackend::Stream {
 
   void FlushQueuedCopies(bool out) override {
     const int d = out ? 1 : 0;
-    OwnStream();  // the steps launch on this context's stream
     if (!out) SendStaging();
     if (copies_ran_ || copy_n_[d] == 0) return;
     LaunchCopies(d);
@@ -413,9 +400,8 @@ class CudaStream final : public DeviceBackend::Stream {
           if (counters_) IoCounters::Add(counters_->graph_updates, 1);
         }
       }
-      CheckCuda(cudaGraphLaunch(g.exec, run_), "cudaGraphLaunch");
+      CheckCuda(cudaGraphLaunch(g.exec, ctx_.stream), "cudaGraphLaunch");
       CountLaunch(g.nodes);
-      if (on_caller_ && counters_) IoCounters::Add(counters_->caller_stream_runs, 1);
       copies_ran_ = true;
       return true;
     }
@@ -424,7 +410,6 @@ class CudaStream final : public DeviceBackend::Stream {
 
   bool BeginRecord() override {
     if (!graphs_on_) return false;
-    OwnStream();  // recorded on this context's stream (its cuBLAS / cuDNN handles)
     SendStaging();
     if (cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       cudaGetLastError();
@@ -474,7 +459,7 @@ class CudaStream final : public DeviceBackend::Stream {
       std::memcpy(g.tables[d].jobs, copy_host_[d].jobs, static_cast<size_t>(copy_n_[d]) * sizeof(FlatCopy));
     graphs_.push_back(std::move(g));
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    CheckCuda(cudaGraphLaunch(exec, run_), "cudaGraphLaunch");
+    CheckCuda(cudaGraphLaunch(exec, ctx_.stream), "cudaGraphLaunch");
     CountLaunch(nodes);
     copies_ran_ = true;
     return true;
@@ -514,26 +499,9 @@ class CudaStream final : public DeviceBackend::Stream {
   // The staged feeds' one host-to-device copy into the mirror (once per run).
   void SendStaging() {
     if (staging_sent_ || in_mirror_end_ == 0) return;
-    CheckCuda(cudaMemcpyAsync(in_mirror_, in_.ptr, in_mirror_end_, cudaMemcpyHostToDevice, run_),
+    CheckCuda(cudaMemcpyAsync(in_mirror_, in_.ptr, in_mirror_end_, cudaMemcpyHostToDevice, ctx_.stream),
               "copy to device");
     staging_sent_ = true;
-  }
-  void EnsureWaitEvents(int n) {
-    while (static_cast<int>(wait_events_.size()) < n) {
-      cudaEvent_t e = nullptr;
-      CheckCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-      wait_events_.push_back(e);
-    }
-  }
-  // A run begun on the caller's stream moves to this context's stream: an
-  // event after what it queued there (the caller's work and this run's copies
-  // so far), waited for here.
-  void OwnStream() {
-    if (!on_caller_) return;
-    CheckCuda(cudaEventRecord(wait_events_[0], run_), "recording an event on the caller's stream");
-    CheckCuda(cudaStreamWaitEvent(ctx_.stream, wait_events_[0], 0), "waiting for the caller's stream");
-    run_ = ctx_.stream;
-    on_caller_ = false;
   }
   // Device mirrors of the staging buffers (allocated at first use).
   bool EnsureMirrors() {
@@ -620,9 +588,6 @@ class CudaStream final : public DeviceBackend::Stream {
   void* blas_workspace_ = nullptr;
   bool graphs_on_ = true;
   int spin_us_ = 200;  // KAIWU_CUDA_SPIN_US
-  bool caller_runs_ = true;  // KAIWU_CUDA_CALLER_STREAM=0: runs always wait with events
-  cudaStream_t run_ = nullptr;  // this run's stream: ctx_.stream, or the one caller stream (Begin)
-  bool on_caller_ = false;
   std::vector<Graph> graphs_;
   uint64_t clock_ = 0;
   // This run's queued device feed [0] and result [1] copies (QueueDeviceCopy).
