@@ -27,7 +27,6 @@ enum class QIsa;
 /// (QGemmIsa(), capped by KAIWU_INT8_ISA): AVX-512 VBMI where the path is
 /// AVX-512 and the CPU has VBMI, else AVX2 unless the path is scalar.
 void LookupBytes(QIsa isa, const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t b, int64_t e);
-bool HasVbmiPath();  // the CPU has AVX-512 VBMI (the 64-byte lookup)
 
 /// acc[i * n + j] = sum_p (a[i * lda + p] - a_zp[i]) * (b[p * ldb + j] - b_zp[j]),
 /// int32 accumulation (exact for 8-bit operands and k < 2^15).

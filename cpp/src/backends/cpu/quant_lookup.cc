@@ -81,6 +81,14 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void LookupVbmi(const uin
 }
 #endif
 
+bool VbmiPath() {
+#if defined(__x86_64__)
+  return HasVbmi();
+#else
+  return false;
+#endif
+}
+
 class QLookupKernel : public Kernel {
  public:
   void Prepare(PrepareContext& ctx) override { size_ = ctx.in(0).size(); }
@@ -96,7 +104,7 @@ class QLookupKernel : public Kernel {
       return;
     }
     const QIsa isa = QGemmIsa();
-    const double cost = isa == QIsa::kScalar ? 1.0 : isa == QIsa::kAvx2 || !HasVbmiPath() ? 0.4 : 0.1;
+    const double cost = isa == QIsa::kScalar ? 1.0 : isa == QIsa::kAvx2 || !VbmiPath() ? 0.4 : 0.1;
     io.pool->ParallelFor(size_, cost, [&](int64_t b, int64_t e) { LookupBytes(isa, table, x, y, b, e); });
   }
 
@@ -105,14 +113,6 @@ class QLookupKernel : public Kernel {
 };
 
 }  // namespace
-
-bool HasVbmiPath() {
-#if defined(__x86_64__)
-  return HasVbmi();
-#else
-  return false;
-#endif
-}
 
 void LookupBytes(QIsa isa, const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t b, int64_t e) {
 #if defined(__x86_64__)

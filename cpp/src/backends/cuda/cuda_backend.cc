@@ -520,7 +520,7 @@ class CudaStream final : public DeviceBackend::Stream {
     mirrors_ok_ = true;
     return true;
   }
-  // A copy launch while recording: false (no throw) when it could not be queued.
+  // The run's queued copies one way as one launch (its table as parameters, or in mapped memory).
   void LaunchCopies(int d) {
     const unsigned blocks = RunCopyBlocks(copy_max_[d]);
     const int n = static_cast<int>(copy_n_[d]);
@@ -531,6 +531,8 @@ class CudaStream final : public DeviceBackend::Stream {
       LaunchRunCopies(copy_host_[d], n, blocks, ctx_.stream);
     }
   }
+  // A copy launch while recording, its node kept for replays to update: false
+  // (no throw) when it could not be queued.
   bool LaunchRunCopiesNoThrow(int d) {
     try {
       LaunchCopies(d);
