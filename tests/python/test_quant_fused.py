@@ -12,9 +12,10 @@ activations with nonzero zero points; 1 and 2 threads.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from helpers import run_ort
 
 F32 = np.float32
 IR = 9  # what onnxruntime 1.30 (the device machine's) reads; onnx >= 1.23 writes newer by default
@@ -76,10 +77,8 @@ def _inputs(rng, shape):
 
 
 def _ort_literal(model, feeds):
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return s.run(None, feeds)[0]
+    # onnxruntime running the QDQ graph as written (no fusions): its first output.
+    return next(iter(run_ort(model, feeds, optimize=False).values()))
 
 
 def _check(engine, model, step, x):
@@ -188,9 +187,7 @@ def test_lookup_when_the_dequantized_value_has_other_readers(engine, rng):
                            helper.make_tensor_value_info("skip", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
     x = rng.uniform(-7, 7, (3, 5, 7)).astype(F32)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    ref = list(run_ort(model, {"x": x}, optimize=False).values())
     sess = engine.Session(model.SerializeToString(), threads=1)
     d = sess.describe()
     # Per run: Q(x), the kept DQ, the lookup, DQ(y), Add (the Relu and its Q moved into the table's
