@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/dnn.h"
+#include "backends/cuda/gemm_lt.h"
 #include "backends/cuda/memory.h"
 #include "backends/cuda/run_copy.h"
 #include "backends/cuda/weight_copy.h"
@@ -53,8 +54,12 @@ class CudaStream final : public DeviceBackend::Stream {
     CheckBlas(cublasSetStream(ctx_.blas, ctx_.stream), "cublasSetStream");
     CheckBlas(cublasSetMathMode(ctx_.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     // cuBLAS's own workspace, so that no call allocates (and graphs can record it).
-    CheckCuda(cudaMalloc(&blas_workspace_, kBlasWorkspace), "cudaMalloc (cuBLAS workspace)");
-    CheckBlas(cublasSetWorkspace(ctx_.blas, blas_workspace_, kBlasWorkspace), "cublasSetWorkspace");
+    CheckCuda(cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
+    CheckBlas(cublasSetWorkspace(ctx_.blas, blas_workspace_, kBlasWorkspaceBytes), "cublasSetWorkspace");
+    // cuBLASLt's matmuls (gemm_lt.h) share it: everything on one stream runs in order.
+    ctx_.lt = CreateLtHandle();
+    ctx_.workspace = blas_workspace_;
+    ctx_.workspace_bytes = kBlasWorkspaceBytes;
     if (needs & kNeedDnnHandle) ctx_.dnn = CreateDnnHandle(ctx_.stream);
     const char* env = std::getenv("KAIWU_CUDA_GRAPHS");
     graphs_on_ = !(env && std::string(env) == "0");
@@ -192,6 +197,7 @@ class CudaStream final : public DeviceBackend::Stream {
     for (Graph& g : graphs_) DestroyGraph(g);
     if (ctx_.blas) cublasDestroy(ctx_.blas);
     DestroyDnnHandle(ctx_.dnn);
+    DestroyLtHandle(ctx_.lt);
     cudaFree(blas_workspace_);
     cudaEventDestroy(done_);
     cudaStreamDestroy(ctx_.stream);
@@ -574,7 +580,6 @@ class CudaStream final : public DeviceBackend::Stream {
     if (cudaGraphDebugDotPrint(graph, path.c_str(), cudaGraphDebugDotFlagsKernelNodeParams) != cudaSuccess)
       cudaGetLastError();  // a listing for reading only: a failure changes nothing
   }
-  static constexpr size_t kBlasWorkspace = 32u << 20;  // cuBLAS's advice for Hopper
   static constexpr size_t kMaxGraphs = 4;              // weight versions recorded per stream
 
   int ordinal_;

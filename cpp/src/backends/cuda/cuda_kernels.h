@@ -41,6 +41,9 @@ struct DeviceContext {
   int* error_flag = nullptr;  // device int: 0, or 1 + the step that failed
   int step = 0;               // the step being launched (set by the plan)
   void* dnn = nullptr;        // cudnnHandle_t on `stream`, when the plan asked (kNeedDnnHandle)
+  void* lt = nullptr;         // cublasLtHandle_t (gemm_lt.h)
+  void* workspace = nullptr;  // cuBLAS's and cuBLASLt's workspace on `stream`
+  size_t workspace_bytes = 0;
 };
 
 inline const DeviceContext& Dev(const KernelIO& io) {

@@ -21,6 +21,7 @@
 #include "backends/cuda/fused_mlp_cluster.cuh"
 #include "backends/cuda/fused_mlp_gemms.h"
 #include "backends/cuda/gemm_util.h"
+#include "backends/cuda/half.cuh"
 #include "backends/cuda/fused_mlp_kernel.cuh"
 #include "ops/linalg.h"
 
@@ -275,7 +276,7 @@ class FusedMlpCudaKernel : public CudaKernel {
     gemms_ = max_rows > 0 && p.m > max_rows;
     if (gemms_) {
       CheckBlasInt(ctx, p.m, "M");
-      gemm_plan_ = PlanMlpGemms(p, x_float, k0);
+      gemm_plan_ = PlanMlpGemms(p, x_float, k0, CudaDataType<T>::value, y_float_);
       ctx.scratch_bytes = gemm_plan_.scratch_bytes;
       plan_.args.m = p.m;
       return;

@@ -73,7 +73,8 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0) {
+MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0, cudaDataType_t type,
+                         const std::vector<bool>& y_float) {
   MlpGemmPlan plan;
   plan.m = p.m;
   plan.k0 = k0;
@@ -97,6 +98,18 @@ MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0) {
   }
   for (const auto& L : p.layers)
     if (L.input >= 0) plan.layers[L.input].kept = true;
+  std::vector<bool> output(p.layers.size(), false);
+  for (int o : p.output_layers) output[o] = true;
+  using K = FusedActivation::Kind;
+  for (size_t l = 0; l < plan.layers.size(); ++l) {
+    MlpGemmPlan::Layer& d = plan.layers[l];
+    const K act = p.layers[l].act.kind;
+    // One destination in 16 bits: the scratch rows, or the output alone.
+    const bool one_place = d.kept != output[l] && !(output[l] && y_float[l]);
+    if (one_place && (d.has_bias || act == K::kRelu) && (act == K::kNone || act == K::kRelu))
+      d.lt.Plan(type, false, d.trans_b, p.m, d.n, d.k, d.k, d.trans_b ? d.k : d.n, d.n, d.has_bias,
+                act == K::kRelu);
+  }
   plan.scratch_bytes = off;
   return plan;
 }
@@ -118,11 +131,15 @@ void RunMlpGemms(const DeviceContext& dev, const MlpGemmPlan& plan, const void* 
     const MlpGemmPlan::Layer& L = plan.layers[l];
     const T* in = L.input < 0 ? xh : reinterpret_cast<const T*>(s + plan.layers[L.input].buf);
     T* acc = reinterpret_cast<T*>(s + L.buf);
+    const T* bias = L.has_bias ? static_cast<const T*>(b[l]) : nullptr;
+    if (L.lt.planned() && L.lt.Run(dev, 1.f, in, w[l], L.kept ? acc : y[l], bias)) continue;
+    // Nothing to add or apply, one 16-bit destination: the GEMM writes there.
+    const bool direct = !bias && !L.act.active() && L.kept != (y[l] != nullptr) && !y_float[l];
     RowMajorGemm<T>(dev, false, L.trans_b, m, L.n, L.k, 1.f, in, L.k, static_cast<const T*>(w[l]),
-                    L.trans_b ? L.k : L.n, acc, L.n);
+                    L.trans_b ? L.k : L.n, direct && !L.kept ? static_cast<T*>(y[l]) : acc, L.n);
+    if (direct) continue;
     const int64_t total = m * L.n;
     if (!L.kept && !y[l]) continue;
-    const T* bias = L.has_bias ? static_cast<const T*>(b[l]) : nullptr;
     if (L.n % 8 == 0 && Aligned16(acc) && Aligned16(bias) && Aligned16(y[l]))
       MlpEpilogue8Kernel<T><<<GridFor(total / 8), kBlock, 0, dev.stream>>>(
           acc, total / 8, L.n / 8, bias, L.act, L.kept ? acc : nullptr, y[l], y_float[l] ? 1 : 0);

@@ -4,7 +4,9 @@
 // cast to 16 bits once when it is float32, then per layer a cuBLAS GEMM into
 // scratch and one epilogue kernel that adds the bias, applies the activation
 // and writes the layer's rows for later layers and/or its output (float32 or
-// 16-bit).
+// 16-bit). A layer whose bias and activation (none or ReLU) cuBLASLt applies,
+// and whose rows go to one place in the weights' type, is one cuBLASLt GEMM
+// writing there.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/gemm_lt.h"
 #include "ops/linalg.h"
 
 namespace kaiwu {
@@ -26,6 +29,7 @@ struct MlpGemmPlan {
     DeviceActivation act;
     bool kept = false;  // a later layer reads it
     size_t buf = 0;     // byte offset of its [m, n] rows in scratch
+    LtGemm lt;          // planned: the whole layer, into scratch (kept) or its output
   };
   int64_t m = 0, k0 = 0;
   bool x_float = false;
@@ -34,8 +38,10 @@ struct MlpGemmPlan {
   size_t scratch_bytes = 0;
 };
 
-/// Scratch layout for `p` over X [m, k0] (float32 or the weights' type).
-MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0);
+/// Scratch layout for `p` over X [m, k0] (float32 or the weights' type
+/// `type`, CUDA_R_16F or CUDA_R_16BF); y_float[l]: layer l's output is float32.
+MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0, cudaDataType_t type,
+                         const std::vector<bool>& y_float);
 
 /// Runs the plan: w[l], b[l] (null: no bias) per layer; y[l] the layer's
 /// output or null, y_float[l] whether it is float32.

@@ -3,6 +3,7 @@
 // linear-algebra kernels. Both run a beta = 0 GEMM, then at most one epilogue
 // kernel adds Gemm's broadcast C and applies the fused "_kaiwu_act" activation.
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/gemm_lt.h"
 #include "backends/cuda/gemm_util.h"
 #include "backends/cuda/half.cuh"
 #include "backends/linalg_index.h"
@@ -65,6 +66,13 @@ class GemmKernel : public CudaKernel {
     CheckBlasInt(ctx, k_, "K");
     CheckBlasInt(ctx, lda_, "lda");
     CheckBlasInt(ctx, ldb_, "ldb");
+    // A bias over columns (beta 1) and/or ReLU: in cuBLASLt's epilogue.
+    using K = FusedActivation::Kind;
+    const bool bias = use_c_ && beta_ == 1.f && c_row_stride_ == 0 && c_col_stride_ == 1;
+    const bool relu = p.act.kind == K::kRelu;
+    lt_ = LtGemm();
+    if ((bias || (!use_c_ && relu)) && (relu || p.act.kind == K::kNone))
+      lt_.Plan(CudaDataType<T>::value, trans_a_, trans_b_, m_, n_, k_, lda_, ldb_, n_, bias, relu);
   }
 
   void Run(const KernelIO& io) const override {
@@ -72,6 +80,7 @@ class GemmKernel : public CudaKernel {
     const T* a = static_cast<const T*>(io.inputs[0]);
     const T* b = static_cast<const T*>(io.inputs[1]);
     T* y = static_cast<T*>(io.outputs[0]);
+    if (lt_.planned() && lt_.Run(dev, alpha_, a, b, y, use_c_ ? io.inputs[2] : nullptr)) return;
     RowMajorGemm<T>(dev, trans_a_, trans_b_, m_, n_, k_, alpha_, a, lda_, b, ldb_, y, n_);
     if (use_c_ || act_.active())
       LaunchBiasActivation<T>(dev, y, m_ * n_, n_,
@@ -85,6 +94,7 @@ class GemmKernel : public CudaKernel {
   int64_t m_ = 0, n_ = 0, k_ = 0, lda_ = 0, ldb_ = 0;
   int64_t c_row_stride_ = 0, c_col_stride_ = 0;
   DeviceActivation act_;
+  LtGemm lt_;  // planned where cuBLASLt takes the bias / ReLU
 };
 
 // MatMul with numpy semantics (1-D operands promoted, batch dims broadcast),
