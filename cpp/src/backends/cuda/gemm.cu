@@ -1,7 +1,13 @@
 // Gemm and MatMul (float32, and float16 / bfloat16 on tensor cores with float
 // accumulation) on cuBLAS, and the registration of the CUDA
 // linear-algebra kernels. Both run a beta = 0 GEMM, then at most one epilogue
-// kernel adds Gemm's broadcast C and applies the fused "_kaiwu_act" activation.
+// kernel adds Gemm's broadcast C and applies the fused "_kaiwu_act" activation;
+// a Gemm whose C is a column bias (and/or whose activation is ReLU) is one
+// cuBLASLt matmul with that epilogue instead (gemm_lt.h), and a batched MatMul
+// of a few rows per batch item one kernel of our own (SkinnyBatchedMatMulKernel).
+#include <cstdlib>
+#include <string>
+
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/gemm_lt.h"
 #include "backends/cuda/gemm_util.h"
@@ -97,6 +103,55 @@ class GemmKernel : public CudaKernel {
   LtGemm lt_;  // planned where cuBLASLt takes the bias / ReLU
 };
 
+// Batched products of a few rows each (m <= kSkinnyMaxRows, k * n small): one
+// warp per batch item, its A rows staged in shared memory as float, each lane
+// one output column at a time over all of k (B read in place, [k, n] or, with
+// trans_b, [n, k]), float accumulation, the fused activation applied. A policy's
+// single-query attention over units ([B, heads, 1, d] x [B, heads, d, N]) is
+// thousands of such products, where cuBLAS's batched GEMM spends a 64-row tile
+// on each (multi_input b1024: 14.7 us a MatMul).
+constexpr int kSkinnyMaxRows = 4;
+constexpr int kSkinnyWarps = 4;                 // batch items per block
+constexpr int64_t kSkinnyMaxAElems = 1024;      // m * k staged per warp
+constexpr int64_t kSkinnyMaxProduct = 16384;    // k * n per batch item
+
+template <typename T, int M>
+__global__ void __launch_bounds__(32 * kSkinnyWarps)
+    SkinnyBatchedMatMulKernel(const T* __restrict__ a, int64_t a_stride, const T* __restrict__ b,
+                              int64_t b_stride, T* __restrict__ y, int64_t batch, int n, int k,
+                              int trans_b, DeviceActivation act) {
+  __shared__ float staged[kSkinnyWarps][kSkinnyMaxAElems];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kSkinnyWarps + warp;
+  if (item >= batch) return;  // whole warps only: nothing below waits for the block
+  float* as = staged[warp];
+  const T* ai = a + item * a_stride;
+  const T* bi = b + item * b_stride;
+  for (int i = lane; i < M * k; i += 32) as[i] = ToFloat(ai[i]);
+  __syncwarp();
+  T* yi = y + item * static_cast<int64_t>(M) * n;
+  const int64_t col_step = trans_b ? k : 1, k_step = trans_b ? 1 : n;
+  for (int j = lane; j < n; j += 32) {
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+    const T* bj = bi + j * col_step;
+    for (int kk = 0; kk < k; ++kk) {
+      const float bv = ToFloat(bj[kk * k_step]);
+#pragma unroll
+      for (int r = 0; r < M; ++r) acc[r] = fmaf(as[r * k + kk], bv, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) yi[static_cast<int64_t>(r) * n + j] = FromFloat<T>(act(acc[r]));
+  }
+}
+
+/// True unless KAIWU_SKINNY_MATMUL is "0" (read when a plan is made).
+bool SkinnyMatMulEnabled() {
+  const char* env = std::getenv("KAIWU_SKINNY_MATMUL");
+  return !(env && std::string(env) == "0");
+}
+
 // MatMul with numpy semantics (1-D operands promoted, batch dims broadcast),
 // then the fused activation.
 template <typename T>
@@ -137,6 +192,8 @@ class MatMulKernel : public CudaKernel {
     CheckBlasInt(ctx, n_, "N");
     CheckBlasInt(ctx, k_, "K");
     CheckBlasInt(ctx, batch_, "batch count");
+    skinny_ = mode_ == Mode::kStrided && m_ >= 1 && m_ <= kSkinnyMaxRows && k_ >= 1 &&
+              m_ * k_ <= kSkinnyMaxAElems && k_ * n_ <= kSkinnyMaxProduct && SkinnyMatMulEnabled();
   }
 
   void Run(const KernelIO& io) const override {
@@ -150,6 +207,7 @@ class MatMulKernel : public CudaKernel {
         RowMajorGemm<T>(dev, false, trans_b_, m_, n_, k_, 1.f, a, k_, b, ldb, y, n_);
         break;
       case Mode::kStrided:
+        if (skinny_) return LaunchSkinny(dev, a, b, y);
         RowMajorGemmStridedBatched<T>(dev, m_, n_, k_, a, a_stride_, b, b_stride_, y, batch_, trans_b_);
         break;
       case Mode::kLoop:
@@ -163,8 +221,28 @@ class MatMulKernel : public CudaKernel {
   }
 
  private:
+  void LaunchSkinny(const DeviceContext& dev, const T* a, const T* b, T* y) const {
+    if (batch_ == 0 || n_ == 0) return;
+    const unsigned blocks = static_cast<unsigned>((batch_ + kSkinnyWarps - 1) / kSkinnyWarps);
+    const int n = static_cast<int>(n_), k = static_cast<int>(k_), tb = trans_b_ ? 1 : 0;
+    switch (m_) {
+#define KAIWU_SKINNY(M)                                                                       \
+  case M:                                                                                     \
+    SkinnyBatchedMatMulKernel<T, M><<<blocks, 32 * kSkinnyWarps, 0, dev.stream>>>(            \
+        a, a_stride_, b, b_stride_, y, batch_, n, k, tb, act_);                               \
+    break;
+      KAIWU_SKINNY(1)
+      KAIWU_SKINNY(2)
+      KAIWU_SKINNY(3)
+      KAIWU_SKINNY(4)
+#undef KAIWU_SKINNY
+    }
+    CheckLaunch("MatMul (few rows a batch item) kernel");
+  }
+
   enum class Mode { kOneGemm, kStrided, kLoop };
   Mode mode_ = Mode::kOneGemm;
+  bool skinny_ = false;  // kStrided with few rows: SkinnyBatchedMatMulKernel
   int64_t m_ = 0, n_ = 0, k_ = 0, batch_ = 1, out_size_ = 0;
   int64_t a_stride_ = 0, b_stride_ = 0;
   bool trans_b_ = false;                // B stored [.., N, K]
