@@ -3,7 +3,7 @@ backends/cuda/gemm.cu): a single-query attention's scores and weighted sum over 
 with and without the transposed right operand, a broadcast left operand, a fused ReLU,
 odd sizes. Every case against onnxruntime (float32 CPU) and against the same session with
 the kernel off (KAIWU_SKINNY_MATMUL=0: cuBLAS's strided batched GEMM), and io_stats()'s
-recorded graph nodes: the fused ReLU is applied in the kernel (one node fewer).
+recorded graph nodes: the fused ReLU is applied in the kernel (at least one node fewer).
 
 Tolerances: float32 rtol 1e-4 (atol 1e-5 * scale); fp16 / bf16 rtol 2e-2 / 5e-2 (atol
 3e-3 / 2e-2 * scale), scale = max(1, max |ref|), as the other device tests.
@@ -100,8 +100,10 @@ def test_skinny_batched_matmul_matches_onnxruntime(name, make, relu, precision):
         ref = run_ort(model, feeds)
         check(on.run(feeds), ref, precision, f"{name} skinny b{batch}")
         check(off.run(feeds), ref, precision, f"{name} cuBLAS b{batch}")
-        if relu:  # the ReLU in the kernel: no separate activation node
-            assert on.nodes_per_run(feeds) == off.nodes_per_run(feeds) - 1, batch
+        if relu:  # the ReLU in the kernel: no separate activation node (cuBLAS's batched
+            # GEMM may itself record more than one node for some shapes)
+            nodes_on, nodes_off = on.nodes_per_run(feeds), off.nodes_per_run(feeds)
+            assert nodes_on <= nodes_off - 1, (batch, nodes_on, nodes_off)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
