@@ -88,6 +88,12 @@ bool LtGemm::Plan(cudaDataType_t type, bool trans_a, bool trans_b, int64_t m, in
     return false;
   cublasLtMatmulDescOpaque_t desc;
   if (!InitDesc(&desc)) return false;
+  // The heuristics read the bias pointer's alignment from its value: promise 16 bytes
+  // (what Run checks), not the any-alignment of a null pointer.
+  const void* bias16 = reinterpret_cast<const void*>(uintptr_t{16});
+  if (bias_ && !Ok(cublasLtMatmulDescSetAttribute(&desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias16,
+                                                  sizeof(bias16))))
+    return false;
   cublasLtMatmulPreferenceOpaque_t pref;
   const uint64_t max_ws = kBlasWorkspaceBytes;
   const uint32_t align = 16;
