@@ -289,3 +289,76 @@ def test_game_policy_refit(engine, rng):
     model = gp.build_game_policy()
     weights = {i.name for i in model.graph.initializer if i.data_type == TensorProto.FLOAT}
     refit_matches_fresh(engine, model, gp.game_inputs(3), weights, rng, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------
+# sink_transpose_below_matmul: Transpose(X, p) keeping X's last dim -> MatMul(W static
+# 2-D) [-> Add(static bias)] becomes MatMul -> [Add ->] Transpose; Shape readers of the
+# transposed tensor read Gather(Shape(X), p) instead.
+# ---------------------------------------------------------------------------------
+def sink_model(perm=(1, 0, 2), bias=True, shape_reader=True, w_static=True, extra_reader=False, rank=3):
+    rng = np.random.default_rng(3)
+    k, n = 6, 5
+    dims = ["b", 4, k] if rank == 3 else ["b", 3, 2, k]
+    x = vinfo("x", dims)
+    inits = []
+    inputs = [x]
+    if w_static:
+        inits.append(numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W"))
+    else:
+        inputs.append(vinfo("W", [k, n]))
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=list(perm)),
+             helper.make_node("MatMul", ["xt", "W"], ["m" if bias else "y"])]
+    outputs = [vinfo("y", None)]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "bias"))
+        nodes.append(helper.make_node("Add", ["m", "bias"], ["y"]))
+    if shape_reader:  # torch's export: sizes read from the transposed tensor
+        nodes.append(helper.make_node("Shape", ["xt"], ["s"]))
+        nodes.append(helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT))
+        outputs.append(vinfo("sf", None))
+    if extra_reader:
+        nodes.append(helper.make_node("Relu", ["xt"], ["r"]))
+        outputs.append(vinfo("r", None))
+    graph = helper.make_graph(nodes, "sink", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=min(onnx.IR_VERSION, 10))
+
+
+def _sink_feeds(model, rng, batch):
+    feeds = {}
+    for i in model.graph.input:
+        dims = [batch if d.dim_param else d.dim_value for d in i.type.tensor_type.shape.dim]
+        feeds[i.name] = rand(rng, dims)
+    return feeds
+
+
+@pytest.mark.parametrize("perm,rank", [((1, 0, 2), 3), ((2, 0, 1, 3), 4), ((1, 2, 0, 3), 4)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape_reader", [True, False])
+def test_sink_transpose_below_matmul_fires(engine, rng, perm, rank, bias, shape_reader):
+    model = sink_model(perm, bias, shape_reader, rank=rank)
+    for batch in (1, 5):
+        feeds = _sink_feeds(model, rng, batch)
+        sess = run_all(engine, model, feeds)
+    assert fired(sess).get("sink_transpose_below_matmul") == 1, fired(sess)
+    # The run's steps: the product reads X as it is, the transpose comes after it.
+    ops = [r["op"] for r in sess.profile(feeds, runs=1)]
+    product = min(i for i, op in enumerate(ops) if op in ("MatMul", "Gemm", "PackedGemm"))
+    assert "Transpose" in ops[product:] and "Transpose" not in ops[:product], ops
+
+
+@pytest.mark.parametrize("case", ["last_axis_moves", "weight_not_static", "other_reader"])
+def test_sink_transpose_below_matmul_must_not_fire(engine, rng, case):
+    model = {"last_axis_moves": lambda: sink_model(perm=(0, 2, 1)),
+             "weight_not_static": lambda: sink_model(w_static=False),
+             "other_reader": lambda: sink_model(extra_reader=True)}[case]()
+    if case == "last_axis_moves":  # [b, 4, 6] -> [b, 6, 4]: MatMul by W [6, 5] would not fit
+        model.graph.initializer[0].CopyFrom(numpy_helper.from_array(
+            np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32), "W"))
+    sess = run_all(engine, model, _sink_feeds(model, rng, 3))
+    assert "sink_transpose_below_matmul" not in fired(sess), fired(sess)
+
+
+def test_sink_transpose_refit_matches_fresh(engine, rng):
+    model = sink_model()
+    refit_matches_fresh(engine, model, _sink_feeds(model, rng, 3), {"W", "bias"}, rng)

@@ -27,6 +27,7 @@ constexpr Rule kRules[] = {
     {"fold_split_concat", FoldSplitConcat},
     {"fold_constant_fill", FoldConstantFill},
     {"eliminate_common_subexpr", EliminateCommonSubexpr},
+    {"sink_transpose_below_matmul", SinkTransposeBelowMatMul},
     {"fuse_matmul_add", FuseMatMulAdd},
     {"fuse_gelu", FuseGelu},
     {"hoist_activation_above_reshape", HoistActivationAboveReshape},

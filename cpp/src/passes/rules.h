@@ -29,6 +29,10 @@ int FoldConstantFill(Graph* g);
 int EliminateCommonSubexpr(Graph* g);
 /// MatMul(X 2-D, W static) + static bias becomes Gemm.
 int FuseMatMulAdd(Graph* g);
+/// Transpose(X) keeping X's innermost dim -> MatMul(., W static 2-D) [-> Add(., static
+/// bias of rank <= 1)] becomes MatMul(X, W) [-> Add] -> Transpose: the layer reads X in
+/// place and the transpose can fold into its reader (attention views, another Transpose).
+int SinkTransposeBelowMatMul(Graph* g);
 /// An activation after a Reshape of a Conv/Gemm/MatMul moves before the Reshape.
 int HoistActivationAboveReshape(Graph* g);
 /// A 2-D Transpose of a static Gemm operand becomes transA/transB.
