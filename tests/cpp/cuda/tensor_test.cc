@@ -524,6 +524,24 @@ TEST(CudaTensorReduce, LongReductions) {
   }
 }
 
+// Few outputs of 16+ float elements each: a warp per output (the masked mean over
+// units of a policy, [B, N, d] summed over N), float32 and odd sizes.
+TEST(CudaTensorReduce, FewOutputsAWarpEach) {
+  KAIWU_REQUIRE_CUDA();
+  std::mt19937 rng(21);
+  for (const char* op : kReduceOps) {
+    const bool signed_data = std::string(op) == "ReduceMax" || std::string(op) == "ReduceMin";
+    auto data = [&](Shape s) {
+      return signed_data ? RandomTensor(std::move(s), rng) : RandomTensor(std::move(s), rng, 0.5f, 1.5f);
+    };
+    std::vector<int64_t> units = {1}, inner = {-1}, two = {1, 2};
+    CheckReduce(op, data({4, 37, 64}), &units, "over units");
+    CheckReduce(op, data({3, 16, 5}), &units, "16 over a strided axis");
+    CheckReduce(op, data({7, 33}), &inner, "33 innermost");
+    CheckReduce(op, data({2, 9, 7, 3}), &two, "two axes, 63 each");
+  }
+}
+
 TEST(CudaTensorReduce, EmptyReducedAxis) {
   KAIWU_REQUIRE_CUDA();
   Tensor x(DType::kFloat32, {3, 0, 2});

@@ -10,7 +10,9 @@
 //    flight, combined in order): when the innermost dim is kept (neighbouring
 //    threads read neighbouring elements) or few elements are reduced per output;
 //  - one block per output, the threads striding over the reduced elements and
-//    combining in shared memory: when many elements are reduced per output.
+//    combining in shared memory: when many elements are reduced per output, or
+//    (a block of one warp, combined by shuffles) when few outputs of 16 or more
+//    float elements each would leave most of the GPU idle one thread apiece.
 // ArgMax / ArgMin scan each line in order with one thread, as the CPU does, so
 // that ties and NaNs pick the same index.
 #include <algorithm>
@@ -187,6 +189,14 @@ class ReduceKernel : public CudaKernel {
     const int64_t count = geometry_.count, outs = geometry_.out_size;
     if ((inner_reduced && count >= 64) || (outs <= 4096 && count >= 1024))
       block_threads_ = count >= 1024 ? 256 : count >= 256 ? 128 : 64;
+    // Few outputs of a few dozen elements each (a masked mean over units, [B, N, d]
+    // summed over N): one thread per output would leave most SMs idle (2,048
+    // outputs: 8 blocks) behind a chain of dependent loads; a warp per output reads
+    // its elements at once. Float accumulators only: the tree order changes the
+    // last bits, which the integer and float64 kernels keep exactly as the CPU's.
+    const bool float_accum = dtype_ == DType::kFloat32 || dtype_ == DType::kFloat16 ||
+                             dtype_ == DType::kBFloat16;
+    if (block_threads_ == 0 && float_accum && count >= 16 && outs <= 65536) block_threads_ = kWarp;
   }
 
  private:
