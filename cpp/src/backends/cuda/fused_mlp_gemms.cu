@@ -104,13 +104,11 @@ MlpGemmPlan PlanMlpGemms(const FusedMlpParams& p, bool x_float, int64_t k0, cuda
   for (size_t l = 0; l < plan.layers.size(); ++l) {
     MlpGemmPlan::Layer& d = plan.layers[l];
     const K act = p.layers[l].act.kind;
-    // One destination: the scratch rows, or the output alone (in 16 bits or float32).
-    const bool one_place = d.kept != output[l];
-    const cudaDataType_t c_type = output[l] && y_float[l] ? CUDA_R_32F : type;
-    if (one_place && (d.has_bias || act == K::kRelu || c_type != type) &&
-        (act == K::kNone || act == K::kRelu))
+    // One destination in 16 bits: the scratch rows, or the output alone.
+    const bool one_place = d.kept != output[l] && !(output[l] && y_float[l]);
+    if (one_place && (d.has_bias || act == K::kRelu) && (act == K::kNone || act == K::kRelu))
       d.lt.Plan(type, false, d.trans_b, p.m, d.n, d.k, d.k, d.trans_b ? d.k : d.n, d.n, d.has_bias,
-                act == K::kRelu, c_type);
+                act == K::kRelu);
   }
   plan.scratch_bytes = off;
   return plan;

@@ -5,8 +5,8 @@
 // scratch and one epilogue kernel that adds the bias, applies the activation
 // and writes the layer's rows for later layers and/or its output (float32 or
 // 16-bit). A layer whose bias and activation (none or ReLU) cuBLASLt applies,
-// and whose rows go to one place (scratch, or its output in 16 bits or float32),
-// is one cuBLASLt GEMM writing there where cuBLASLt has an algorithm for it.
+// and whose rows go to one place in the weights' type, is one cuBLASLt GEMM
+// writing there.
 #pragma once
 
 #include <cstddef>

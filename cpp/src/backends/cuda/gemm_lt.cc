@@ -62,27 +62,19 @@ bool LtGemm::InitDesc(cublasLtMatmulDescOpaque_t* desc) const {
   if (!Ok(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return false;
   const cublasLtEpilogue_t epi = bias_ ? (relu_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                        : (relu_ ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-  if (bias_ && c_type_ != type_) {
-    const int32_t bias_type = type_;
-    if (!Ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                           sizeof(bias_type))))
-      return false;
-  }
   return Ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b_, sizeof(op_b_))) &&
          Ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a_, sizeof(op_a_))) &&
          Ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
 }
 
 bool LtGemm::Plan(cudaDataType_t type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                  int64_t lda, int64_t ldb, int64_t ldc, bool bias, bool relu, cudaDataType_t c_type) {
+                  int64_t lda, int64_t ldb, int64_t ldc, bool bias, bool relu) {
   planned_ = false;
   if (!LtEnabled() || m <= 0 || n <= 0 || k <= 0) return false;
-  if (c_type == static_cast<cudaDataType_t>(-1)) c_type = type;
   // 16-byte rows: the alignment the heuristics are told every pointer has.
   const int64_t per16 = 16 / static_cast<int64_t>(ElemBytes(type));
-  if (lda % per16 || ldb % per16 || ldc % (16 / static_cast<int64_t>(ElemBytes(c_type)))) return false;
+  if (lda % per16 || ldb % per16 || ldc % per16) return false;
   type_ = type;
-  c_type_ = c_type;
   bias_ = bias;
   relu_ = relu;
   // Row-major X [r, c] with row stride ld is column-major X^T [c, r] with ld:
@@ -92,7 +84,7 @@ bool LtGemm::Plan(cudaDataType_t type, bool trans_a, bool trans_b, int64_t m, in
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   if (!Ok(cublasLtMatrixLayoutInit(&layout_b_, type, trans_b ? u(k) : u(n), trans_b ? u(n) : u(k), ldb)) ||
       !Ok(cublasLtMatrixLayoutInit(&layout_a_, type, trans_a ? u(m) : u(k), trans_a ? u(k) : u(m), lda)) ||
-      !Ok(cublasLtMatrixLayoutInit(&layout_c_, c_type, u(n), u(m), ldc)))
+      !Ok(cublasLtMatrixLayoutInit(&layout_c_, type, u(n), u(m), ldc)))
     return false;
   cublasLtMatmulDescOpaque_t desc;
   if (!InitDesc(&desc)) return false;

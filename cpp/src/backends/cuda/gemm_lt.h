@@ -24,11 +24,8 @@ namespace cuda {
 class LtGemm {
  public:
   LtGemm();
-  /// `c_type`: C's type where it differs from A's and B's (float32 results of
-  /// 16-bit operands; the bias stays in `type`, where cuBLASLt takes that).
   bool Plan(cudaDataType_t type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-            int64_t lda, int64_t ldb, int64_t ldc, bool bias, bool relu,
-            cudaDataType_t c_type = static_cast<cudaDataType_t>(-1));
+            int64_t lda, int64_t ldb, int64_t ldc, bool bias, bool relu);
   bool Run(const DeviceContext& dev, float alpha, const void* a, const void* b, void* c,
            const void* bias) const;
   bool planned() const { return planned_; }
@@ -37,7 +34,7 @@ class LtGemm {
   bool InitDesc(cublasLtMatmulDescOpaque_t* desc) const;
 
   bool planned_ = false, bias_ = false, relu_ = false;
-  cudaDataType_t type_ = CUDA_R_32F, c_type_ = CUDA_R_32F;
+  cudaDataType_t type_ = CUDA_R_32F;
   cublasOperation_t op_b_ = CUBLAS_OP_N, op_a_ = CUBLAS_OP_N;
   // Column-major view: C^T [n, m] = op(B)^T [n, k] * op(A)^T [k, m].
   cublasLtMatrixLayoutOpaque_t layout_b_{}, layout_a_{}, layout_c_{};
