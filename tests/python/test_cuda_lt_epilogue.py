@@ -68,10 +68,10 @@ def gemm_model(k, n, bias, relu, seed):
     return make_model(nodes, [("x", np.float32, ["batch", k])], ["y"], initializers=inits)
 
 
-def rank3_model(k, h, n, seed):
+def rank3_model(k, h, n, seed, square=True):
     """A wide FusedMlp group over x [batch, 5, k]: MatMul + Add + Relu, then MatMul + Add,
     then the square of that (a 16-bit consumer: the second layer's rows stay in the
-    weights' type)."""
+    weights' type) or, without `square`, the model's float32 output."""
     from onnx import helper
     rng = np.random.default_rng(seed)
     inits = {"W1": (rng.standard_normal((k, h)) / np.sqrt(k)).astype(np.float32),
@@ -80,7 +80,9 @@ def rank3_model(k, h, n, seed):
              "b2": rng.standard_normal(n).astype(np.float32)}
     nodes = [helper.make_node("MatMul", ["x", "W1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
              helper.make_node("Relu", ["a1"], ["r1"]), helper.make_node("MatMul", ["r1", "W2"], ["m2"]),
-             helper.make_node("Add", ["m2", "b2"], ["a2"]), helper.make_node("Mul", ["a2", "a2"], ["y"])]
+             helper.make_node("Add", ["m2", "b2"], ["a2" if square else "y"])]
+    if square:
+        nodes.append(helper.make_node("Mul", ["a2", "a2"], ["y"]))
     return make_model(nodes, [("x", np.float32, ["batch", 5, k])], ["y"], initializers=inits)
 
 
@@ -120,6 +122,24 @@ def test_fused_mlp_gemm_layers_in_the_epilogue(precision):
         # Both layers' epilogue kernels gone (the first kept for the second, the second
         # into the Mul's input).
         assert on.nodes_per_run(feeds) == off.nodes_per_run(feeds) - 2, batch
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_fused_mlp_float_output_layer(precision):
+    """The last layer writes the model's float32 output: cuBLASLt would want the bias in
+    float32 there, so that layer keeps its GEMM and epilogue kernel (which writes float32);
+    the first layer's epilogue is gone."""
+    model = rank3_model(32, 64, 24, seed=4, square=False)
+    rows = {"KAIWU_FUSED_MLP_ROWS": "1"}
+    on = Sess(model, precision, None, **rows)
+    off = Sess(model, precision, "0", **rows)
+    rng = np.random.default_rng(12)
+    for batch in (1, 9, 200):
+        feeds = {"x": rng.standard_normal((batch, 5, 32)).astype(np.float32)}
+        ref = run_ort(model, feeds)
+        check(on.run(feeds), ref, precision, f"cuBLASLt b{batch}")
+        check(off.run(feeds), ref, precision, f"cuBLAS + epilogue b{batch}")
+        assert on.nodes_per_run(feeds) == off.nodes_per_run(feeds) - 1, batch
 
 
 def test_refit_reaches_the_epilogue_bias():
