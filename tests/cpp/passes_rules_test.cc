@@ -171,6 +171,79 @@ const Node* OnlyNode(const Graph& g, const std::string& op) {
   return found;
 }
 
+// A static [K, N] float matrix (or bias [N]) for the rules that need one.
+int Weight(Graph& g, const std::string& name, Shape shape) {
+  Value v;
+  v.name = name;
+  v.kind = ValueKind::kConstant;
+  v.dtype = DType::kFloat32;
+  v.data = std::make_shared<Tensor>(DType::kFloat32, shape);
+  v.has_shape = true;
+  for (int64_t d : shape) v.dims.push_back(Dim{d, ""});
+  return g.AddValue(v);
+}
+
+// Transpose([1, 0, 2]) -> MatMul(W) -> Add(b), with a Shape reading the transpose
+// (torch's MHA export): the transpose moves below the Add, the MatMul reads x, and
+// the Shape reads Gather(Shape(x), perm).
+TEST(PassesRules, TransposeSinksBelowMatMulAndBias) {
+  Graph g;
+  int x = Runtime(g, "x", ValueKind::kInput);
+  g.inputs = {x};
+  int w = Weight(g, "W", {6, 5}), b = Weight(g, "b", {5});
+  int t = Runtime(g, "t"), m = Runtime(g, "m"), y = Runtime(g, "y"), s = Runtime(g, "s");
+  Node tr = Op("Transpose", {x}, {t});
+  tr.attrs["perm"] = IntsAttr({1, 0, 2});
+  g.AddNode(tr);
+  g.AddNode(Op("MatMul", {t, w}, {m}));
+  g.AddNode(Op("Add", {m, b}, {y}));
+  g.AddNode(Op("Shape", {t}, {s}));
+  g.values[s].dtype = DType::kInt64;
+  g.outputs = {y, s};
+  g.Verify();
+  EXPECT_EQ(SinkTransposeBelowMatMul(&g), 1);
+  const Node* mm = OnlyNode(g, "MatMul");
+  const Node* trn = OnlyNode(g, "Transpose");
+  const Node* sh = OnlyNode(g, "Shape");
+  const Node* ga = OnlyNode(g, "Gather");
+  ASSERT_TRUE(mm && trn && sh && ga);
+  EXPECT_EQ(mm->inputs[0], x);
+  EXPECT_EQ(trn->outputs[0], y);
+  EXPECT_EQ(sh->inputs[0], x);
+  EXPECT_EQ(ga->outputs[0], s);
+  // The transpose runs after the Add it now follows.
+  int at_add = -1, at_t = -1;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].op_type == "Add") at_add = static_cast<int>(i);
+    if (g.nodes[i].op_type == "Transpose") at_t = static_cast<int>(i);
+  }
+  EXPECT_LT(at_add, at_t);
+  EXPECT_EQ(SinkTransposeBelowMatMul(&g), 0);  // nothing left to move
+}
+
+TEST(PassesRules, TransposeStaysWhereItMustNotSink) {
+  // The last dim moves, or another op reads the transpose.
+  for (int variant = 0; variant < 2; ++variant) {
+    Graph g;
+    int x = Runtime(g, "x", ValueKind::kInput);
+    g.inputs = {x};
+    int w = Weight(g, "W", {6, 5});
+    int t = Runtime(g, "t"), y = Runtime(g, "y"), r = Runtime(g, "r");
+    Node tr = Op("Transpose", {x}, {t});
+    tr.attrs["perm"] = variant == 0 ? IntsAttr({0, 2, 1}) : IntsAttr({1, 0, 2});
+    g.AddNode(tr);
+    g.AddNode(Op("MatMul", {t, w}, {y}));
+    g.outputs = {y};
+    if (variant == 1) {
+      g.AddNode(Op("Relu", {t}, {r}));
+      g.outputs.push_back(r);
+    }
+    g.Verify();
+    EXPECT_EQ(SinkTransposeBelowMatMul(&g), 0) << variant;
+    EXPECT_EQ(OnlyNode(g, "MatMul")->inputs[0], t) << variant;
+  }
+}
+
 TEST(PassesRules, BatchFirstGruWithStatesBecomesLayout1) {
   BatchFirstGraph b = MakeBatchFirst("GRU", true);
   EXPECT_EQ(FoldRnnBatchFirst(&b.g), 1);
