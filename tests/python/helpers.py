@@ -335,3 +335,42 @@ def env_vars(**kv):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class SwitchedSession:
+    """A device session made and run under environment switches (env_vars: None unsets
+    one), for A/B tests of a path against the one it replaced; nodes_per_run counts the
+    CUDA graph nodes a run launches (io_stats)."""
+
+    def __init__(self, model, precision: str, **switches):
+        import kaiwu_infer as ki
+        self.env = switches
+        data = model if isinstance(model, (bytes, bytearray)) else model.SerializeToString()
+        with env_vars(**self.env):
+            self.sess = ki.Session(data, device="cuda", precision=precision)
+
+    def run(self, feeds):
+        with env_vars(**self.env):
+            return self.sess.run(feeds)
+
+    def nodes_per_run(self, feeds) -> int:
+        self.sess.io_stats(reset=True)
+        self.run(feeds)
+        self.run(feeds)
+        st = self.sess.io_stats()
+        assert st["graph_launches"] == 2, st
+        return st["graph_nodes"] // st["graph_launches"]
+
+
+# Device-test tolerances by precision: rtol, atol as a multiple of max(1, max |ref|).
+HALF_TOL = {"fp32": (1e-4, 1e-5), "fp16": (2e-2, 3e-3), "bf16": (5e-2, 2e-2)}
+
+
+def assert_close_scaled(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], precision: str,
+                        what: str = ""):
+    """Each output within HALF_TOL[precision] of the reference (atol scaled by its magnitude)."""
+    rtol, atol = HALF_TOL[precision]
+    for k, want in ref.items():
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(np.asarray(got[k]).astype(np.float32), want, rtol=rtol, atol=atol * scale,
+                                   err_msg=f"{what} {k}")

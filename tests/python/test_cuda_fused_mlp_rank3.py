@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import kaiwu_infer as ki
 import policies
-from helpers import env_vars, run_ort
+from helpers import SwitchedSession, run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
                                 reason="kaiwu_infer built without CUDA, or no CUDA device")
@@ -32,30 +32,9 @@ pytestmark = pytest.mark.skipif(not ki.cuda_available(),
 KEYS = ("KAIWU_FUSED_MLP_RANK3", "KAIWU_FUSED_MLP_ROWS")
 
 
-def env(**kw):
-    """Every switch in KEYS unset but those given."""
-    return env_vars(**{**{k: None for k in KEYS}, **kw})
-
-
-class Sess:
-    """A device session made and run under the given switches."""
-
-    def __init__(self, data, precision, **kw):
-        self.kw = kw
-        with env(**kw):
-            self.sess = ki.Session(data, device="cuda", precision=precision)
-
-    def run(self, feeds):
-        with env(**self.kw):
-            return self.sess.run(feeds)
-
-    def nodes_per_run(self, feeds):
-        self.sess.io_stats(reset=True)
-        self.run(feeds)
-        self.run(feeds)
-        st = self.sess.io_stats()
-        assert st["graph_launches"] == 2, st
-        return st["graph_nodes"] // st["graph_launches"]
+def Sess(data, precision, **kw):
+    """A device session made and run with every switch in KEYS unset but those given."""
+    return SwitchedSession(data, precision, **{**{k: None for k in KEYS}, **kw})
 
 
 @functools.lru_cache(maxsize=None)

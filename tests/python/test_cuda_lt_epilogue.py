@@ -16,41 +16,17 @@ import numpy as np
 import pytest
 
 import kaiwu_infer as ki
-from helpers import env_vars, make_model, run_ort
+from helpers import SwitchedSession, assert_close_scaled, env_vars, make_model, run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
                                 reason="kaiwu_infer built without CUDA, or no CUDA device")
 
-TOL = {"fp32": (1e-4, 1e-5), "fp16": (2e-2, 3e-3), "bf16": (5e-2, 2e-2)}
+def Sess(model, precision, lt, **extra):
+    """A device session with KAIWU_CUBLASLT as given (None: unset) and `extra` switches."""
+    return SwitchedSession(model, precision, KAIWU_CUBLASLT=lt, **extra)
 
 
-class Sess:
-    """A device session made and run with KAIWU_CUBLASLT as given (None: unset)."""
-
-    def __init__(self, model, precision, lt, **extra):
-        self.env = {"KAIWU_CUBLASLT": lt, **extra}
-        with env_vars(**self.env):
-            self.sess = ki.Session(model.SerializeToString(), device="cuda", precision=precision)
-
-    def run(self, feeds):
-        with env_vars(**self.env):
-            return self.sess.run(feeds)
-
-    def nodes_per_run(self, feeds):
-        self.sess.io_stats(reset=True)
-        self.run(feeds)
-        self.run(feeds)
-        st = self.sess.io_stats()
-        assert st["graph_launches"] == 2, st
-        return st["graph_nodes"] // st["graph_launches"]
-
-
-def check(got, ref, precision, what):
-    rtol, atol = TOL[precision]
-    for k, want in ref.items():
-        scale = max(1.0, float(np.abs(want).max()))
-        np.testing.assert_allclose(got[k].astype(np.float32), want, rtol=rtol, atol=atol * scale,
-                                   err_msg=f"{what} {k}")
+check = assert_close_scaled
 
 
 def gemm_model(k, n, bias, relu, seed):
@@ -108,8 +84,13 @@ def test_gemm_bias_relu_in_the_epilogue(precision, bias, relu, k, n):
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_fused_mlp_gemm_layers_in_the_epilogue(precision):
-    model = rank3_model(32, 64, 24, seed=3)
+@pytest.mark.parametrize("output", ["half", "float"])
+def test_fused_mlp_gemm_layers_in_the_epilogue(precision, output):
+    """Both layers' epilogue kernels go where the second writes 16 bits for a later op (the
+    first kept for the second, the second into the Mul's input); where it writes the model's
+    float32 output, cuBLASLt would want the bias in float32, so that layer keeps its GEMM
+    and epilogue kernel (which writes float32) and only the first layer's epilogue goes."""
+    model = rank3_model(32, 64, 24, seed=3, square=output == "half")
     rows = {"KAIWU_FUSED_MLP_ROWS": "1"}  # every batch through the separate GEMMs
     on = Sess(model, precision, None, **rows)
     off = Sess(model, precision, "0", **rows)
@@ -119,27 +100,8 @@ def test_fused_mlp_gemm_layers_in_the_epilogue(precision):
         ref = run_ort(model, feeds)
         check(on.run(feeds), ref, precision, f"cuBLASLt b{batch}")
         check(off.run(feeds), ref, precision, f"cuBLAS + epilogue b{batch}")
-        # Both layers' epilogue kernels gone (the first kept for the second, the second
-        # into the Mul's input).
-        assert on.nodes_per_run(feeds) == off.nodes_per_run(feeds) - 2, batch
-
-
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_fused_mlp_float_output_layer(precision):
-    """The last layer writes the model's float32 output: cuBLASLt would want the bias in
-    float32 there, so that layer keeps its GEMM and epilogue kernel (which writes float32);
-    the first layer's epilogue is gone."""
-    model = rank3_model(32, 64, 24, seed=4, square=False)
-    rows = {"KAIWU_FUSED_MLP_ROWS": "1"}
-    on = Sess(model, precision, None, **rows)
-    off = Sess(model, precision, "0", **rows)
-    rng = np.random.default_rng(12)
-    for batch in (1, 9, 200):
-        feeds = {"x": rng.standard_normal((batch, 5, 32)).astype(np.float32)}
-        ref = run_ort(model, feeds)
-        check(on.run(feeds), ref, precision, f"cuBLASLt b{batch}")
-        check(off.run(feeds), ref, precision, f"cuBLAS + epilogue b{batch}")
-        assert on.nodes_per_run(feeds) == off.nodes_per_run(feeds) - 1, batch
+        saved = 2 if output == "half" else 1
+        assert on.nodes_per_run(feeds) == off.nodes_per_run(feeds) - saved, batch
 
 
 def test_refit_reaches_the_epilogue_bias():

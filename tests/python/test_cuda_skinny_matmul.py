@@ -16,39 +16,17 @@ import pytest
 from onnx import helper
 
 import kaiwu_infer as ki
-from helpers import env_vars, make_model, run_ort
+from helpers import SwitchedSession, assert_close_scaled, make_model, run_ort
 
 pytestmark = pytest.mark.skipif(not ki.cuda_available(),
                                 reason="kaiwu_infer built without CUDA, or no CUDA device")
 
-TOL = {"fp32": (1e-4, 1e-5), "fp16": (2e-2, 3e-3), "bf16": (5e-2, 2e-2)}
+def Sess(model, precision, skinny):
+    """A device session with KAIWU_SKINNY_MATMUL as given (None: unset)."""
+    return SwitchedSession(model, precision, KAIWU_SKINNY_MATMUL=skinny)
 
 
-class Sess:
-    def __init__(self, model, precision, skinny):
-        self.env = {"KAIWU_SKINNY_MATMUL": skinny}
-        with env_vars(**self.env):
-            self.sess = ki.Session(model.SerializeToString(), device="cuda", precision=precision)
-
-    def run(self, feeds):
-        with env_vars(**self.env):
-            return self.sess.run(feeds)
-
-    def nodes_per_run(self, feeds):
-        self.sess.io_stats(reset=True)
-        self.run(feeds)
-        self.run(feeds)
-        st = self.sess.io_stats()
-        assert st["graph_launches"] == 2, st
-        return st["graph_nodes"] // st["graph_launches"]
-
-
-def check(got, ref, precision, what):
-    rtol, atol = TOL[precision]
-    for k, want in ref.items():
-        scale = max(1.0, float(np.abs(want).max()))
-        np.testing.assert_allclose(got[k].astype(np.float32), want, rtol=rtol, atol=atol * scale,
-                                   err_msg=f"{what} {k}")
+check = assert_close_scaled
 
 
 def scores_model(m, d, units, relu):
