@@ -2,7 +2,6 @@
 #include "backends/cuda/gemm_lt.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -55,8 +54,6 @@ void* CreateLtHandle() {
 void DestroyLtHandle(void* handle) {
   if (handle) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle));
 }
-
-LtGemm::LtGemm() = default;
 
 bool LtGemm::InitDesc(cublasLtMatmulDescOpaque_t* desc) const {
   if (!Ok(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return false;

@@ -23,7 +23,6 @@ namespace cuda {
 /// on the stack per call; the layouts and the algorithm are read only).
 class LtGemm {
  public:
-  LtGemm();
   bool Plan(cudaDataType_t type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
             int64_t lda, int64_t ldb, int64_t ldc, bool bias, bool relu);
   bool Run(const DeviceContext& dev, float alpha, const void* a, const void* b, void* c,
